@@ -1,0 +1,17 @@
+//! Global atomics.
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// `atom.global.add.u32` (relaxed); returns the old value.
+#[inline(always)]
+pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
+    AtomicU32::from_ptr(p).fetch_add(v, Ordering::Relaxed)
+}
+
+/// `red.global.add.f32`: fire-and-forget float add (order-dependent: never use where results
+/// must be bitwise reproducible).
+#[inline(always)]
+pub unsafe fn red_add_f32(p: *mut f32, v: f32) {
+    asm!("red.global.add.f32 [{0}], {1};", in(reg64) p, in(reg32) v, options(nostack));
+}

@@ -1,0 +1,64 @@
+//! Vector and cache-hinted global loads/stores.
+
+use core::arch::asm;
+
+/// 16 bytes, 16-byte aligned.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Default)]
+pub struct U32x4(pub [u32; 4]);
+
+/// `ld.global.nc.v4.u32` (read-only data cache, `__ldg`). `p` must be 16-byte aligned and the
+/// data must not be written during the kernel.
+#[inline(always)]
+pub unsafe fn ld_nc_v4(p: *const U32x4) -> U32x4 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.nc.v4.u32 {{{0},{1},{2},{3}}}, [{4}];",
+         out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) p,
+         options(pure, readonly, nostack));
+    U32x4([a, b, c, d])
+}
+
+/// `ld.global.nc.L1::no_allocate.v4.u32`: streaming read that does not pollute L1
+/// (for weights read once per launch).
+#[inline(always)]
+pub unsafe fn ld_stream_v4(p: *const U32x4) -> U32x4 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.nc.L1::no_allocate.v4.u32 {{{0},{1},{2},{3}}}, [{4}];",
+         out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) p,
+         options(pure, readonly, nostack));
+    U32x4([a, b, c, d])
+}
+
+/// `ld.global.nc.f32` (read-only path, scalar).
+#[inline(always)]
+pub unsafe fn ld_nc_f32(p: *const f32) -> f32 {
+    let r: f32;
+    asm!("ld.global.nc.f32 {0}, [{1}];", out(reg32) r, in(reg64) p, options(pure, readonly, nostack));
+    r
+}
+
+/// `ld.global.nc.u16` (read-only path, scalar).
+#[inline(always)]
+pub unsafe fn ld_nc_u16(p: *const u16) -> u16 {
+    let r: u16;
+    asm!("ld.global.nc.u16 {0}, [{1}];", out(reg16) r, in(reg64) p, options(pure, readonly, nostack));
+    r
+}
+
+/// `ld.global.cs.v4.u32`: streaming (evict-first) load.
+#[inline(always)]
+pub unsafe fn ld_cs_v4(p: *const U32x4) -> U32x4 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.cs.v4.u32 {{{0},{1},{2},{3}}}, [{4}];",
+         out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) p,
+         options(readonly, nostack));
+    U32x4([a, b, c, d])
+}
+
+/// `st.global.cs.v4.u32`: streaming (evict-first) store.
+#[inline(always)]
+pub unsafe fn st_cs_v4(p: *mut U32x4, v: U32x4) {
+    asm!("st.global.cs.v4.u32 [{0}], {{{1},{2},{3},{4}}};",
+         in(reg64) p, in(reg32) v.0[0], in(reg32) v.0[1], in(reg32) v.0[2], in(reg32) v.0[3],
+         options(nostack));
+}

@@ -1,0 +1,48 @@
+//! Fast math: fused multiply-add and the special-function unit.
+
+use core::arch::asm;
+
+/// `fma.rn.f32`: `a * b + c` with one rounding. (Plain `a*b + c` compiles to `mul.rn` + `add.rn`,
+/// which ptxas will not fuse.)
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    core::f32::math::mul_add(a, b, c)
+}
+
+/// `ex2.approx.ftz.f32`: 2^x, max relative error ≈ 2^-22.
+#[inline(always)]
+pub fn ex2(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("ex2.approx.ftz.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// e^x through `ex2(x · log2 e)`.
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    ex2(x * core::f32::consts::LOG2_E)
+}
+
+/// `rsqrt.approx.ftz.f32`: 1/√x, max relative error ≈ 2^-22.9.
+#[inline(always)]
+pub fn rsqrt(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("rsqrt.approx.ftz.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `sqrt.rn.f32`: correctly rounded square root.
+#[inline(always)]
+pub fn sqrt_rn(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("sqrt.rn.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `div.rn.f32`: correctly rounded division.
+#[inline(always)]
+pub fn div_rn(a: f32, b: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("div.rn.f32 {0}, {1}, {2};", out(reg32) r, in(reg32) a, in(reg32) b, options(pure, nomem, nostack)) };
+    r
+}

@@ -1,0 +1,18 @@
+//! Our thin cuda-std: one PTX instruction (or stdarch intrinsic) per helper.
+//!
+//! Every `asm!` here is `convergent` after the xtask linker's IR fix-up, so warp-synchronous
+//! instructions (`shfl.sync`, `bar.sync`, `mma.sync`, `ldmatrix`) are never moved across
+//! divergent control flow.
+
+pub mod atomic;
+pub mod convert;
+pub mod cp_async;
+pub mod index;
+pub mod load;
+pub mod math;
+pub mod mma;
+pub mod shared;
+pub mod sync;
+pub mod warp;
+
+pub use index::*;

@@ -1,0 +1,54 @@
+//! Warp shuffles (`shfl.sync`, full mask) and the reductions built from them.
+
+use core::arch::asm;
+
+/// `shfl.sync.bfly.b32`: value of lane `lane ^ mask`.
+#[inline(always)]
+pub fn shfl_xor_u32(v: u32, mask: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+             out(reg32) r, in(reg32) v, in(reg32) mask, options(nomem, nostack))
+    };
+    r
+}
+
+/// `shfl.sync.bfly.b32` on an f32.
+#[inline(always)]
+pub fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
+    f32::from_bits(shfl_xor_u32(v.to_bits(), mask))
+}
+
+/// `shfl.sync.idx.b32`: value of lane `src`.
+#[inline(always)]
+pub fn shfl_idx_u32(v: u32, src: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("shfl.sync.idx.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+             out(reg32) r, in(reg32) v, in(reg32) src, options(nomem, nostack))
+    };
+    r
+}
+
+/// `shfl.sync.down.b32`: value of lane `lane + delta` (own value past the end).
+#[inline(always)]
+pub fn shfl_down_u32(v: u32, delta: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("shfl.sync.down.b32 {0}, {1}, {2}, 0x1f, 0xffffffff;",
+             out(reg32) r, in(reg32) v, in(reg32) delta, options(nomem, nostack))
+    };
+    r
+}
+
+/// Butterfly sum over the 32 lanes; every lane gets the same total. The order of additions is
+/// fixed (xor 16, 8, 4, 2, 1), so the result is deterministic.
+#[inline(always)]
+pub fn warp_sum_f32(mut v: f32) -> f32 {
+    v += shfl_xor_f32(v, 16);
+    v += shfl_xor_f32(v, 8);
+    v += shfl_xor_f32(v, 4);
+    v += shfl_xor_f32(v, 2);
+    v += shfl_xor_f32(v, 1);
+    v
+}

@@ -1,0 +1,94 @@
+//! `norm`: RMSNorm over rows, and per-head RMSNorm.
+//!
+//! Math (both kernels): `y[r, c] = x[r, c] · w[c] / sqrt(Σ_c x[r, c]² / cols + eps)`, f32 in and
+//! out, f32 accumulation. The weight already holds any `1 + w` offset (the converter folds it).
+//!
+//! Invariant (batch invariance): row `r`'s result depends only on row `r` and `w`; the
+//! reduction order is fixed by `cols` and the block shape, never by `rows`.
+
+use kernel_abi::RmsNormParams;
+
+use crate::device::math::{div_rn, fma, sqrt_rn};
+use crate::device::shared::Shared;
+use crate::device::sync::sync_threads;
+use crate::device::warp::warp_sum_f32;
+use crate::device::*;
+
+#[link_section = ".shared"]
+static NORM_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
+
+/// `1 / sqrt(mean + eps)` with correctly rounded sqrt and division.
+#[inline(always)]
+fn inv_rms(sum_sq: f32, cols: u32, eps: f32) -> f32 {
+    div_rn(1.0, sqrt_rn(div_rn(sum_sq, cols as f32) + eps))
+}
+
+/// RMSNorm of long rows (hidden size). One block of 256 threads per row (`grid = rows`).
+/// Thread `t` accumulates `x[c]²` for `c = t, t+256, …` in order; warps reduce by butterfly;
+/// the 8 warp sums are added in warp order. Traffic: reads `x` twice (second from L1/L2),
+/// `w` once, writes `y`: ≈ `(2·rows + 1)·cols·4` bytes.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+pub unsafe extern "ptx-kernel" fn rms_norm_rows(x: *const f32, w: *const f32, y: *mut f32, p: RmsNormParams) {
+    let row = block_x();
+    if row >= p.rows {
+        return;
+    }
+    let xr = x.add(row as usize * p.cols as usize);
+    let yr = y.add(row as usize * p.cols as usize);
+    let t = thread_x();
+    let mut acc = 0.0f32;
+    let mut c = t;
+    while c < p.cols {
+        let v = *xr.add(c as usize);
+        acc = fma(v, v, acc);
+        c += block_dim_x();
+    }
+    let acc = warp_sum_f32(acc);
+    let partials = NORM_PARTIALS.as_mut_ptr() as *mut f32;
+    if lane_id() == 0 {
+        *partials.add(warp_id() as usize) = acc;
+    }
+    sync_threads();
+    let warps = block_dim_x() / 32;
+    let mut total = 0.0f32;
+    let mut i = 0;
+    while i < warps {
+        total += *partials.add(i as usize);
+        i += 1;
+    }
+    let s = inv_rms(total, p.cols, p.eps);
+    let mut c = t;
+    while c < p.cols {
+        *yr.add(c as usize) = *xr.add(c as usize) * s * *w.add(c as usize);
+        c += block_dim_x();
+    }
+}
+
+/// Per-head RMSNorm (q/k norm): `rows` = tokens × heads vectors of `cols` = head_dim values, one
+/// weight of `head_dim` shared by all heads. One warp per vector, 8 vectors per 256-thread block
+/// (`grid = ceil(rows / 8)`). Lane `l` accumulates `c = l, l+32, …` in order, then a butterfly.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+pub unsafe extern "ptx-kernel" fn rms_norm_heads(x: *const f32, w: *const f32, y: *mut f32, p: RmsNormParams) {
+    let row = block_x() * (block_dim_x() / 32) + warp_id();
+    if row >= p.rows {
+        return;
+    }
+    let xr = x.add(row as usize * p.cols as usize);
+    let yr = y.add(row as usize * p.cols as usize);
+    let lane = lane_id();
+    let mut acc = 0.0f32;
+    let mut c = lane;
+    while c < p.cols {
+        let v = *xr.add(c as usize);
+        acc = fma(v, v, acc);
+        c += 32;
+    }
+    let s = inv_rms(warp_sum_f32(acc), p.cols, p.eps);
+    let mut c = lane;
+    while c < p.cols {
+        *yr.add(c as usize) = *xr.add(c as usize) * s * *w.add(c as usize);
+        c += 32;
+    }
+}

@@ -1,0 +1,157 @@
+//! `cargo xtask ptx`: build `gpu-kernels` for `nvptx64-nvidia-cuda` with the nightly toolchain
+//! pinned in `gpu-kernels/rust-toolchain.toml`, using this binary as the bitcode linker.
+//!
+//! Output: `target/ptx/gpu_kernels.<arch>.ptx` (PTX ISA 8.0).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::{linker, ptxas, run_checked, workspace_root};
+
+/// PTX ISA version emitted; a CUDA 12.0+ driver accepts it (13.0 accepts ≤ 9.0).
+pub const PTX_FEATURE: &str = "ptx80";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PtxOptions {
+    pub arch: String,
+    pub ptxas: bool,
+}
+
+impl PtxOptions {
+    pub fn parse(args: &[String]) -> Result<Self, String> {
+        let mut o = PtxOptions { arch: "sm_90".into(), ptxas: false };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--arch" => o.arch = it.next().ok_or("--arch needs sm_90 or sm_90a")?.clone(),
+                "--ptxas" => o.ptxas = true,
+                other => return Err(format!("ptx: unknown argument `{other}`")),
+            }
+        }
+        if !matches!(o.arch.as_str(), "sm_90" | "sm_90a") {
+            return Err(format!("ptx: --arch must be sm_90 or sm_90a, got `{}`", o.arch));
+        }
+        Ok(o)
+    }
+}
+
+/// Environment variables that the outer (stable) cargo sets and that must not leak into the
+/// nested nightly build.
+fn is_leaky_env(key: &str) -> bool {
+    (key.starts_with("CARGO") && key != "CARGO_HOME" && key != "CARGO_NET_OFFLINE")
+        || key.starts_with("RUSTUP_TOOLCHAIN")
+        || key.starts_with("RUSTC")
+        || key.starts_with("RUST_RECURSION")
+        || matches!(
+            key,
+            "RUSTFLAGS" | "RUSTDOCFLAGS" | "TARGET" | "HOST" | "OUT_DIR" | "PROFILE" | "OPT_LEVEL"
+                | "DEBUG" | "NUM_JOBS" | "RUSTDOC"
+        )
+}
+
+fn nightly(cmd: &str, kernels: &PathBuf) -> Command {
+    let mut c = Command::new(cmd);
+    c.current_dir(kernels);
+    for (k, _) in std::env::vars_os() {
+        if let Some(k) = k.to_str() {
+            if is_leaky_env(k) {
+                c.env_remove(k);
+            }
+        }
+    }
+    c
+}
+
+/// Builds the PTX; returns its path.
+pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let kernels = root.join("gpu-kernels");
+    let sysroot = nightly("rustc", &kernels)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("cannot run rustc: {e}"))?;
+    if !sysroot.status.success() {
+        return Err(format!(
+            "the nightly toolchain of gpu-kernels/rust-toolchain.toml is not usable: {}\n\
+             install it with: rustup component add rust-src llvm-tools --toolchain nightly",
+            String::from_utf8_lossy(&sysroot.stderr)
+        ));
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    let host = host_triple(&kernels)?;
+    let llvm_bin = sysroot.join("lib/rustlib").join(&host).join("bin");
+    if !llvm_bin.join("llc").exists() {
+        return Err(format!(
+            "{} has no llc: run `rustup component add llvm-tools rust-src --toolchain nightly`",
+            llvm_bin.display()
+        ));
+    }
+    let target_dir = root.join("target").join(format!("gpu-{}-{PTX_FEATURE}", o.arch));
+    let linked = target_dir.join("nvptx64-nvidia-cuda/release/deps/gpu_kernels.ptx");
+    // Cargo does not track the linker binary: force a re-link.
+    let _ = std::fs::remove_file(&linked);
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let flags = format!(
+        "target.nvptx64-nvidia-cuda.rustflags=[\"-Ctarget-cpu={}\",\"-Ctarget-feature=+{PTX_FEATURE}\"]",
+        o.arch
+    );
+    let mut cargo = nightly("cargo", &kernels);
+    cargo
+        .args(["build", "--release", "-Zbuild-std=core", "--target", "nvptx64-nvidia-cuda"])
+        .arg("--config")
+        .arg(format!("target.nvptx64-nvidia-cuda.linker=\"{}\"", me.display()))
+        .arg("--config")
+        .arg(flags)
+        .env(linker::AS_LINKER_ENV, "1")
+        .env(linker::LLVM_BIN_ENV, &llvm_bin)
+        .env("CARGO_TARGET_DIR", &target_dir);
+    run_checked(&mut cargo)?;
+    let built = target_dir.join("nvptx64-nvidia-cuda/release/gpu_kernels.ptx");
+    let out_dir = root.join("target/ptx");
+    std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
+    let out = out_dir.join(format!("gpu_kernels.{}.ptx", o.arch));
+    std::fs::copy(&built, &out).map_err(|e| format!("copy {} → {}: {e}", built.display(), out.display()))?;
+    let kernels_n = std::fs::read_to_string(&out)
+        .map(|s| s.matches(".entry ").count())
+        .unwrap_or(0);
+    eprintln!("xtask: wrote {} ({kernels_n} kernels)", out.display());
+    if o.ptxas {
+        ptxas::check(&out, &o.arch)?;
+    }
+    Ok(out)
+}
+
+fn host_triple(kernels: &PathBuf) -> Result<String, String> {
+    let out = nightly("rustc", kernels)
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("cannot run rustc -vV: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_string)
+        .ok_or_else(|| "rustc -vV printed no host triple".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_options() {
+        let o = PtxOptions::parse(&["--arch".into(), "sm_90a".into(), "--ptxas".into()]).unwrap();
+        assert_eq!(o, PtxOptions { arch: "sm_90a".into(), ptxas: true });
+        assert!(PtxOptions::parse(&["--arch".into(), "sm_80".into()]).is_err());
+        assert!(PtxOptions::parse(&["--bogus".into()]).is_err());
+    }
+
+    #[test]
+    fn outer_cargo_env_does_not_leak() {
+        assert!(is_leaky_env("RUSTUP_TOOLCHAIN"));
+        assert!(is_leaky_env("CARGO_MANIFEST_DIR"));
+        assert!(is_leaky_env("RUSTC"));
+        assert!(is_leaky_env("CARGO_ENCODED_RUSTFLAGS"));
+        assert!(!is_leaky_env("CARGO_HOME"));
+        assert!(!is_leaky_env("PATH"));
+    }
+}
