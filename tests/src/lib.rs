@@ -1,1 +1,4 @@
 //! Shared helpers of the integration tests.
+
+pub mod gpu;
+pub mod tolerance;

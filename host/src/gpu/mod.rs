@@ -1,1 +1,30 @@
-//! GPU runtime.
+//! GPU runtime over `cudarc` (the driver API, loaded at run time: nothing CUDA-specific is
+//! needed to build, and a machine without the driver gets [`GpuError::NoDriver`], not a panic).
+//!
+//! One context, one stream, one module made from the embedded PTX. Typed launchers, one file per
+//! kernel family (`norm`, `qmatmul`, `sample`, `copy`), check shapes and pick the grid.
+
+mod context;
+mod error;
+mod timer;
+
+pub mod bandwidth;
+pub mod copy;
+pub mod graph;
+pub mod info;
+pub mod norm;
+pub mod qmatmul;
+pub mod sample;
+
+pub use context::{Gpu, KERNELS_PTX};
+pub use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
+pub use error::GpuError;
+pub use timer::GpuTimer;
+
+/// A `#[repr(C)]` launch-parameter struct from `kernel-abi`, passed by value to a kernel.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct Param<T: Copy>(pub T);
+
+// Safety: `T` is a `#[repr(C)]` plain-data struct of `kernel-abi` whose layout the kernel shares.
+unsafe impl<T: Copy> cudarc::driver::DeviceRepr for Param<T> {}

@@ -1,0 +1,120 @@
+//! The GPU handle: context, stream, module and kernel lookup.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+
+use super::error::{DriverContext, GpuError};
+
+/// The kernels' PTX (sm_90, PTX ISA 8.0), embedded at build time by `host/build.rs`.
+pub const KERNELS_PTX: &str = include_str!(env!("FLASHTREE_KERNELS_PTX"));
+
+/// One GPU: a context, one stream and the kernel module. All work is ordered on the stream.
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu").field("ordinal", &self.ctx.ordinal()).finish()
+    }
+}
+
+/// Whether libcuda can be loaded at all (never panics).
+pub fn driver_present() -> bool {
+    std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false)
+}
+
+impl Gpu {
+    /// Opens GPU 0. Returns [`GpuError::NoDriver`] on a machine without the NVIDIA driver.
+    pub fn try_new() -> Result<Self, GpuError> {
+        Self::try_new_on(0)
+    }
+
+    /// Opens GPU `ordinal`, loads the embedded PTX and creates one stream.
+    pub fn try_new_on(ordinal: usize) -> Result<Self, GpuError> {
+        if !driver_present() {
+            return Err(GpuError::NoDriver);
+        }
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+            .map_err(|_| GpuError::NoDriver)?
+            .map_err(|e| GpuError::NoDevice(format!("opening device {ordinal}: {e}")))?;
+        // One stream: cudarc's cross-stream event tracking would only add work per launch.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().while_(|| "creating a stream".into())?;
+        let module = ctx
+            .load_module(Ptx::from_src(KERNELS_PTX))
+            .while_(|| "loading the kernels' PTX (driver JIT)".into())?;
+        Ok(Gpu { ctx, stream, module, functions: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The kernel named `name` (cached after the first lookup).
+    pub fn function(&self, name: &'static str) -> Result<CudaFunction, GpuError> {
+        let mut map = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = map.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .module
+            .load_function(name)
+            .while_(|| format!("looking up kernel `{name}` in the PTX"))?;
+        map.insert(name, f.clone());
+        Ok(f)
+    }
+
+    /// Zero-filled device buffer of `n` elements.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>, GpuError> {
+        self.stream
+            .alloc_zeros(n)
+            .while_(|| format!("allocating {n} × {} bytes", std::mem::size_of::<T>()))
+    }
+
+    /// Device copy of `data`.
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>, GpuError> {
+        self.stream
+            .clone_htod(data)
+            .while_(|| format!("uploading {} bytes", std::mem::size_of_val(data)))
+    }
+
+    /// Copies `src` back to the host (waits for the stream).
+    pub fn download<T: DeviceRepr + Default + Clone>(&self, src: &CudaSlice<T>) -> Result<Vec<T>, GpuError> {
+        self.stream.clone_dtoh(src).while_(|| format!("downloading {} elements", src.len()))
+    }
+
+    /// Overwrites `dst` with `data` (`data.len() == dst.len()`).
+    pub fn write<T: DeviceRepr>(&self, data: &[T], dst: &mut CudaSlice<T>) -> Result<(), GpuError> {
+        if data.len() != dst.len() {
+            return Err(GpuError::shape("write", format!("{} values into a buffer of {}", data.len(), dst.len())));
+        }
+        self.stream.memcpy_htod(data, dst).while_(|| "copying to the device".into())
+    }
+
+    /// Fills a buffer with a byte pattern (used to poison outputs in tests).
+    pub fn fill_bytes<T>(&self, dst: &mut CudaSlice<T>, byte: u8) -> Result<(), GpuError> {
+        use cudarc::driver::DevicePtrMut;
+        let bytes = dst.num_bytes();
+        let (ptr, _guard) = dst.device_ptr_mut(&self.stream);
+        unsafe { cudarc::driver::result::memset_d8_async(ptr, byte, bytes, self.stream.cu_stream()) }
+            .while_(|| "memset".into())
+    }
+
+    /// Waits for all work on the stream and reports any asynchronous error.
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.stream.synchronize().while_(|| "synchronizing the stream".into())
+    }
+}

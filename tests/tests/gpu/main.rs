@@ -1,0 +1,8 @@
+//! The GPU suite: every kernel family against `flashtree-reference` on random inputs and shapes.
+//! Skips visibly (`skipped: no CUDA driver`) on a machine without the NVIDIA driver.
+
+mod copy;
+mod graph;
+mod norm;
+mod qmatmul;
+mod sample;
