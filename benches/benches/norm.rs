@@ -1,0 +1,30 @@
+//! `norm` benches: RMSNorm rows (hidden 5120) and per-head norm (head_dim 256).
+//! Roofline: x read once + y written once (`2·rows·cols·4` bytes; w is shared and cached).
+
+use flashtree::gpu::norm::{rms_norm_heads, rms_norm_rows};
+use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
+
+fn main() {
+    let Some(gpu) = gpu_or_skip("norm") else { return };
+    let ceiling = ceiling_gbps(&gpu);
+    for (rows, cols) in [(1usize, 5120usize), (32, 5120), (16384, 5120)] {
+        let x: Vec<f32> = (0..rows * cols).map(|i| ((i % 97) as f32 - 48.0) / 10.0).collect();
+        let w: Vec<f32> = (0..cols).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
+        let dx = gpu.upload(&x).unwrap();
+        let dw = gpu.upload(&w).unwrap();
+        let mut dy = gpu.zeros::<f32>(rows * cols).unwrap();
+        let secs = median_secs(&gpu, 50, |_| rms_norm_rows(&gpu, &dx, &dw, &mut dy, rows, 1e-6));
+        let note = if rows < 1024 { "launch-bound at this size" } else { "" };
+        report("norm", &format!("rms_norm_rows {rows}x{cols}"), (2 * rows * cols * 4) as f64, secs, ceiling, note);
+    }
+    for (vectors, hd) in [(24usize, 256usize), (65536, 256)] {
+        let x: Vec<f32> = (0..vectors * hd).map(|i| ((i % 97) as f32 - 48.0) / 10.0).collect();
+        let w: Vec<f32> = (0..hd).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
+        let dx = gpu.upload(&x).unwrap();
+        let dw = gpu.upload(&w).unwrap();
+        let mut dy = gpu.zeros::<f32>(vectors * hd).unwrap();
+        let secs = median_secs(&gpu, 50, |_| rms_norm_heads(&gpu, &dx, &dw, &mut dy, vectors, 1e-6));
+        let note = if vectors < 1024 { "launch-bound at this size" } else { "" };
+        report("norm", &format!("rms_norm_heads {vectors}x{hd}"), (2 * vectors * hd * 4) as f64, secs, ceiling, note);
+    }
+}
