@@ -22,7 +22,9 @@ fn main() {
     }
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest.parent().expect("host/ has a parent").to_path_buf();
-    for watched in ["gpu-kernels/src", "gpu-kernels/Cargo.toml", "gpu-kernels/rust-toolchain.toml", "kernel-abi/src", "xtask/src"] {
+    for watched in
+        ["gpu-kernels/src", "gpu-kernels/Cargo.toml", "gpu-kernels/rust-toolchain.toml", "kernel-abi/src", "xtask/src"]
+    {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     build_ptx(&root);

@@ -12,7 +12,7 @@ fn main() {
     let ceiling = ceiling_gbps(&gpu);
     let mut c = criterion();
     for (out, inp) in SHAPES {
-        let w: Vec<u16> = (0..out * inp).map(|i| (0x3c00 + (i * 2654435761usize >> 20) % 0x0400) as u16).collect();
+        let w: Vec<u16> = (0..out * inp).map(|i| (0x3c00 + ((i * 2654435761usize) >> 20) % 0x0400) as u16).collect();
         let x: Vec<f32> = (0..inp).map(|i| ((i % 17) as f32 - 8.0) / 8.0).collect();
         let dw = gpu.upload(&w).unwrap();
         let dx = gpu.upload(&x).unwrap();

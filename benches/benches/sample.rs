@@ -15,7 +15,7 @@ fn main() {
     for rows in [1usize, 16, 64, 256] {
         let bytes = rows * VOCAB * 4;
         let copies = (2 * l2).div_ceil(bytes).max(1);
-        let x: Vec<f32> = (0..rows * VOCAB).map(|i| ((i * 2654435761usize >> 9) % 100_000) as f32 * 1e-3).collect();
+        let x: Vec<f32> = (0..rows * VOCAB).map(|i| (((i * 2654435761usize) >> 9) % 100_000) as f32 * 1e-3).collect();
         let bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&x).unwrap()).collect();
         let mut out = ArgmaxBuffers::new(&gpu, rows).unwrap();
         let secs = median_secs(&gpu, 64, |i| argmax(&gpu, &bufs[i % copies], rows, VOCAB, &mut out));
@@ -24,7 +24,9 @@ fn main() {
         let mut g = c.benchmark_group("sample/argmax");
         g.throughput(Throughput::Bytes(bytes as u64));
         g.bench_function(format!("{rows}x{VOCAB}"), |b| {
-            b.iter_custom(|iters| event_duration(&gpu, iters, |i| argmax(&gpu, &bufs[i % copies], rows, VOCAB, &mut out)))
+            b.iter_custom(|iters| {
+                event_duration(&gpu, iters, |i| argmax(&gpu, &bufs[i % copies], rows, VOCAB, &mut out))
+            })
         });
         g.finish();
     }

@@ -82,15 +82,32 @@ pub unsafe extern "ptx-kernel" fn argmax_partial(
     let t = thread_x();
     let mut best = Best::NONE;
     if p.cols % 4 == 0 {
-        // start and end are multiples of 4 here.
+        // start and end are multiples of 4 here. Each round issues all 4 (predicated) vector
+        // loads before any compare, so a thread never waits on two DRAM latencies in a row.
+        let step = 4 * block_dim_x();
         let mut i = start + 4 * t;
         while i < end {
-            let v = ld_nc_v4(xr.add(i as usize) as *const U32x4);
-            best.offer(f32::from_bits(v.0[0]), i);
-            best.offer(f32::from_bits(v.0[1]), i + 1);
-            best.offer(f32::from_bits(v.0[2]), i + 2);
-            best.offer(f32::from_bits(v.0[3]), i + 3);
-            i += 4 * block_dim_x();
+            let mut v = [U32x4::default(); 4];
+            let mut u = 0;
+            while u < 4 {
+                let j = i + u as u32 * step;
+                if j < end {
+                    v[u] = ld_nc_v4(xr.add(j as usize) as *const U32x4);
+                }
+                u += 1;
+            }
+            let mut u = 0;
+            while u < 4 {
+                let j = i + u as u32 * step;
+                if j < end {
+                    best.offer(f32::from_bits(v[u].0[0]), j);
+                    best.offer(f32::from_bits(v[u].0[1]), j + 1);
+                    best.offer(f32::from_bits(v[u].0[2]), j + 2);
+                    best.offer(f32::from_bits(v[u].0[3]), j + 3);
+                }
+                u += 1;
+            }
+            i += 4 * step;
         }
     } else {
         let mut i = start + t;

@@ -5,7 +5,11 @@ use clap::{Parser, Subcommand};
 use flashtree::cli;
 
 #[derive(Debug, Parser)]
-#[command(name = "flashtree", version, about = "Speculative DFlash + DDTree inference of qwen35 models on one NVIDIA GPU")]
+#[command(
+    name = "flashtree",
+    version,
+    about = "Speculative DFlash + DDTree inference of qwen35 models on one NVIDIA GPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -5,18 +5,14 @@ use half::bf16;
 /// `y[o] = Σ_i w[o, i] · x[i]` (f64 accumulation), `w` row-major `[out, in]` as f32.
 pub fn gemv_f32(w: &[f32], x: &[f32]) -> Vec<f64> {
     let k = x.len();
-    assert!(k > 0 && w.len() % k == 0, "w is not [out, {k}]");
-    w.chunks_exact(k)
-        .map(|row| row.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum())
-        .collect()
+    assert!(k > 0 && w.len().is_multiple_of(k), "w is not [out, {k}]");
+    w.chunks_exact(k).map(|row| row.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum()).collect()
 }
 
 /// `Σ_i |w[o, i] · x[i]|` per row: the scale of the rounding error of any summation order.
 pub fn gemv_abs_f32(w: &[f32], x: &[f32]) -> Vec<f64> {
     let k = x.len();
-    w.chunks_exact(k)
-        .map(|row| row.iter().zip(x).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum())
-        .collect()
+    w.chunks_exact(k).map(|row| row.iter().zip(x).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum()).collect()
 }
 
 /// BF16 bits → f32 (exact).

@@ -6,8 +6,8 @@
 //! other GPU error (driver present but the PTX does not load, …) fails the test: only a missing
 //! driver skips.
 
-use std::io::Write;
 use std::collections::HashSet;
+use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
 use flashtree::gpu::{Gpu, GpuError};

@@ -25,10 +25,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     std::fs::create_dir_all(bundle.join("ptx")).map_err(|e| e.to_string())?;
 
     let tests = cargo_executables(&root, &["test", "--release", "--no-run", "-p", "flashtree-tests", "--test", "gpu"])?;
-    let gpu_test = tests
-        .iter()
-        .find(|p| file_stem_starts(p, "gpu-"))
-        .ok_or("cargo built no `gpu` test binary")?;
+    let gpu_test = tests.iter().find(|p| file_stem_starts(p, "gpu-")).ok_or("cargo built no `gpu` test binary")?;
     copy_exe(gpu_test, &bin.join("gpu-tests"))?;
 
     let benches = cargo_executables(&root, &["bench", "--no-run", "-p", "flashtree-benches"])?;
@@ -41,7 +38,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         copy_exe(b, &bin.join(format!("bench-{family}")))?;
     }
 
-    run_checked(Command::new(cargo()).current_dir(&root).args(["build", "--release", "-p", "flashtree", "--bin", "flashtree"]))?;
+    run_checked(Command::new(cargo()).current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "flashtree",
+        "--bin",
+        "flashtree",
+    ]))?;
     copy_exe(&root.join("target/release/flashtree"), &bin.join("flashtree"))?;
     std::fs::copy(&ptx_path, bundle.join("ptx").join(ptx_path.file_name().unwrap_or_default()))
         .map_err(|e| e.to_string())?;

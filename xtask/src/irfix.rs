@@ -146,10 +146,7 @@ fn rewrite_shared_global(line: &str, name: &str) -> Result<String, String> {
     let body = &after_eq[kw + "global".len()..];
     // body = " T init, section ".shared", align N[, ...]"
     let parts = split_top_level(body);
-    let head = parts
-        .first()
-        .ok_or_else(|| format!("shared static {name}: cannot parse `{line}`"))?
-        .trim();
+    let head = parts.first().ok_or_else(|| format!("shared static {name}: cannot parse `{line}`"))?.trim();
     let (ty, init) = split_type_and_init(head)
         .ok_or_else(|| format!("shared static {name}: cannot split type and initialiser in `{head}`"))?;
     let init_ok = matches!(init, "undef" | "poison" | "zeroinitializer");
@@ -278,8 +275,7 @@ fn mark_asm_convergent(line: &str) -> Result<(String, usize), String> {
         }
         let after = &rest[p + 5..];
         // Skip the asm string and the constraint string: two quoted strings.
-        let close = skip_strings(after, 2)
-            .ok_or_else(|| format!("cannot parse asm call site `{line}`"))?;
+        let close = skip_strings(after, 2).ok_or_else(|| format!("cannot parse asm call site `{line}`"))?;
         let args_start = after[close..]
             .find('(')
             .map(|q| close + q)
@@ -341,15 +337,11 @@ fn matching_paren(s: &str, open: usize) -> Option<usize> {
 fn rewrite_launch_bounds(line: &str) -> Result<(String, String, String), String> {
     let start = line.find("section \"nvvm:").ok_or("no nvvm section")?;
     let spec_start = start + "section \"nvvm:".len();
-    let spec_len = line[spec_start..]
-        .find('"')
-        .ok_or_else(|| format!("unterminated nvvm section in `{line}`"))?;
+    let spec_len = line[spec_start..].find('"').ok_or_else(|| format!("unterminated nvvm section in `{line}`"))?;
     let spec = &line[spec_start..spec_start + spec_len];
     let mut attrs = Vec::new();
     for kv in spec.split(';').filter(|s| !s.is_empty()) {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| format!("launch bound `{kv}` is not key=value in `{line}`"))?;
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("launch bound `{kv}` is not key=value in `{line}`"))?;
         if !matches!(k, "maxntid" | "minctasm" | "maxnreg" | "reqntid") {
             return Err(format!("unknown launch bound `{k}` (allowed: maxntid, minctasm, maxnreg, reqntid)"));
         }
@@ -358,10 +350,7 @@ fn rewrite_launch_bounds(line: &str) -> Result<(String, String, String), String>
         }
         attrs.push(format!("\"nvvm.{k}\"=\"{v}\""));
     }
-    let kernel = line
-        .find('@')
-        .and_then(|a| ident_end(line, a).map(|e| line[a..e].to_string()))
-        .unwrap_or_default();
+    let kernel = line.find('@').and_then(|a| ident_end(line, a).map(|e| line[a..e].to_string())).unwrap_or_default();
     let end = spec_start + spec_len + 1;
     let fixed = format!("{}{}{}", &line[..start], attrs.join(" "), &line[end..]);
     Ok((fixed, kernel, spec.to_string()))
@@ -376,9 +365,7 @@ mod tests {
         let ir = "@_ZN3k4BUF17h0E = internal global <{ [1024 x i8] }> undef, section \".shared\", align 4\n\
                   define void @f() {\n  %p = getelementptr inbounds i8, ptr @_ZN3k4BUF17h0E, i64 8\n  store float 1.0, ptr @_ZN3k4BUF17h0E, align 4\n  ret void\n}\n";
         let (out, rep) = fix_module(ir).unwrap();
-        assert!(out.contains(
-            "@_ZN3k4BUF17h0E = internal addrspace(3) global <{ [1024 x i8] }> undef, align 16"
-        ));
+        assert!(out.contains("@_ZN3k4BUF17h0E = internal addrspace(3) global <{ [1024 x i8] }> undef, align 16"));
         assert!(!out.contains("section \".shared\""));
         assert!(out.contains("ptr addrspacecast (ptr addrspace(3) @_ZN3k4BUF17h0E to ptr), i64 8"));
         assert!(out.contains("store float 1.0, ptr addrspacecast (ptr addrspace(3) @_ZN3k4BUF17h0E to ptr)"));
@@ -438,7 +425,8 @@ mod tests {
 
     #[test]
     fn asm_with_parens_inside_strings_and_args() {
-        let ir = "  %r = call { i32, i32 } asm \"mov.b64 {$0,$1}, (x);\", \"=r,=r,l\"(i64 ptrtoint (ptr @g to i64)) #1\n";
+        let ir =
+            "  %r = call { i32, i32 } asm \"mov.b64 {$0,$1}, (x);\", \"=r,=r,l\"(i64 ptrtoint (ptr @g to i64)) #1\n";
         let (out, rep) = fix_module(ir).unwrap();
         assert!(out.contains("(i64 ptrtoint (ptr @g to i64)) convergent #1"), "{out}");
         assert_eq!(rep.convergent_asm_calls, 1);
@@ -448,9 +436,7 @@ mod tests {
     fn launch_bounds_section_becomes_nvvm_attributes() {
         let ir = "define ptx_kernel void @gemv(ptr %x) unnamed_addr #0 section \"nvvm:maxntid=256;minctasm=1;maxnreg=64\" {\n";
         let (out, rep) = fix_module(ir).unwrap();
-        assert!(out.contains(
-            "#0 \"nvvm.maxntid\"=\"256\" \"nvvm.minctasm\"=\"1\" \"nvvm.maxnreg\"=\"64\" {"
-        ), "{out}");
+        assert!(out.contains("#0 \"nvvm.maxntid\"=\"256\" \"nvvm.minctasm\"=\"1\" \"nvvm.maxnreg\"=\"64\" {"), "{out}");
         assert_eq!(rep.launch_bounds, vec![("@gemv".into(), "maxntid=256;minctasm=1;maxnreg=64".into())]);
     }
 

@@ -67,20 +67,14 @@ fn parse(args: &[String]) -> Result<LinkArgs, String> {
 /// Linker entry point.
 pub fn run(args: Vec<String>) -> Result<(), String> {
     let a = parse(&args)?;
-    let llvm = PathBuf::from(
-        std::env::var_os(LLVM_BIN_ENV).ok_or_else(|| format!("{LLVM_BIN_ENV} is not set"))?,
-    );
+    let llvm = PathBuf::from(std::env::var_os(LLVM_BIN_ENV).ok_or_else(|| format!("{LLVM_BIN_ENV} is not set"))?);
     let work = with_suffix(&a.output, ".link");
     std::fs::create_dir_all(&work).map_err(|e| format!("create {}: {e}", work.display()))?;
     std::fs::write(work.join("args.txt"), args.join("\n")).map_err(|e| e.to_string())?;
 
     let linked = work.join("linked.bc");
     run_checked(
-        Command::new(llvm.join("llvm-link"))
-            .arg("--ignore-non-bitcode")
-            .args(&a.inputs)
-            .arg("-o")
-            .arg(&linked),
+        Command::new(llvm.join("llvm-link")).arg("--ignore-non-bitcode").args(&a.inputs).arg("-o").arg(&linked),
     )?;
     let linked_ll = work.join("linked.ll");
     run_checked(Command::new(llvm.join("llvm-dis")).arg(&linked).arg("-o").arg(&linked_ll))?;
@@ -130,9 +124,23 @@ mod tests {
     #[test]
     fn parses_rustc_llbc_command_line() {
         let args: Vec<String> = [
-            "--export-symbol", "k1", "--export-symbol", "k2", "a.o", "libcore.rlib", "-L", "/x",
-            "--target", "nvptx64-nvidia-cuda", "--target-cpu", "sm_90a",
-            "--target-feature=+ptx70,+ptx80,+ptx78", "-o", "out.ptx", "-O3", "--debug",
+            "--export-symbol",
+            "k1",
+            "--export-symbol",
+            "k2",
+            "a.o",
+            "libcore.rlib",
+            "-L",
+            "/x",
+            "--target",
+            "nvptx64-nvidia-cuda",
+            "--target-cpu",
+            "sm_90a",
+            "--target-feature=+ptx70,+ptx80,+ptx78",
+            "-o",
+            "out.ptx",
+            "-O3",
+            "--debug",
         ]
         .iter()
         .map(|s| s.to_string())

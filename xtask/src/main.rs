@@ -60,9 +60,7 @@ pub fn workspace_root() -> std::path::PathBuf {
 
 /// Runs a command, failing with its command line when it cannot start or exits non-zero.
 pub fn run_checked(cmd: &mut std::process::Command) -> Result<(), String> {
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
+    let status = cmd.status().map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
     if status.success() {
         Ok(())
     } else {

@@ -44,8 +44,16 @@ fn is_leaky_env(key: &str) -> bool {
         || key.starts_with("RUST_RECURSION")
         || matches!(
             key,
-            "RUSTFLAGS" | "RUSTDOCFLAGS" | "TARGET" | "HOST" | "OUT_DIR" | "PROFILE" | "OPT_LEVEL"
-                | "DEBUG" | "NUM_JOBS" | "RUSTDOC"
+            "RUSTFLAGS"
+                | "RUSTDOCFLAGS"
+                | "TARGET"
+                | "HOST"
+                | "OUT_DIR"
+                | "PROFILE"
+                | "OPT_LEVEL"
+                | "DEBUG"
+                | "NUM_JOBS"
+                | "RUSTDOC"
         )
 }
 
@@ -111,9 +119,7 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
     let out = out_dir.join(format!("gpu_kernels.{}.ptx", o.arch));
     std::fs::copy(&built, &out).map_err(|e| format!("copy {} → {}: {e}", built.display(), out.display()))?;
-    let kernels_n = std::fs::read_to_string(&out)
-        .map(|s| s.matches(".entry ").count())
-        .unwrap_or(0);
+    let kernels_n = std::fs::read_to_string(&out).map(|s| s.matches(".entry ").count()).unwrap_or(0);
     eprintln!("xtask: wrote {} ({kernels_n} kernels)", out.display());
     if o.ptxas {
         ptxas::check(&out, &o.arch)?;
@@ -122,10 +128,7 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
 }
 
 fn host_triple(kernels: &PathBuf) -> Result<String, String> {
-    let out = nightly("rustc", kernels)
-        .arg("-vV")
-        .output()
-        .map_err(|e| format!("cannot run rustc -vV: {e}"))?;
+    let out = nightly("rustc", kernels).arg("-vV").output().map_err(|e| format!("cannot run rustc -vV: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .find_map(|l| l.strip_prefix("host: "))

@@ -66,11 +66,8 @@ pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
             u.name, u.registers, u.stack_bytes, u.spill_stores, u.spill_loads, u.shared_bytes
         );
     }
-    let spilling: Vec<&str> = usage
-        .iter()
-        .filter(|u| u.spill_stores > 0 || u.spill_loads > 0)
-        .map(|u| u.name.as_str())
-        .collect();
+    let spilling: Vec<&str> =
+        usage.iter().filter(|u| u.spill_stores > 0 || u.spill_loads > 0).map(|u| u.name.as_str()).collect();
     let total: u32 = usage.iter().map(|u| u.spill_stores + u.spill_loads).sum();
     println!("total spill bytes: {total}");
     if usage.is_empty() {
@@ -107,11 +104,7 @@ pub fn parse_log(log: &str) -> Vec<KernelUsage> {
 
 fn number_before(line: &str, marker: &str) -> u32 {
     let Some(p) = line.find(marker) else { return 0 };
-    line[..p]
-        .split(|c: char| !c.is_ascii_digit())
-        .rfind(|s| !s.is_empty())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    line[..p].split(|c: char| !c.is_ascii_digit()).rfind(|s| !s.is_empty()).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -131,10 +124,7 @@ ptxas info    : Function properties for argmax\n\
 ptxas info    : Used 255 registers, used 1 barriers, 512 bytes smem, 360 bytes cmem[0]\n";
         let u = parse_log(log);
         assert_eq!(u.len(), 2);
-        assert_eq!(
-            u[0],
-            KernelUsage { name: "gemv_bf16".into(), registers: 38, ..Default::default() }
-        );
+        assert_eq!(u[0], KernelUsage { name: "gemv_bf16".into(), registers: 38, ..Default::default() });
         assert_eq!(u[1].registers, 255);
         assert_eq!(u[1].stack_bytes, 16);
         assert_eq!(u[1].spill_stores, 8);

@@ -62,6 +62,8 @@ pub fn mma_s8_16832(d: &mut [i32; 4], a: [u32; 4], b: [u32; 2]) {
 #[inline(always)]
 pub fn dp4a_s32(a: u32, b: u32, c: i32) -> i32 {
     let r: i32;
-    unsafe { asm!("dp4a.s32.s32 {0}, {1}, {2}, {3};", out(reg32) r, in(reg32) a, in(reg32) b, in(reg32) c, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("dp4a.s32.s32 {0}, {1}, {2}, {3};", out(reg32) r, in(reg32) a, in(reg32) b, in(reg32) c, options(pure, nomem, nostack))
+    };
     r
 }

@@ -32,9 +32,5 @@ pub fn measure_copy(gpu: &Gpu, bytes: usize, reps: usize) -> Result<CopyBandwidt
     })?;
     let kernel = GpuTimer::time_per_run(gpu, 2, reps, || copy::copy_v4(gpu, &src, &mut dst, bytes))?;
     gpu.synchronize()?;
-    Ok(CopyBandwidth {
-        bytes_each_way: bytes,
-        driver_gbps: moved / driver / 1e9,
-        kernel_gbps: moved / kernel / 1e9,
-    })
+    Ok(CopyBandwidth { bytes_each_way: bytes, driver_gbps: moved / driver / 1e9, kernel_gbps: moved / kernel / 1e9 })
 }

@@ -3,14 +3,14 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
-};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nvrtc::Ptx;
 
 use super::error::{DriverContext, GpuError};
 
 /// The kernels' PTX (sm_90, PTX ISA 8.0), embedded at build time by `host/build.rs`.
+/// `FLASHTREE_PTX=<file>` at run time loads another build instead (for A/B runs of kernel
+/// variants with the same test and bench binaries).
 pub const KERNELS_PTX: &str = include_str!(env!("FLASHTREE_KERNELS_PTX"));
 
 /// One GPU: a context, one stream and the kernel module. All work is ordered on the stream.
@@ -49,9 +49,19 @@ impl Gpu {
         // One stream: cudarc's cross-stream event tracking would only add work per launch.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().while_(|| "creating a stream".into())?;
-        let module = ctx
-            .load_module(Ptx::from_src(KERNELS_PTX))
-            .while_(|| "loading the kernels' PTX (driver JIT)".into())?;
+        let module = match std::env::var_os("FLASHTREE_PTX") {
+            // Kernel development: run the same binary against another build of the kernels.
+            Some(path) => {
+                let src = std::fs::read_to_string(&path).map_err(|e| {
+                    GpuError::NoDevice(format!("FLASHTREE_PTX={}: {e}", std::path::Path::new(&path).display()))
+                })?;
+                ctx.load_module(Ptx::from_src(src))
+                    .while_(|| format!("loading FLASHTREE_PTX={}", std::path::Path::new(&path).display()))?
+            }
+            None => {
+                ctx.load_module(Ptx::from_src(KERNELS_PTX)).while_(|| "loading the kernels' PTX (driver JIT)".into())?
+            }
+        };
         Ok(Gpu { ctx, stream, module, functions: Mutex::new(HashMap::new()) })
     }
 
@@ -69,26 +79,19 @@ impl Gpu {
         if let Some(f) = map.get(name) {
             return Ok(f.clone());
         }
-        let f = self
-            .module
-            .load_function(name)
-            .while_(|| format!("looking up kernel `{name}` in the PTX"))?;
+        let f = self.module.load_function(name).while_(|| format!("looking up kernel `{name}` in the PTX"))?;
         map.insert(name, f.clone());
         Ok(f)
     }
 
     /// Zero-filled device buffer of `n` elements.
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>, GpuError> {
-        self.stream
-            .alloc_zeros(n)
-            .while_(|| format!("allocating {n} × {} bytes", std::mem::size_of::<T>()))
+        self.stream.alloc_zeros(n).while_(|| format!("allocating {n} × {} bytes", std::mem::size_of::<T>()))
     }
 
     /// Device copy of `data`.
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<CudaSlice<T>, GpuError> {
-        self.stream
-            .clone_htod(data)
-            .while_(|| format!("uploading {} bytes", std::mem::size_of_val(data)))
+        self.stream.clone_htod(data).while_(|| format!("uploading {} bytes", std::mem::size_of_val(data)))
     }
 
     /// Copies `src` back to the host (waits for the stream).

@@ -12,7 +12,7 @@ const THREADS: u32 = 256;
 /// `dst[..bytes] = src[..bytes]` with the `copy_v4` kernel; `bytes` must be a multiple of 16
 /// and fit both buffers.
 pub fn copy_v4(gpu: &Gpu, src: &CudaSlice<u8>, dst: &mut CudaSlice<u8>, bytes: usize) -> Result<(), GpuError> {
-    if bytes % 16 != 0 || bytes > src.len() || bytes > dst.len() {
+    if !bytes.is_multiple_of(16) || bytes > src.len() || bytes > dst.len() {
         return Err(GpuError::shape(
             "copy_v4",
             format!("{bytes} bytes must be a multiple of 16 within buffers of {} and {}", src.len(), dst.len()),

@@ -18,10 +18,7 @@ impl Graph {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .while_(|| "beginning graph capture".into())?;
         let recorded = record();
-        let ended = gpu
-            .stream()
-            .end_capture(sys::CUgraphInstantiate_flags(0))
-            .while_(|| "ending graph capture".into());
+        let ended = gpu.stream().end_capture(sys::CUgraphInstantiate_flags(0)).while_(|| "ending graph capture".into());
         recorded?;
         let graph = ended?.ok_or_else(|| GpuError::shape("graph", "capture recorded no work"))?;
         Ok(Graph { graph })

@@ -6,14 +6,18 @@ use kernel_abi::{RmsNormParams, ROW_BLOCK_THREADS};
 use super::error::{DriverContext, GpuError};
 use super::{Gpu, Param};
 
-fn check(kernel: &'static str, x: &CudaSlice<f32>, w: &CudaSlice<f32>, y: &CudaSlice<f32>, rows: usize) -> Result<RmsNormParams, GpuError> {
+fn check(
+    kernel: &'static str,
+    x: &CudaSlice<f32>,
+    w: &CudaSlice<f32>,
+    y: &CudaSlice<f32>,
+    rows: usize,
+) -> Result<RmsNormParams, GpuError> {
     let cols = w.len();
     if cols == 0 || rows == 0 {
         return Err(GpuError::shape(kernel, format!("empty input: {rows} rows of {cols}")));
     }
-    let need = rows
-        .checked_mul(cols)
-        .ok_or_else(|| GpuError::shape(kernel, "rows × cols overflows"))?;
+    let need = rows.checked_mul(cols).ok_or_else(|| GpuError::shape(kernel, "rows × cols overflows"))?;
     if x.len() < need || y.len() < need {
         return Err(GpuError::shape(
             kernel,
@@ -26,7 +30,14 @@ fn check(kernel: &'static str, x: &CudaSlice<f32>, w: &CudaSlice<f32>, y: &CudaS
 }
 
 /// `y[r] = rmsnorm(x[r]) ⊙ w` for `rows` rows of `w.len()` values (one block per row).
-pub fn rms_norm_rows(gpu: &Gpu, x: &CudaSlice<f32>, w: &CudaSlice<f32>, y: &mut CudaSlice<f32>, rows: usize, eps: f32) -> Result<(), GpuError> {
+pub fn rms_norm_rows(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    w: &CudaSlice<f32>,
+    y: &mut CudaSlice<f32>,
+    rows: usize,
+    eps: f32,
+) -> Result<(), GpuError> {
     let p = RmsNormParams { eps, ..check("rms_norm_rows", x, w, y, rows)? };
     let cfg = LaunchConfig { grid_dim: (p.rows, 1, 1), block_dim: (ROW_BLOCK_THREADS, 1, 1), shared_mem_bytes: 0 };
     let f = gpu.function("rms_norm_rows")?;
@@ -39,10 +50,21 @@ pub fn rms_norm_rows(gpu: &Gpu, x: &CudaSlice<f32>, w: &CudaSlice<f32>, y: &mut 
 
 /// Per-head RMSNorm: `vectors` = tokens × heads vectors of `head_dim = w.len()` values, one
 /// warp per vector.
-pub fn rms_norm_heads(gpu: &Gpu, x: &CudaSlice<f32>, w: &CudaSlice<f32>, y: &mut CudaSlice<f32>, vectors: usize, eps: f32) -> Result<(), GpuError> {
+pub fn rms_norm_heads(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    w: &CudaSlice<f32>,
+    y: &mut CudaSlice<f32>,
+    vectors: usize,
+    eps: f32,
+) -> Result<(), GpuError> {
     let p = RmsNormParams { eps, ..check("rms_norm_heads", x, w, y, vectors)? };
     let per_block = ROW_BLOCK_THREADS / 32;
-    let cfg = LaunchConfig { grid_dim: (p.rows.div_ceil(per_block), 1, 1), block_dim: (ROW_BLOCK_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (p.rows.div_ceil(per_block), 1, 1),
+        block_dim: (ROW_BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let f = gpu.function("rms_norm_heads")?;
     let mut b = gpu.stream().launch_builder(&f);
     let p = Param(p);

@@ -31,7 +31,13 @@ impl ArgmaxBuffers {
 }
 
 /// Argmax of each of `rows` rows of `cols` logits (lowest index wins ties; NaN never wins).
-pub fn argmax(gpu: &Gpu, x: &CudaSlice<f32>, rows: usize, cols: usize, out: &mut ArgmaxBuffers) -> Result<(), GpuError> {
+pub fn argmax(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    rows: usize,
+    cols: usize,
+    out: &mut ArgmaxBuffers,
+) -> Result<(), GpuError> {
     if rows == 0 || cols == 0 || rows > out.rows {
         return Err(GpuError::shape("argmax", format!("{rows} rows of {cols} (buffers hold {} rows)", out.rows)));
     }
@@ -48,7 +54,11 @@ pub fn argmax(gpu: &Gpu, x: &CudaSlice<f32>, rows: usize, cols: usize, out: &mut
     }
     let pp = Param(p);
     let f = gpu.function("argmax_partial")?;
-    let cfg = LaunchConfig { grid_dim: (ARGMAX_SPLITS, p.rows, 1), block_dim: (ROW_BLOCK_THREADS, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig {
+        grid_dim: (ARGMAX_SPLITS, p.rows, 1),
+        block_dim: (ROW_BLOCK_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
     let mut b = gpu.stream().launch_builder(&f);
     b.arg(x).arg(&mut out.part_val).arg(&mut out.part_idx).arg(&pp);
     unsafe { b.launch(cfg) }.while_(|| "launching argmax_partial".into())?;

@@ -1,8 +1,9 @@
 //! `qmatmul` GEMV kernels vs `flashtree_reference::qmatmul`.
 //!
-//! Tolerance: each output is a sum of `in` products; lane `l` accumulates its `ceil(in/32)`
-//! products with `fma` (one rounding each), then 5 butterfly adds: at most `ceil(in/32) + 5`
-//! roundings on any path, so `|y − y_ref| ≤ γ_{ceil(in/32)+5} · Σ|W x|` (bf16 weights are
+//! Tolerance: each output is a sum of `in` products; a lane accumulates at most `ceil(in/32)`
+//! products with `fma` (one rounding each), then 5 butterfly adds, then (when `split > 1`
+//! warps share a row) at most 7 adds of the warp partials: at most `ceil(in/32) + 12`
+//! roundings on any path, so `|y − y_ref| ≤ γ_{ceil(in/32)+12} · Σ|W x|` (bf16 weights are
 //! exact in f32, so dequantization adds no error).
 
 use flashtree::gpu::qmatmul::{gemv_bf16, gemv_f32};
@@ -25,7 +26,7 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
 }
 
 fn check(y: &[f32], want: &[f64], scale: &[f64], k: usize) -> Result<(), TestCaseError> {
-    let tol = gamma(k.div_ceil(32) + 5);
+    let tol = gamma(k.div_ceil(32) + 12);
     for (o, ((&g, &w), &s)) in y.iter().zip(want).zip(scale).enumerate() {
         prop_assert!(g.is_finite(), "y[{}] not written", o);
         let err = (g as f64 - w).abs();
@@ -35,8 +36,12 @@ fn check(y: &[f32], want: &[f64], scale: &[f64], k: usize) -> Result<(), TestCas
 }
 
 fn shapes() -> impl Strategy<Value = (usize, usize)> {
-    // out ragged (not a multiple of 8 rows per block), in both vector-aligned and not.
-    (1usize..700, prop_oneof![(1usize..300).prop_map(|c| c * 8), 1usize..3000])
+    // out ragged (not a multiple of the rows per block), in both vector-aligned and not; the
+    // second arm (few long rows) makes the host pick split = 2, 4 or 8 warps per row.
+    prop_oneof![
+        (1usize..700, prop_oneof![(1usize..300).prop_map(|c| c * 8), 1usize..3000]),
+        (1usize..40, prop_oneof![(512usize..2600).prop_map(|c| c * 8), 4096usize..20000]),
+    ]
 }
 
 proptest! {
@@ -76,7 +81,7 @@ proptest! {
 #[test]
 fn gemv_bf16_matches_reference_at_bench_shapes() {
     let Some(gpu) = gpu_or_skip("gemv_bf16_matches_reference_at_bench_shapes") else { return };
-    for (out, inp) in [(28672usize, 4096usize), (17408, 5120)] {
+    for (out, inp) in [(28672usize, 4096usize), (17408, 5120), (5120, 17408)] {
         let w: Vec<u16> = values(out as u64, out * inp).iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
         let x = values(inp as u64, inp);
         let dw = gpu.upload(&w).unwrap();
