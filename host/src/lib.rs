@@ -2,3 +2,4 @@
 //! `qwen35` GGUF models on one NVIDIA GPU, with kernels written in Rust.
 
 pub mod gpu;
+pub mod spec;
