@@ -3,3 +3,4 @@
 
 pub mod gpu;
 pub mod spec;
+pub mod tokenizer;
