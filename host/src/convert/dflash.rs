@@ -22,19 +22,30 @@ pub struct DFlashConfig {
 /// Parses a z-lab draft `config.json` value. `rope_theta` must be present (never defaulted:
 /// a wrong theta is a silent acceptance killer, dflash-draft.md §2.4).
 pub fn parse_config(v: &Value) -> Result<DFlashConfig, String> {
-    let u = |k: &str| v.get(k).and_then(Value::as_u64).map(|x| x as usize).ok_or_else(|| format!("missing or non-integer `{k}`"));
+    let u = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_u64)
+            .map(|x| x as usize)
+            .ok_or_else(|| format!("missing or non-integer `{k}`"))
+    };
     let dc = v.get("dflash_config");
     let n_layer = u("num_hidden_layers")?;
     let n_embd = u("hidden_size")?;
     let n_head = u("num_attention_heads")?;
     let head_dim = match v.get("head_dim").and_then(Value::as_u64) {
         Some(h) => h as usize,
-        None => n_embd.checked_div(n_head).ok_or("num_attention_heads is 0")?,
+        None => n_embd
+            .checked_div(n_head)
+            .ok_or("num_attention_heads is 0")?,
     };
     let rope_theta = v
         .get("rope_theta")
         .and_then(Value::as_f64)
-        .or_else(|| v.get("rope_parameters").and_then(|r| r.get("rope_theta")).and_then(Value::as_f64))
+        .or_else(|| {
+            v.get("rope_parameters")
+                .and_then(|r| r.get("rope_theta"))
+                .and_then(Value::as_f64)
+        })
         .ok_or("missing `rope_theta` (it is never defaulted for DFlash drafts)")?;
     let ids_v = dc
         .and_then(|d| d.get("target_layer_ids"))
@@ -51,7 +62,8 @@ pub fn parse_config(v: &Value) -> Result<DFlashConfig, String> {
         .or_else(|| v.get("mask_token_id"))
         .and_then(Value::as_u64)
         .ok_or("missing `dflash_config.mask_token_id`")?;
-    let mask_token_id = u32::try_from(mask_token_id).map_err(|_| "mask_token_id does not fit u32")?;
+    let mask_token_id =
+        u32::try_from(mask_token_id).map_err(|_| "mask_token_id does not fit u32")?;
     let block_size = dc
         .and_then(|d| d.get("block_size"))
         .or_else(|| v.get("block_size"))
@@ -60,7 +72,10 @@ pub fn parse_config(v: &Value) -> Result<DFlashConfig, String> {
     let sliding = match v.get("layer_types").and_then(Value::as_array) {
         Some(t) => {
             if t.len() != n_layer {
-                return Err(format!("`layer_types` has {} entries for {n_layer} layers", t.len()));
+                return Err(format!(
+                    "`layer_types` has {} entries for {n_layer} layers",
+                    t.len()
+                ));
             }
             t.iter()
                 .map(|x| match x.as_str() {
@@ -81,8 +96,14 @@ pub fn parse_config(v: &Value) -> Result<DFlashConfig, String> {
         .get("is_causal")
         .and_then(Value::as_bool)
         .or_else(|| dc.and_then(|d| d.get("causal")).and_then(Value::as_bool));
-    let use_sliding_window = v.get("use_sliding_window").and_then(Value::as_bool).unwrap_or(false)
-        || dc.and_then(|d| d.get("use_swa")).and_then(Value::as_bool).unwrap_or(false);
+    let use_sliding_window = v
+        .get("use_sliding_window")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+        || dc
+            .and_then(|d| d.get("use_swa"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
     Ok(DFlashConfig {
         hparams: DFlashHparams {
             n_embd,
@@ -91,7 +112,10 @@ pub fn parse_config(v: &Value) -> Result<DFlashConfig, String> {
             head_dim,
             n_ff: u("intermediate_size")?,
             rope_theta,
-            rms_eps: v.get("rms_norm_eps").and_then(Value::as_f64).unwrap_or(1e-6) as f32,
+            rms_eps: v
+                .get("rms_norm_eps")
+                .and_then(Value::as_f64)
+                .unwrap_or(1e-6) as f32,
             target_layer_ids,
             mask_token_id,
             block_size,
@@ -116,7 +140,10 @@ pub fn weights_from_named(
     let mut m = |name: String, rows: usize, cols: usize| -> Result<Matrix, ConvertError> {
         let t = get(&name)?;
         if t.data.len() != rows * cols {
-            return Err(ConvertError::Tensor { name, why: format!("shape {:?}, expected [{rows}, {cols}]", t.shape) });
+            return Err(ConvertError::Tensor {
+                name,
+                why: format!("shape {:?}, expected [{rows}, {cols}]", t.shape),
+            });
         }
         Ok(Matrix::new(&name, rows, cols, t.data)?)
     };
@@ -143,7 +170,13 @@ pub fn weights_from_named(
             },
         });
     }
-    let w = DFlashWeights { hparams: hp.clone(), fc, hidden_norm, layers, output_norm };
+    let w = DFlashWeights {
+        hparams: hp.clone(),
+        fc,
+        hidden_norm,
+        layers,
+        output_norm,
+    };
     w.validate()?;
     Ok(w)
 }
@@ -151,8 +184,14 @@ pub fn weights_from_named(
 /// Loads a z-lab DFlash draft folder.
 pub fn load_zlab(dir: &Path) -> Result<(DFlashConfig, DFlashWeights), ConvertError> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| ConvertError::Io { path: path.clone(), source })?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| ConvertError::Config { path: path.clone(), why: e.to_string() })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ConvertError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| ConvertError::Config {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
     let cfg = parse_config(&v).map_err(|why| ConvertError::Config { path, why })?;
     let files = open_folder(dir)?;
     let w = weights_from_named(&cfg, &mut |n| {

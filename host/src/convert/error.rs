@@ -5,7 +5,10 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: not a safetensors file: {why}")]
     Safetensors { path: PathBuf, why: String },
     #[error("{path}: bad config: {why}")]

@@ -23,13 +23,22 @@ pub struct HfQwen35Config {
 /// Reads and parses `dir/config.json`.
 pub fn read(dir: &Path) -> Result<HfQwen35Config, ConvertError> {
     let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|source| ConvertError::Io { path: path.clone(), source })?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| ConvertError::Config { path: path.clone(), why: e.to_string() })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ConvertError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let v: Value = serde_json::from_str(&text).map_err(|e| ConvertError::Config {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
     parse(&v).map_err(|why| ConvertError::Config { path, why })
 }
 
 fn get_usize(c: &Value, key: &str) -> Result<usize, String> {
-    c.get(key).and_then(Value::as_u64).map(|v| v as usize).ok_or_else(|| format!("missing or non-integer `{key}`"))
+    c.get(key)
+        .and_then(Value::as_u64)
+        .map(|v| v as usize)
+        .ok_or_else(|| format!("missing or non-integer `{key}`"))
 }
 
 fn get_f64(c: &Value, key: &str) -> Option<f64> {
@@ -53,16 +62,27 @@ pub fn parse(root: &Value) -> Result<HfQwen35Config, String> {
         .unwrap_or(0.25); // HF's Qwen3_5TextConfig default
     let n_rot = (head_dim as f64 * factor) as usize;
     let mut mrope_sections = [0i32; 4];
-    if let Some(s) = rope.and_then(|r| r.get("mrope_section")).and_then(Value::as_array) {
+    if let Some(s) = rope
+        .and_then(|r| r.get("mrope_section"))
+        .and_then(Value::as_array)
+    {
         for (dst, v) in mrope_sections.iter_mut().zip(s) {
-            *dst = v.as_i64().ok_or("`mrope_section` is not a list of integers")? as i32;
+            *dst = v
+                .as_i64()
+                .ok_or("`mrope_section` is not a list of integers")? as i32;
         }
     }
-    let interval = c.get("full_attention_interval").and_then(Value::as_u64).map(|v| v as usize);
+    let interval = c
+        .get("full_attention_interval")
+        .and_then(Value::as_u64)
+        .map(|v| v as usize);
     let recurrent = match c.get("layer_types").and_then(Value::as_array) {
         Some(types) => {
             if types.len() != n_layer {
-                return Err(format!("`layer_types` has {} entries for {n_layer} layers", types.len()));
+                return Err(format!(
+                    "`layer_types` has {} entries for {n_layer} layers",
+                    types.len()
+                ));
             }
             types
                 .iter()

@@ -38,13 +38,25 @@ impl SafeTensors {
     /// Opens and validates `path`: header within the file, every tensor's byte range inside the
     /// data section and equal to `product(shape) · dtype size`.
     pub fn open(path: &Path) -> Result<Self, ConvertError> {
-        let bad = |why: String| ConvertError::Safetensors { path: path.to_path_buf(), why };
-        let file = std::fs::File::open(path).map_err(|source| ConvertError::Io { path: path.to_path_buf(), source })?;
+        let bad = |why: String| ConvertError::Safetensors {
+            path: path.to_path_buf(),
+            why,
+        };
+        let file = std::fs::File::open(path).map_err(|source| ConvertError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         // SAFETY: the file is opened read-only; we never hand out references that outlive `map`, and
         // a concurrent truncation by another process is outside what this tool defends against.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ConvertError::Io { path: path.to_path_buf(), source })?;
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| ConvertError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if map.len() < 8 {
-            return Err(bad(format!("{} bytes, shorter than the 8-byte header length", map.len())));
+            return Err(bad(format!(
+                "{} bytes, shorter than the 8-byte header length",
+                map.len()
+            )));
         }
         let mut len8 = [0u8; 8];
         len8.copy_from_slice(&map[..8]);
@@ -52,19 +64,29 @@ impl SafeTensors {
         let data_start = 8u64
             .checked_add(hlen)
             .filter(|&e| e <= map.len() as u64)
-            .ok_or_else(|| bad(format!("header length {hlen} runs past the end of the {}-byte file", map.len())))?
-            as usize;
-        let header: serde_json::Value =
-            serde_json::from_slice(&map[8..data_start]).map_err(|e| bad(format!("header is not JSON: {e}")))?;
-        let obj = header.as_object().ok_or_else(|| bad("header is not a JSON object".into()))?;
+            .ok_or_else(|| {
+                bad(format!(
+                    "header length {hlen} runs past the end of the {}-byte file",
+                    map.len()
+                ))
+            })? as usize;
+        let header: serde_json::Value = serde_json::from_slice(&map[8..data_start])
+            .map_err(|e| bad(format!("header is not JSON: {e}")))?;
+        let obj = header
+            .as_object()
+            .ok_or_else(|| bad("header is not a JSON object".into()))?;
         let data_len = map.len() - data_start;
         let mut tensors = BTreeMap::new();
         for (name, v) in obj {
             if name == "__metadata__" {
                 continue;
             }
-            let dtype = v["dtype"].as_str().ok_or_else(|| bad(format!("tensor {name}: no dtype")))?.to_string();
-            let size = dtype_size(&dtype).ok_or_else(|| bad(format!("tensor {name}: unsupported dtype {dtype}")))?;
+            let dtype = v["dtype"]
+                .as_str()
+                .ok_or_else(|| bad(format!("tensor {name}: no dtype")))?
+                .to_string();
+            let size = dtype_size(&dtype)
+                .ok_or_else(|| bad(format!("tensor {name}: unsupported dtype {dtype}")))?;
             let shape: Vec<usize> = v["shape"]
                 .as_array()
                 .ok_or_else(|| bad(format!("tensor {name}: no shape")))?
@@ -75,7 +97,11 @@ impl SafeTensors {
             let offs = v["data_offsets"].as_array().filter(|a| a.len() == 2);
             let (begin, end) = match offs.map(|a| (a[0].as_u64(), a[1].as_u64())) {
                 Some((Some(b), Some(e))) => (b as usize, e as usize),
-                _ => return Err(bad(format!("tensor {name}: data_offsets is not [begin, end]"))),
+                _ => {
+                    return Err(bad(format!(
+                        "tensor {name}: data_offsets is not [begin, end]"
+                    )))
+                }
             };
             let n = shape
                 .iter()
@@ -86,9 +112,22 @@ impl SafeTensors {
                     "tensor {name}: bytes [{begin}, {end}) do not hold {shape:?} {dtype} inside a {data_len}-byte data section"
                 )));
             }
-            tensors.insert(name.clone(), TensorInfo { dtype, shape, begin, end });
+            tensors.insert(
+                name.clone(),
+                TensorInfo {
+                    dtype,
+                    shape,
+                    begin,
+                    end,
+                },
+            );
         }
-        Ok(Self { path: path.to_path_buf(), map, data_start, tensors })
+        Ok(Self {
+            path: path.to_path_buf(),
+            map,
+            data_start,
+            tensors,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -116,14 +155,29 @@ impl SafeTensors {
         })?;
         let b = self.bytes(info);
         let data: Vec<f32> = match info.dtype.as_str() {
-            "F32" => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            "F16" => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            "BF16" => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            "F32" => b
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            "F16" => b
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            "BF16" => b
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
             other => {
-                return Err(ConvertError::Tensor { name: name.to_string(), why: format!("dtype {other} is not a float type") })
+                return Err(ConvertError::Tensor {
+                    name: name.to_string(),
+                    why: format!("dtype {other} is not a float type"),
+                })
             }
         };
-        Ok(TensorF32 { shape: info.shape.clone(), data })
+        Ok(TensorF32 {
+            shape: info.shape.clone(),
+            data,
+        })
     }
 
     /// Reads an integer tensor (I32 or I64) as i64 values.
@@ -134,12 +188,18 @@ impl SafeTensors {
         })?;
         let b = self.bytes(info);
         match info.dtype.as_str() {
-            "I32" => Ok(b.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect()),
+            "I32" => Ok(b
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+                .collect()),
             "I64" => Ok(b
                 .chunks_exact(8)
                 .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
                 .collect()),
-            other => Err(ConvertError::Tensor { name: name.to_string(), why: format!("dtype {other} is not I32/I64") }),
+            other => Err(ConvertError::Tensor {
+                name: name.to_string(),
+                why: format!("dtype {other} is not I32/I64"),
+            }),
         }
     }
 }
@@ -147,17 +207,28 @@ impl SafeTensors {
 /// The safetensors files of a checkpoint folder: `model.safetensors`, or every `*.safetensors`
 /// (sharded `model-0000x-of-0000y.safetensors`), sorted by name.
 pub fn open_folder(dir: &Path) -> Result<Vec<SafeTensors>, ConvertError> {
-    let rd = std::fs::read_dir(dir).map_err(|source| ConvertError::Io { path: dir.to_path_buf(), source })?;
+    let rd = std::fs::read_dir(dir).map_err(|source| ConvertError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let mut files: Vec<PathBuf> = Vec::new();
     for e in rd {
-        let p = e.map_err(|source| ConvertError::Io { path: dir.to_path_buf(), source })?.path();
+        let p = e
+            .map_err(|source| ConvertError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?
+            .path();
         if p.extension().is_some_and(|x| x == "safetensors") {
             files.push(p);
         }
     }
     files.sort();
     if files.is_empty() {
-        return Err(ConvertError::Missing { name: "*.safetensors".into(), looked: dir.display().to_string() });
+        return Err(ConvertError::Missing {
+            name: "*.safetensors".into(),
+            looked: dir.display().to_string(),
+        });
     }
     files.iter().map(|p| SafeTensors::open(p)).collect()
 }
@@ -171,7 +242,11 @@ pub fn read_any(files: &[SafeTensors], name: &str) -> Result<TensorF32, ConvertE
     }
     Err(ConvertError::Missing {
         name: name.to_string(),
-        looked: files.iter().map(|f| f.path().display().to_string()).collect::<Vec<_>>().join(", "),
+        looked: files
+            .iter()
+            .map(|f| f.path().display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
     })
 }
 

@@ -50,7 +50,13 @@ pub fn grouped_to_tiled_columns(data: &[f32], rows: usize, n_k: usize, n_v: usiz
 }
 
 /// Reorders only the value rows (`rows[v_start..]`, `n_v` heads) of a q|k|v matrix or conv.
-pub fn grouped_to_tiled_tail_rows(data: &[f32], row_len: usize, v_start_row: usize, n_k: usize, n_v: usize) -> Vec<f32> {
+pub fn grouped_to_tiled_tail_rows(
+    data: &[f32],
+    row_len: usize,
+    v_start_row: usize,
+    n_k: usize,
+    n_v: usize,
+) -> Vec<f32> {
     let split = v_start_row * row_len;
     let mut out = data[..split].to_vec();
     out.extend(grouped_to_tiled_blocks(&data[split..], n_k, n_v));
@@ -76,7 +82,12 @@ mod tests {
         // n_k = 2, r = 3: HF heads [k0v0 k0v1 k0v2 k1v0 k1v1 k1v2] → tiled [k0v0 k1v0 k0v1 k1v1 k0v2 k1v2]
         assert_eq!(tiled_from_grouped_heads(2, 6), vec![0, 3, 1, 4, 2, 5]);
         for (jt, &hf) in tiled_from_grouped_heads(4, 12).iter().enumerate() {
-            assert_eq!(jt % 4, hf / 3, "tiled head {jt} must read key head {} ", jt % 4);
+            assert_eq!(
+                jt % 4,
+                hf / 3,
+                "tiled head {jt} must read key head {} ",
+                jt % 4
+            );
         }
     }
 
@@ -95,6 +106,9 @@ mod tests {
         assert_eq!(grouped_to_tiled_columns(&x, 1, 1, 3), x);
         // 2 heads per key head, 2 key heads: HF [a b | c d] (kh0: a b, kh1: c d) → tiled [a c b d]
         let y = vec![1.0, 2.0, 3.0, 4.0];
-        assert_eq!(grouped_to_tiled_columns(&y, 1, 2, 4), vec![1.0, 3.0, 2.0, 4.0]);
+        assert_eq!(
+            grouped_to_tiled_columns(&y, 1, 2, 4),
+            vec![1.0, 3.0, 2.0, 4.0]
+        );
     }
 }
