@@ -6,4 +6,5 @@
 pub mod copy;
 pub mod norm;
 pub mod qmatmul;
+pub mod quant;
 pub mod sample;
