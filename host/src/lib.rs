@@ -1,4 +1,5 @@
 //! flashtree: speculative decoding (DFlash block-diffusion draft + DDTree tree verification) of
 //! `qwen35` GGUF models on one NVIDIA GPU, with kernels written in Rust.
 
+pub mod gguf;
 pub mod gpu;
