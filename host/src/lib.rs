@@ -2,4 +2,5 @@
 //! `qwen35` GGUF models on one NVIDIA GPU, with kernels written in Rust.
 
 pub mod convert;
+pub mod gguf;
 pub mod gpu;

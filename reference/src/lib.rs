@@ -7,4 +7,5 @@ pub mod copy;
 pub mod model;
 pub mod norm;
 pub mod qmatmul;
+pub mod quant;
 pub mod sample;
