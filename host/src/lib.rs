@@ -1,6 +1,7 @@
 //! flashtree: speculative decoding (DFlash block-diffusion draft + DDTree tree verification) of
 //! `qwen35` GGUF models on one NVIDIA GPU, with kernels written in Rust.
 
+pub mod cli;
 pub mod convert;
 pub mod gguf;
 pub mod gpu;

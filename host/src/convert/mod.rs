@@ -7,9 +7,13 @@
 
 pub mod dflash;
 pub mod error;
+pub mod gguf_load;
+pub mod gguf_write;
 pub mod hf_config;
+pub mod out_type;
 pub mod qwen35;
 pub mod safetensors;
+pub mod tokenizer;
 pub mod transforms;
 
 pub use error::ConvertError;

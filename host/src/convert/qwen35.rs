@@ -36,43 +36,69 @@ fn bad(name: &str, why: impl Into<String>) -> ConvertError {
     }
 }
 
-fn expect_numel(name: &str, t: &TensorF32, n: usize) -> Result<(), ConvertError> {
-    if t.data.len() != n {
-        return Err(bad(
-            name,
-            format!(
-                "shape {:?} has {} values, expected {n}",
-                t.shape,
-                t.data.len()
-            ),
-        ));
-    }
-    Ok(())
+/// The value transform one HF tensor needs on its way to GGUF (§12).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transform {
+    /// Copied as is.
+    Keep,
+    /// Zero-centred norm: `1 + w`.
+    PlusOne,
+    /// `in_proj_qkv` / `conv1d`: value rows (after the `2·n_k·d_k` q and k rows) grouped → tiled.
+    TailRows,
+    /// Every row block (one per value head) grouped → tiled: `in_proj_z`, `in_proj_a/b`, `dt_bias`.
+    Blocks,
+    /// `A_log` → `−exp(A_log)`, then grouped → tiled.
+    NegExpBlocks,
+    /// `out_proj`: value-head *columns* grouped → tiled.
+    Columns,
 }
 
-/// Maps one HF tensor (name already stripped by [`strip_prefix`]) to its GGUF name and value with
-/// the §12 transforms applied: `+1` on the five zero-centred norm kinds, `ssm_a = −exp(A_log)`,
-/// conv squeezed to `[channels, kernel]`, and the value-head axis reordered grouped → tiled.
-/// `Ok(None)`: a tensor the text model does not use.
-pub fn hf_to_gguf_tensor(
+/// Where one HF tensor goes: GGUF name, PyTorch-order shape in the GGUF file, transform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorPlan {
+    pub gguf_name: String,
+    pub shape: Vec<usize>,
+    pub transform: Transform,
+    /// Transformer layer of the tensor (`None` for global tensors).
+    pub layer: Option<usize>,
+}
+
+/// Plans one HF tensor (name already stripped by [`strip_prefix`], `shape` as in the file):
+/// its GGUF name, output shape (the conv is squeezed to `[channels, kernel]`) and transform.
+/// `Ok(None)`: a tensor the text model does not use. Shapes are checked against `hp`.
+pub fn plan_tensor(
     hp: &Qwen35Hparams,
     name: &str,
-    t: TensorF32,
-) -> Result<Option<(String, TensorF32)>, ConvertError> {
-    let (n_k, n_v) = (hp.ssm_n_k_heads, hp.ssm_n_v_heads);
-    let simple = |gguf: &str, t: TensorF32| Ok(Some((gguf.to_string(), t)));
-    match name {
-        "embed_tokens.weight" => return simple("token_embd.weight", t),
-        "lm_head.weight" => return simple("output.weight", t),
-        "norm.weight" => {
-            return simple(
-                "output_norm.weight",
-                TensorF32 {
-                    data: norm_plus_one(&t.data),
-                    shape: t.shape,
-                },
-            )
+    shape: &[usize],
+) -> Result<Option<TensorPlan>, ConvertError> {
+    let numel: usize = shape.iter().product();
+    let (n_k, n_v, d) = (hp.ssm_n_k_heads, hp.ssm_n_v_heads, hp.n_embd);
+    let (kd, vd) = (n_k * hp.ssm_k_dim, n_v * hp.ssm_v_dim);
+    let check = |want: usize| {
+        if numel == want {
+            Ok(())
+        } else {
+            Err(bad(
+                name,
+                format!("shape {shape:?} has {numel} values, expected {want} for this config"),
+            ))
         }
+    };
+    let global = |g: &str, t: Transform, want: usize| -> Result<Option<TensorPlan>, ConvertError> {
+        check(want)?;
+        Ok(Some(TensorPlan {
+            gguf_name: g.to_string(),
+            shape: shape.to_vec(),
+            transform: t,
+            layer: None,
+        }))
+    };
+    match name {
+        "embed_tokens.weight" => {
+            return global("token_embd.weight", Transform::Keep, hp.n_vocab * d)
+        }
+        "lm_head.weight" => return global("output.weight", Transform::Keep, hp.n_vocab * d),
+        "norm.weight" => return global("output_norm.weight", Transform::PlusOne, d),
         _ => {}
     }
     let Some(rest) = name.strip_prefix("layers.") else {
@@ -90,114 +116,83 @@ pub fn hf_to_gguf_tensor(
             format!("layer {il} beyond num_hidden_layers {}", hp.n_layer()),
         ));
     }
-    let g = |s: &str| format!("blk.{il}.{s}");
-    let plus1 = |s: &str, t: TensorF32| {
-        Ok(Some((
-            g(s),
-            TensorF32 {
-                data: norm_plus_one(&t.data),
-                shape: t.shape,
-            },
-        )))
+    let (hq, hkv) = (hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim);
+    use Transform::*;
+    let (g, t, want): (&str, Transform, usize) = match sub {
+        "input_layernorm.weight" => ("attn_norm.weight", PlusOne, d),
+        "post_attention_layernorm.weight" => ("post_attention_norm.weight", PlusOne, d),
+        "mlp.gate_proj.weight" => ("ffn_gate.weight", Keep, hp.n_ff * d),
+        "mlp.up_proj.weight" => ("ffn_up.weight", Keep, hp.n_ff * d),
+        "mlp.down_proj.weight" => ("ffn_down.weight", Keep, hp.n_ff * d),
+        "self_attn.q_proj.weight" => ("attn_q.weight", Keep, 2 * hq * d),
+        "self_attn.k_proj.weight" => ("attn_k.weight", Keep, hkv * d),
+        "self_attn.v_proj.weight" => ("attn_v.weight", Keep, hkv * d),
+        "self_attn.o_proj.weight" => ("attn_output.weight", Keep, hq * d),
+        "self_attn.q_norm.weight" => ("attn_q_norm.weight", PlusOne, hp.head_dim),
+        "self_attn.k_norm.weight" => ("attn_k_norm.weight", PlusOne, hp.head_dim),
+        "linear_attn.in_proj_qkv.weight" => ("attn_qkv.weight", TailRows, (2 * kd + vd) * d),
+        "linear_attn.in_proj_z.weight" => ("attn_gate.weight", Blocks, vd * d),
+        "linear_attn.in_proj_b.weight" => ("ssm_beta.weight", Blocks, n_v * d),
+        "linear_attn.in_proj_a.weight" => ("ssm_alpha.weight", Blocks, n_v * d),
+        "linear_attn.conv1d.weight" => (
+            "ssm_conv1d.weight",
+            TailRows,
+            (2 * kd + vd) * hp.conv_kernel,
+        ),
+        "linear_attn.dt_bias" => ("ssm_dt.bias", Blocks, n_v),
+        "linear_attn.A_log" => ("ssm_a", NegExpBlocks, n_v),
+        "linear_attn.norm.weight" => ("ssm_norm.weight", Keep, hp.ssm_v_dim),
+        "linear_attn.out_proj.weight" => ("ssm_out.weight", Columns, d * vd),
+        _ => return Err(bad(name, "unknown Qwen3.5 text tensor")),
     };
-    let keep = |s: &str, t: TensorF32| Ok(Some((g(s), t)));
-    let kd = n_k * hp.ssm_k_dim;
-    let vd = n_v * hp.ssm_v_dim;
-    match sub {
-        "input_layernorm.weight" => plus1("attn_norm.weight", t),
-        "post_attention_layernorm.weight" => plus1("post_attention_norm.weight", t),
-        "mlp.gate_proj.weight" => keep("ffn_gate.weight", t),
-        "mlp.up_proj.weight" => keep("ffn_up.weight", t),
-        "mlp.down_proj.weight" => keep("ffn_down.weight", t),
-        "self_attn.q_proj.weight" => keep("attn_q.weight", t),
-        "self_attn.k_proj.weight" => keep("attn_k.weight", t),
-        "self_attn.v_proj.weight" => keep("attn_v.weight", t),
-        "self_attn.o_proj.weight" => keep("attn_output.weight", t),
-        "self_attn.q_norm.weight" => plus1("attn_q_norm.weight", t),
-        "self_attn.k_norm.weight" => plus1("attn_k_norm.weight", t),
-        "linear_attn.in_proj_qkv.weight" => {
-            expect_numel(name, &t, (2 * kd + vd) * hp.n_embd)?;
-            let data = grouped_to_tiled_tail_rows(&t.data, hp.n_embd, 2 * kd, n_k, n_v);
-            keep(
-                "attn_qkv.weight",
-                TensorF32 {
-                    data,
-                    shape: t.shape,
-                },
-            )
+    check(want)?;
+    let shape = if sub == "linear_attn.conv1d.weight" {
+        vec![2 * kd + vd, hp.conv_kernel]
+    } else {
+        shape.to_vec()
+    };
+    Ok(Some(TensorPlan {
+        gguf_name: format!("blk.{il}.{g}"),
+        shape,
+        transform: t,
+        layer: Some(il),
+    }))
+}
+
+/// Applies a planned transform to the HF values (row length of the tensor: `plan.shape.last()`).
+pub fn apply_transform(hp: &Qwen35Hparams, plan: &TensorPlan, data: &[f32]) -> Vec<f32> {
+    let (n_k, n_v) = (hp.ssm_n_k_heads, hp.ssm_n_v_heads);
+    let row_len = plan.shape.last().copied().unwrap_or(1).max(1);
+    match plan.transform {
+        Transform::Keep => data.to_vec(),
+        Transform::PlusOne => norm_plus_one(data),
+        Transform::TailRows => {
+            grouped_to_tiled_tail_rows(data, row_len, 2 * n_k * hp.ssm_k_dim, n_k, n_v)
         }
-        "linear_attn.in_proj_z.weight" => {
-            expect_numel(name, &t, vd * hp.n_embd)?;
-            keep(
-                "attn_gate.weight",
-                TensorF32 {
-                    data: grouped_to_tiled_blocks(&t.data, n_k, n_v),
-                    shape: t.shape,
-                },
-            )
-        }
-        "linear_attn.in_proj_b.weight" | "linear_attn.in_proj_a.weight" => {
-            expect_numel(name, &t, n_v * hp.n_embd)?;
-            let to = if sub.ends_with("b.weight") {
-                "ssm_beta.weight"
-            } else {
-                "ssm_alpha.weight"
-            };
-            keep(
-                to,
-                TensorF32 {
-                    data: grouped_to_tiled_blocks(&t.data, n_k, n_v),
-                    shape: t.shape,
-                },
-            )
-        }
-        "linear_attn.conv1d.weight" => {
-            let ch = 2 * kd + vd;
-            expect_numel(name, &t, ch * hp.conv_kernel)?;
-            let data = grouped_to_tiled_tail_rows(&t.data, hp.conv_kernel, 2 * kd, n_k, n_v);
-            keep(
-                "ssm_conv1d.weight",
-                TensorF32 {
-                    data,
-                    shape: vec![ch, hp.conv_kernel],
-                },
-            )
-        }
-        "linear_attn.dt_bias" => {
-            expect_numel(name, &t, n_v)?;
-            keep(
-                "ssm_dt.bias",
-                TensorF32 {
-                    data: grouped_to_tiled_blocks(&t.data, n_k, n_v),
-                    shape: t.shape,
-                },
-            )
-        }
-        "linear_attn.A_log" => {
-            expect_numel(name, &t, n_v)?;
-            let a = ssm_a_from_a_log(&t.data);
-            keep(
-                "ssm_a",
-                TensorF32 {
-                    data: grouped_to_tiled_blocks(&a, n_k, n_v),
-                    shape: t.shape,
-                },
-            )
-        }
-        "linear_attn.norm.weight" => keep("ssm_norm.weight", t),
-        "linear_attn.out_proj.weight" => {
-            expect_numel(name, &t, hp.n_embd * vd)?;
-            let data = grouped_to_tiled_columns(&t.data, hp.n_embd, n_k, n_v);
-            keep(
-                "ssm_out.weight",
-                TensorF32 {
-                    data,
-                    shape: t.shape,
-                },
-            )
-        }
-        _ => Err(bad(name, "unknown Qwen3.5 text tensor")),
+        Transform::Blocks => grouped_to_tiled_blocks(data, n_k, n_v),
+        Transform::NegExpBlocks => grouped_to_tiled_blocks(&ssm_a_from_a_log(data), n_k, n_v),
+        Transform::Columns => grouped_to_tiled_columns(data, data.len() / row_len, n_k, n_v),
     }
+}
+
+/// Maps one HF tensor to its GGUF name and value with the §12 transforms applied
+/// ([`plan_tensor`] + [`apply_transform`]). `Ok(None)`: a tensor the text model does not use.
+pub fn hf_to_gguf_tensor(
+    hp: &Qwen35Hparams,
+    name: &str,
+    t: TensorF32,
+) -> Result<Option<(String, TensorF32)>, ConvertError> {
+    let Some(plan) = plan_tensor(hp, name, &t.shape)? else {
+        return Ok(None);
+    };
+    let data = apply_transform(hp, &plan, &t.data);
+    Ok(Some((
+        plan.gguf_name,
+        TensorF32 {
+            shape: plan.shape,
+            data,
+        },
+    )))
 }
 
 /// Builds the reference weights from GGUF-named f32 tensors (values in GGUF conventions).

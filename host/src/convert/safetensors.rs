@@ -204,25 +204,61 @@ impl SafeTensors {
     }
 }
 
-/// The safetensors files of a checkpoint folder: `model.safetensors`, or every `*.safetensors`
-/// (sharded `model-0000x-of-0000y.safetensors`), sorted by name.
+/// The safetensors files of a checkpoint folder: those named in `model.safetensors.index.json`
+/// when it exists, else every `model*.safetensors` (single file or shards), else every
+/// `*.safetensors`; sorted by name.
 pub fn open_folder(dir: &Path) -> Result<Vec<SafeTensors>, ConvertError> {
-    let rd = std::fs::read_dir(dir).map_err(|source| ConvertError::Io {
+    let io = |source| ConvertError::Io {
         path: dir.to_path_buf(),
         source,
-    })?;
-    let mut files: Vec<PathBuf> = Vec::new();
-    for e in rd {
-        let p = e
-            .map_err(|source| ConvertError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?
-            .path();
-        if p.extension().is_some_and(|x| x == "safetensors") {
-            files.push(p);
+    };
+    let index = dir.join("model.safetensors.index.json");
+    let mut files: Vec<PathBuf> = if index.exists() {
+        let text = std::fs::read_to_string(&index).map_err(|source| ConvertError::Io {
+            path: index.clone(),
+            source,
+        })?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| ConvertError::Config {
+                path: index.clone(),
+                why: e.to_string(),
+            })?;
+        let map = v["weight_map"]
+            .as_object()
+            .ok_or_else(|| ConvertError::Config {
+                path: index.clone(),
+                why: "no `weight_map` object".into(),
+            })?;
+        let mut names: Vec<&str> = map.values().filter_map(|f| f.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        for n in &names {
+            if n.contains('/') || n.contains('\\') || n.starts_with('.') {
+                return Err(ConvertError::Config {
+                    path: index.clone(),
+                    why: format!("shard name {n:?} is not a plain file name"),
+                });
+            }
         }
-    }
+        names.iter().map(|n| dir.join(n)).collect()
+    } else {
+        let mut all = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(io)? {
+            let p = e.map_err(io)?.path();
+            if p.extension().is_some_and(|x| x == "safetensors") {
+                all.push(p);
+            }
+        }
+        let is_model = |p: &PathBuf| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("model"))
+        };
+        if all.iter().any(is_model) {
+            all.retain(is_model);
+        }
+        all
+    };
     files.sort();
     if files.is_empty() {
         return Err(ConvertError::Missing {
