@@ -51,7 +51,7 @@ impl OutType {
 
 /// llama.cpp's `use_more_bits(i, n)`: `i < n/8 || i ≥ 7n/8 || (i − n/8) % 3 == 2`.
 pub fn use_more_bits(i: usize, n: usize) -> bool {
-    i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2)
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
 
 /// The type of one tensor: 1-D tensors, norms and `ssm_conv1d` stay F32; matrices take the
@@ -82,8 +82,8 @@ pub fn tensor_type(
             ty = GgmlType::Q6_K;
         }
     }
-    if row_len % ty.block_size() != 0 {
-        ty = if row_len % 32 == 0 {
+    if !row_len.is_multiple_of(ty.block_size()) {
+        ty = if row_len.is_multiple_of(32) {
             GgmlType::Q8_0
         } else {
             GgmlType::F16

@@ -263,7 +263,6 @@ pub fn weights_from_gguf_tensors(
         });
     }
     let output_norm = m("output_norm.weight".into(), 1, d)?.data;
-    drop(m);
     let output = match get("output.weight")? {
         Some(t) => Some(mat("output.weight", t, hp.n_vocab, d)?),
         None => None,

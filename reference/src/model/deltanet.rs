@@ -210,8 +210,8 @@ pub fn chunked(
             let mut u = vec![vec![0f64; dv]; c];
             let mut w = vec![vec![0f64; dk]; c];
             for i in 0..c {
-                for e in 0..dv {
-                    u[i][e] = beta[i] * toks[i].v[j * dv + e] as f64;
+                for (ue, &ve) in u[i].iter_mut().zip(&toks[i].v[j * dv..(j + 1) * dv]) {
+                    *ue = beta[i] * ve as f64;
                 }
                 let bg = beta[i] * gamma[i].exp();
                 for (e, &ke) in kv(&toks[i], kh, dk).iter().enumerate() {

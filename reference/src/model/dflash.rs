@@ -99,7 +99,7 @@ impl DFlashWeights {
             || hp.n_head == 0
             || hp.n_head_kv == 0
             || hp.head_dim == 0
-            || hp.n_head % hp.n_head_kv != 0
+            || !hp.n_head.is_multiple_of(hp.n_head_kv)
         {
             return Err(ModelError::Hparam {
                 name: "dflash heads",
@@ -109,7 +109,7 @@ impl DFlashWeights {
                 ),
             });
         }
-        if hp.head_dim % 2 != 0 {
+        if !hp.head_dim.is_multiple_of(2) {
             return Err(ModelError::Hparam {
                 name: "head_dim",
                 why: "must be even for RoPE".into(),

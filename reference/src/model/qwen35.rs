@@ -197,8 +197,8 @@ impl Qwen35Weights {
         }
         // Ancestor lists (root first, self last) and positions.
         let mut anc: Vec<Vec<usize>> = Vec::with_capacity(n);
-        for i in 0..n {
-            let mut a = match parents[i] {
+        for (i, parent) in parents.iter().enumerate() {
+            let mut a = match *parent {
                 Some(p) => anc[p].clone(),
                 None => Vec::new(),
             };

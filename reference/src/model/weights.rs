@@ -75,7 +75,7 @@ impl Qwen35Hparams {
             nz("n_head", self.n_head)?;
             nz("n_head_kv", self.n_head_kv)?;
             nz("head_dim", self.head_dim)?;
-            if self.n_head % self.n_head_kv != 0 {
+            if !self.n_head.is_multiple_of(self.n_head_kv) {
                 return Err(ModelError::Hparam {
                     name: "n_head",
                     why: format!(
@@ -84,7 +84,7 @@ impl Qwen35Hparams {
                     ),
                 });
             }
-            if self.n_rot % 2 != 0 || self.n_rot > self.head_dim {
+            if !self.n_rot.is_multiple_of(2) || self.n_rot > self.head_dim {
                 return Err(ModelError::Hparam {
                     name: "n_rot",
                     why: format!(
@@ -100,7 +100,7 @@ impl Qwen35Hparams {
             nz("ssm_k_dim", self.ssm_k_dim)?;
             nz("ssm_v_dim", self.ssm_v_dim)?;
             nz("conv_kernel", self.conv_kernel)?;
-            if self.ssm_n_v_heads % self.ssm_n_k_heads != 0 {
+            if !self.ssm_n_v_heads.is_multiple_of(self.ssm_n_k_heads) {
                 return Err(ModelError::Hparam {
                     name: "ssm_n_v_heads",
                     why: format!(
