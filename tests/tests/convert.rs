@@ -374,3 +374,50 @@ fn dflash_drafts_convert_to_llamacpp_layout_and_back() {
     draft_round_trip("draft-swa", OutType::BF16);
     draft_round_trip("draft-swa", OutType::Q8_0);
 }
+
+#[test]
+fn corrupt_safetensors_and_configs_are_errors_naming_the_file() {
+    let good = std::fs::read(fixture("a").join("model.safetensors")).expect("fixture");
+    let hlen = u64::from_le_bytes(good[..8].try_into().expect("8 bytes")) as usize;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("short", vec![1, 2, 3]),
+        ("header-past-end", {
+            let mut b = good.clone();
+            b[..8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+            b
+        }),
+        ("not-json", {
+            let mut b = good.clone();
+            b[8] = b'!';
+            b
+        }),
+        ("truncated-data", good[..8 + hlen + 100].to_vec()),
+    ];
+    for (name, bytes) in cases {
+        let path = scratch(&format!("{name}.safetensors"));
+        std::fs::write(&path, &bytes).expect("write");
+        let err = match SafeTensors::open(&path) {
+            Ok(_) => panic!("{name}: a corrupt file opened"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains(&format!("{name}.safetensors")),
+            "{name}: error does not name the file: {err}"
+        );
+    }
+    // A config that names an unknown layer type or misses rope_theta is an error, not a default.
+    let mut v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("a").join("config.json")).expect("config"),
+    )
+    .expect("json");
+    v["layer_types"][0] = serde_json::json!("mamba");
+    assert!(hf_config::parse(&v).is_err());
+    let mut d: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("draft-full").join("config.json")).expect("config"),
+    )
+    .expect("json");
+    d.as_object_mut().expect("object").remove("rope_theta");
+    let err =
+        flashtree::convert::dflash::parse_config(&d).expect_err("rope_theta must not be defaulted");
+    assert!(err.contains("rope_theta"), "{err}");
+}
