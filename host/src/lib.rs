@@ -2,6 +2,9 @@
 //! `qwen35` GGUF models on one NVIDIA GPU, with kernels written in Rust.
 
 pub mod chat;
+pub mod cli;
+pub mod convert;
+pub mod gguf;
 pub mod gpu;
 pub mod spec;
 pub mod tokenizer;

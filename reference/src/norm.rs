@@ -4,7 +4,10 @@
 /// Accumulates in f64; returns f64 so tests can measure the GPU's f32 error.
 pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32) -> Vec<f64> {
     let cols = w.len();
-    assert!(cols > 0 && x.len() % cols == 0, "x is not a whole number of rows of {cols}");
+    assert!(
+        cols > 0 && x.len() % cols == 0,
+        "x is not a whole number of rows of {cols}"
+    );
     let mut y = Vec::with_capacity(x.len());
     for row in x.chunks_exact(cols) {
         let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();

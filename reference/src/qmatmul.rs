@@ -15,7 +15,12 @@ pub fn gemv_f32(w: &[f32], x: &[f32]) -> Vec<f64> {
 pub fn gemv_abs_f32(w: &[f32], x: &[f32]) -> Vec<f64> {
     let k = x.len();
     w.chunks_exact(k)
-        .map(|row| row.iter().zip(x).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum())
+        .map(|row| {
+            row.iter()
+                .zip(x)
+                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                .sum()
+        })
         .collect()
 }
 
