@@ -1,5 +1,9 @@
 //! flashtree: speculative decoding (DFlash block-diffusion draft + DDTree tree verification) of
 //! `qwen35` GGUF models on one NVIDIA GPU, with kernels written in Rust.
 
+pub mod cli;
 pub mod gguf;
 pub mod gpu;
+pub mod inspect;
+pub mod model;
+pub mod synth;
