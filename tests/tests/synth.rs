@@ -24,14 +24,27 @@ fn tiny_preset_loads_validates_and_is_small() {
     assert_eq!(c.n_layer(), 4);
     assert_eq!(c.attention_layers(), vec![3]);
     assert_eq!(c.vocab_size, 512);
-    assert!(out.target_bytes < 4 << 20, "tiny target is {} bytes", out.target_bytes);
-    let draft = DraftModel::open(out.draft_dir.as_deref().expect("draft written")).expect("draft loads");
-    draft.config.check_target(&c, &out.target).expect("draft matches target");
+    assert!(
+        out.target_bytes < 4 << 20,
+        "tiny target is {} bytes",
+        out.target_bytes
+    );
+    let draft =
+        DraftModel::open(out.draft_dir.as_deref().expect("draft written")).expect("draft loads");
+    draft
+        .config
+        .check_target(&c, &out.target)
+        .expect("draft matches target");
     assert_eq!(draft.config.target_layer_ids, vec![0, 2]);
     // every stored value is finite
     for t in g.tensor_infos() {
-        let x = flashtree_reference::quant::dequantize(t.ty, g.tensor_data(&t.name).expect("data")).expect("supported type");
-        assert!(x.iter().all(|v| v.is_finite()), "{} has non-finite values", t.name);
+        let x = flashtree_reference::quant::dequantize(t.ty, g.tensor_data(&t.name).expect("data"))
+            .expect("supported type");
+        assert!(
+            x.iter().all(|v| v.is_finite()),
+            "{} has non-finite values",
+            t.name
+        );
     }
     eprintln!("tiny synth took {took:?} (debug build)");
     let _ = std::fs::remove_dir_all(&dir);
@@ -44,9 +57,22 @@ fn tiny_preset_is_deterministic_per_seed() {
     let ob = flashtree::synth::tiny(&b, 7).expect("b");
     let oc = flashtree::synth::tiny(&c, 8).expect("c");
     let read = |p: &PathBuf| std::fs::read(p).expect("read");
-    assert!(read(&oa.target) == read(&ob.target), "same seed, same target bytes");
-    assert!(read(&oa.target) != read(&oc.target), "different seed, different weights");
-    let st = |o: &flashtree::synth::SynthOutput| read(&o.draft_dir.clone().expect("draft").join("model.safetensors"));
+    assert!(
+        read(&oa.target) == read(&ob.target),
+        "same seed, same target bytes"
+    );
+    assert!(
+        read(&oa.target) != read(&oc.target),
+        "different seed, different weights"
+    );
+    let st = |o: &flashtree::synth::SynthOutput| {
+        read(
+            &o.draft_dir
+                .clone()
+                .expect("draft")
+                .join("model.safetensors"),
+        )
+    };
     assert!(st(&oa) == st(&ob));
     for d in [a, b, c] {
         let _ = std::fs::remove_dir_all(d);
@@ -59,10 +85,22 @@ fn tiny_preset_types_follow_the_q4_k_m_rules() {
     let out = flashtree::synth::tiny(&dir, 3).expect("synth");
     let g = Gguf::open(&out.target).expect("opens");
     assert_eq!(g.tensor("output.weight").expect("head").ty, GgmlType::Q6_K);
-    assert_eq!(g.tensor("token_embd.weight").expect("embd").ty, GgmlType::Q4_K);
-    assert_eq!(g.tensor("blk.0.attn_qkv.weight").expect("qkv").ty, GgmlType::Q5_K);
-    assert_eq!(g.tensor("blk.0.ssm_conv1d.weight").expect("conv").ty, GgmlType::F32);
-    assert_eq!(g.tensor("blk.1.ffn_gate.weight").expect("gate").ty, GgmlType::Q4_K);
+    assert_eq!(
+        g.tensor("token_embd.weight").expect("embd").ty,
+        GgmlType::Q4_K
+    );
+    assert_eq!(
+        g.tensor("blk.0.attn_qkv.weight").expect("qkv").ty,
+        GgmlType::Q5_K
+    );
+    assert_eq!(
+        g.tensor("blk.0.ssm_conv1d.weight").expect("conv").ty,
+        GgmlType::F32
+    );
+    assert_eq!(
+        g.tensor("blk.1.ffn_gate.weight").expect("gate").ty,
+        GgmlType::Q4_K
+    );
     assert_eq!(g.get_u32("general.file_type").expect("ftype"), 15);
     assert_eq!(g.get_str("tokenizer.ggml.model").expect("model"), "gpt2");
     let _ = std::fs::remove_dir_all(&dir);
@@ -107,7 +145,14 @@ fn qwen35_27b_q4_k_m_mix_matches_the_spec_table() {
         if e.name.ends_with("attn_v.weight") {
             attn_v += 1;
             if ty == GgmlType::Q6_K {
-                q6_attn_v_layers.push(e.name.split('.').nth(1).unwrap_or_default().parse::<usize>().unwrap_or(999));
+                q6_attn_v_layers.push(
+                    e.name
+                        .split('.')
+                        .nth(1)
+                        .unwrap_or_default()
+                        .parse::<usize>()
+                        .unwrap_or(999),
+                );
             }
         }
         *counts.entry(ty.name()).or_default() += 1;

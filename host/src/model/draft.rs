@@ -42,7 +42,10 @@ pub struct DraftConfig {
 
 /// Where the weights live.
 enum Source {
-    Safetensors { map: Mmap, index: HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)> },
+    Safetensors {
+        map: Mmap,
+        index: HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)>,
+    },
     Gguf(Gguf),
 }
 
@@ -113,13 +116,18 @@ fn jget<'a>(j: &'a Json, path: &[&str]) -> Option<&'a Json> {
 impl DraftConfig {
     /// Parses a z-lab `config.json` (text; `file` for messages).
     pub fn from_zlab_json(text: &str, file: &Path) -> Result<DraftConfig, ModelError> {
-        let j: Json = serde_json::from_str(text).map_err(|e| ModelError::config(file, "config.json", format!("invalid JSON: {e}")))?;
+        let j: Json = serde_json::from_str(text)
+            .map_err(|e| ModelError::config(file, "config.json", format!("invalid JSON: {e}")))?;
         let uint = |path: &[&str], max: u64| -> Result<Option<usize>, ModelError> {
             match jget(&j, path) {
                 None | Some(Json::Null) => Ok(None),
                 Some(v) => match v.as_u64() {
                     Some(n) if n >= 1 && n <= max => Ok(Some(n as usize)),
-                    _ => Err(ModelError::config(file, &path.join("."), format!("{v} is not an integer in 1..={max}"))),
+                    _ => Err(ModelError::config(
+                        file,
+                        &path.join("."),
+                        format!("{v} is not an integer in 1..={max}"),
+                    )),
                 },
             }
         };
@@ -133,7 +141,13 @@ impl DraftConfig {
                     .as_f64()
                     .filter(|f| f.is_finite() && *f > 0.0)
                     .map(|f| Some(f as f32))
-                    .ok_or_else(|| ModelError::config(file, &path.join("."), format!("{v} is not a positive number"))),
+                    .ok_or_else(|| {
+                        ModelError::config(
+                            file,
+                            &path.join("."),
+                            format!("{v} is not a positive number"),
+                        )
+                    }),
             }
         };
         let hidden_size = req(&["hidden_size"], MAX_DIM)?;
@@ -146,22 +160,47 @@ impl DraftConfig {
         };
         let rope_theta = match float(&["rope_theta"])? {
             Some(t) => t,
-            None => float(&["rope_parameters", "rope_theta"])?
-                .ok_or_else(|| ModelError::config(file, "rope_theta", "missing (also no rope_parameters.rope_theta); it must come from the config"))?,
+            None => float(&["rope_parameters", "rope_theta"])?.ok_or_else(|| {
+                ModelError::config(
+                    file,
+                    "rope_theta",
+                    "missing (also no rope_parameters.rope_theta); it must come from the config",
+                )
+            })?,
         };
         let mask_token_id = req(&["dflash_config", "mask_token_id"], u32::MAX as u64)? as u32;
         let num_target_layers = uint(&["num_target_layers"], MAX_LAYERS)?;
-        let target_layer_ids = match jget(&j, &["dflash_config", "target_layer_ids"]).or_else(|| jget(&j, &["target_layer_ids"])) {
+        let target_layer_ids = match jget(&j, &["dflash_config", "target_layer_ids"])
+            .or_else(|| jget(&j, &["target_layer_ids"]))
+        {
             Some(Json::Array(a)) => a
                 .iter()
                 .map(|v| v.as_u64().filter(|&n| n < MAX_LAYERS).map(|n| n as usize))
                 .collect::<Option<Vec<_>>>()
                 .filter(|v| !v.is_empty())
-                .ok_or_else(|| ModelError::config(file, "dflash_config.target_layer_ids", "expected a non-empty array of layer indices"))?,
-            Some(other) => return Err(ModelError::config(file, "dflash_config.target_layer_ids", format!("expected an array, found {other}"))),
+                .ok_or_else(|| {
+                    ModelError::config(
+                        file,
+                        "dflash_config.target_layer_ids",
+                        "expected a non-empty array of layer indices",
+                    )
+                })?,
+            Some(other) => {
+                return Err(ModelError::config(
+                    file,
+                    "dflash_config.target_layer_ids",
+                    format!("expected an array, found {other}"),
+                ))
+            }
             None => match num_target_layers {
                 Some(t) => default_target_layer_ids(t, num_layers),
-                None => return Err(ModelError::config(file, "dflash_config.target_layer_ids", "missing, and num_target_layers is absent too")),
+                None => {
+                    return Err(ModelError::config(
+                        file,
+                        "dflash_config.target_layer_ids",
+                        "missing, and num_target_layers is absent too",
+                    ))
+                }
             },
         };
         let block_size = match uint(&["dflash_config", "block_size"], 1024)? {
@@ -174,17 +213,34 @@ impl DraftConfig {
                 .map(|v| match v.as_str() {
                     Some("sliding_attention") => Ok(true),
                     Some("full_attention") => Ok(false),
-                    _ => Err(ModelError::config(file, "layer_types", format!("{v} is not \"full_attention\" or \"sliding_attention\""))),
+                    _ => Err(ModelError::config(
+                        file,
+                        "layer_types",
+                        format!("{v} is not \"full_attention\" or \"sliding_attention\""),
+                    )),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            Some(other) => return Err(ModelError::config(file, "layer_types", format!("expected {num_layers} layer types, found {other}"))),
+            Some(other) => {
+                return Err(ModelError::config(
+                    file,
+                    "layer_types",
+                    format!("expected {num_layers} layer types, found {other}"),
+                ))
+            }
             None => vec![false; num_layers],
         };
-        let causal = match jget(&j, &["is_causal"]).or_else(|| jget(&j, &["dflash_config", "causal"])) {
-            None | Some(Json::Null) => None,
-            Some(Json::Bool(b)) => Some(*b),
-            Some(other) => return Err(ModelError::config(file, "is_causal", format!("expected a bool, found {other}"))),
-        };
+        let causal =
+            match jget(&j, &["is_causal"]).or_else(|| jget(&j, &["dflash_config", "causal"])) {
+                None | Some(Json::Null) => None,
+                Some(Json::Bool(b)) => Some(*b),
+                Some(other) => {
+                    return Err(ModelError::config(
+                        file,
+                        "is_causal",
+                        format!("expected a bool, found {other}"),
+                    ))
+                }
+            };
         Ok(DraftConfig {
             hidden_size,
             num_layers,
@@ -199,7 +255,11 @@ impl DraftConfig {
             block_size,
             mask_token_id,
             target_layer_ids,
-            sliding_window: if sliding_layers.iter().any(|&s| s) { uint(&["sliding_window"], u32::MAX as u64)? } else { None },
+            sliding_window: if sliding_layers.iter().any(|&s| s) {
+                uint(&["sliding_window"], u32::MAX as u64)?
+            } else {
+                None
+            },
             sliding_layers,
             causal,
         })
@@ -218,7 +278,11 @@ impl DraftConfig {
         let dim = |key: &str, max: u64| -> Result<usize, ModelError> {
             let v = h.get_u64(key)?;
             if v == 0 || v > max {
-                return Err(ModelError::config(&h.file, key, format!("{v} is outside 1..={max}")));
+                return Err(ModelError::config(
+                    &h.file,
+                    key,
+                    format!("{v} is outside 1..={max}"),
+                ));
             }
             Ok(v as usize)
         };
@@ -233,29 +297,64 @@ impl DraftConfig {
         let target_layers = h.get_int_array(layers_key)?;
         let target_layer_ids = target_layers
             .iter()
-            .map(|&l| usize::try_from(l - 1).ok().filter(|&v| (v as u64) < MAX_LAYERS))
+            .map(|&l| {
+                usize::try_from(l - 1)
+                    .ok()
+                    .filter(|&v| (v as u64) < MAX_LAYERS)
+            })
             .collect::<Option<Vec<_>>>()
             .filter(|v| !v.is_empty())
-            .ok_or_else(|| ModelError::config(&h.file, layers_key, format!("{target_layers:?}: expected non-empty HF layer ids + 1 (each ≥ 1)")))?;
-        let sliding_window = h.opt_u32("dflash.attention.sliding_window")?.filter(|&w| w > 0).map(|w| w as usize);
-        let sliding_layers = match (sliding_window, h.get("dflash.attention.sliding_window_pattern")) {
+            .ok_or_else(|| {
+                ModelError::config(
+                    &h.file,
+                    layers_key,
+                    format!("{target_layers:?}: expected non-empty HF layer ids + 1 (each ≥ 1)"),
+                )
+            })?;
+        let sliding_window = h
+            .opt_u32("dflash.attention.sliding_window")?
+            .filter(|&w| w > 0)
+            .map(|w| w as usize);
+        let sliding_layers = match (
+            sliding_window,
+            h.get("dflash.attention.sliding_window_pattern"),
+        ) {
             (Some(_), Some(_)) => {
                 let key = "dflash.attention.sliding_window_pattern";
                 let a = h.get_array(key)?;
                 let v: Option<Vec<bool>> = a.iter().map(|x| x.as_bool()).collect();
                 match v {
                     Some(v) if v.len() == num_layers => v,
-                    _ => return Err(ModelError::config(&h.file, key, format!("expected {num_layers} bools"))),
+                    _ => {
+                        return Err(ModelError::config(
+                            &h.file,
+                            key,
+                            format!("expected {num_layers} bools"),
+                        ))
+                    }
                 }
             }
-            (Some(_), None) => return Err(ModelError::config(&h.file, "dflash.attention.sliding_window_pattern", "required when dflash.attention.sliding_window > 0")),
+            (Some(_), None) => {
+                return Err(ModelError::config(
+                    &h.file,
+                    "dflash.attention.sliding_window_pattern",
+                    "required when dflash.attention.sliding_window > 0",
+                ))
+            }
             _ => vec![false; num_layers],
         };
         let eps = h.get_f32("dflash.attention.layer_norm_rms_epsilon")?;
         let theta = h.get_f32("dflash.rope.freq_base")?;
-        for (k, v) in [("dflash.attention.layer_norm_rms_epsilon", eps), ("dflash.rope.freq_base", theta)] {
+        for (k, v) in [
+            ("dflash.attention.layer_norm_rms_epsilon", eps),
+            ("dflash.rope.freq_base", theta),
+        ] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(ModelError::config(&h.file, k, format!("{v} is not a positive finite number")));
+                return Err(ModelError::config(
+                    &h.file,
+                    k,
+                    format!("{v} is not a positive finite number"),
+                ));
             }
         }
         Ok(DraftConfig {
@@ -265,14 +364,23 @@ impl DraftConfig {
             num_kv_heads: dim("dflash.attention.head_count_kv", MAX_DIM)?,
             head_dim,
             intermediate_size: dim("dflash.feed_forward_length", MAX_DIM)?,
-            vocab_size: h.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(|a| a.len()),
+            vocab_size: h
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map(|a| a.len()),
             rms_norm_eps: eps,
             rope_theta: theta,
             max_position_embeddings: h.opt_u32("dflash.context_length")?.map(|v| v as usize),
             block_size: match h.opt_u32("dflash.block_size")? {
                 None => 16,
                 Some(b) if (1..=1024).contains(&b) => b as usize,
-                Some(b) => return Err(ModelError::config(&h.file, "dflash.block_size", format!("{b} is outside 1..=1024"))),
+                Some(b) => {
+                    return Err(ModelError::config(
+                        &h.file,
+                        "dflash.block_size",
+                        format!("{b} is outside 1..=1024"),
+                    ))
+                }
             },
             mask_token_id: h.get_u32("tokenizer.ggml.mask_token_id")?,
             target_layer_ids,
@@ -292,23 +400,83 @@ impl DraftConfig {
         let i = self.intermediate_size as u64;
         use TensorRole::{Matrix as M, Vector as V};
         let mut t = vec![
-            ExpectedTensor::new("fc.weight", &[k * h, h], M, "[len(target_layer_ids)·hidden_size, hidden_size]"),
+            ExpectedTensor::new(
+                "fc.weight",
+                &[k * h, h],
+                M,
+                "[len(target_layer_ids)·hidden_size, hidden_size]",
+            ),
             ExpectedTensor::new("hidden_norm.weight", &[h], V, "[hidden_size]"),
             ExpectedTensor::new("norm.weight", &[h], V, "[hidden_size]"),
         ];
         for l in 0..self.num_layers {
             let n = |s: &str| format!("layers.{l}.{s}");
-            t.push(ExpectedTensor::new(n("input_layernorm.weight"), &[h], V, "[hidden_size]"));
-            t.push(ExpectedTensor::new(n("post_attention_layernorm.weight"), &[h], V, "[hidden_size]"));
-            t.push(ExpectedTensor::new(n("self_attn.q_proj.weight"), &[h, q], M, "[hidden_size, num_attention_heads·head_dim]"));
-            t.push(ExpectedTensor::new(n("self_attn.k_proj.weight"), &[h, kv], M, "[hidden_size, num_key_value_heads·head_dim]"));
-            t.push(ExpectedTensor::new(n("self_attn.v_proj.weight"), &[h, kv], M, "[hidden_size, num_key_value_heads·head_dim]"));
-            t.push(ExpectedTensor::new(n("self_attn.o_proj.weight"), &[q, h], M, "[num_attention_heads·head_dim, hidden_size]"));
-            t.push(ExpectedTensor::new(n("self_attn.q_norm.weight"), &[d], V, "[head_dim]"));
-            t.push(ExpectedTensor::new(n("self_attn.k_norm.weight"), &[d], V, "[head_dim]"));
-            t.push(ExpectedTensor::new(n("mlp.gate_proj.weight"), &[h, i], M, "[hidden_size, intermediate_size]"));
-            t.push(ExpectedTensor::new(n("mlp.up_proj.weight"), &[h, i], M, "[hidden_size, intermediate_size]"));
-            t.push(ExpectedTensor::new(n("mlp.down_proj.weight"), &[i, h], M, "[intermediate_size, hidden_size]"));
+            t.push(ExpectedTensor::new(
+                n("input_layernorm.weight"),
+                &[h],
+                V,
+                "[hidden_size]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("post_attention_layernorm.weight"),
+                &[h],
+                V,
+                "[hidden_size]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("self_attn.q_proj.weight"),
+                &[h, q],
+                M,
+                "[hidden_size, num_attention_heads·head_dim]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("self_attn.k_proj.weight"),
+                &[h, kv],
+                M,
+                "[hidden_size, num_key_value_heads·head_dim]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("self_attn.v_proj.weight"),
+                &[h, kv],
+                M,
+                "[hidden_size, num_key_value_heads·head_dim]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("self_attn.o_proj.weight"),
+                &[q, h],
+                M,
+                "[num_attention_heads·head_dim, hidden_size]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("self_attn.q_norm.weight"),
+                &[d],
+                V,
+                "[head_dim]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("self_attn.k_norm.weight"),
+                &[d],
+                V,
+                "[head_dim]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("mlp.gate_proj.weight"),
+                &[h, i],
+                M,
+                "[hidden_size, intermediate_size]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("mlp.up_proj.weight"),
+                &[h, i],
+                M,
+                "[hidden_size, intermediate_size]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("mlp.down_proj.weight"),
+                &[i, h],
+                M,
+                "[intermediate_size, hidden_size]",
+            ));
         }
         t
     }
@@ -317,13 +485,38 @@ impl DraftConfig {
     /// mask id inside the vocabulary.
     pub fn check_target(&self, target: &Qwen35Config, file: &Path) -> Result<(), ModelError> {
         if self.hidden_size != target.embedding_length {
-            return Err(ModelError::config(file, "hidden_size", format!("{} differs from the target's embedding_length {}", self.hidden_size, target.embedding_length)));
+            return Err(ModelError::config(
+                file,
+                "hidden_size",
+                format!(
+                    "{} differs from the target's embedding_length {}",
+                    self.hidden_size, target.embedding_length
+                ),
+            ));
         }
-        if let Some(&bad) = self.target_layer_ids.iter().find(|&&l| l >= target.n_layer()) {
-            return Err(ModelError::config(file, "target_layer_ids", format!("layer {bad} is not below the target's {} trunk layers", target.n_layer())));
+        if let Some(&bad) = self
+            .target_layer_ids
+            .iter()
+            .find(|&&l| l >= target.n_layer())
+        {
+            return Err(ModelError::config(
+                file,
+                "target_layer_ids",
+                format!(
+                    "layer {bad} is not below the target's {} trunk layers",
+                    target.n_layer()
+                ),
+            ));
         }
         if self.mask_token_id as usize >= target.vocab_size {
-            return Err(ModelError::config(file, "mask_token_id", format!("{} is outside the target vocabulary of {}", self.mask_token_id, target.vocab_size)));
+            return Err(ModelError::config(
+                file,
+                "mask_token_id",
+                format!(
+                    "{} is outside the target vocabulary of {}",
+                    self.mask_token_id, target.vocab_size
+                ),
+            ));
         }
         Ok(())
     }
@@ -365,7 +558,9 @@ impl DraftModel {
                 index.insert(e.name.clone(), (e.ne(), e.ty, start..start + data.len()));
             }
         }
-        validate(&st_path, &config.tensor_inventory(), |n| index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty)))?;
+        validate(&st_path, &config.tensor_inventory(), |n| {
+            index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty))
+        })?;
         Ok(DraftModel {
             config,
             path: dir.to_path_buf(),
@@ -377,14 +572,47 @@ impl DraftModel {
         let g = Gguf::open(path)?;
         let config = DraftConfig::from_dflash_header(&g)?;
         let inv = config.tensor_inventory();
-        validate(g.path(), &inv, |n| g.tensor(&zlab_to_gguf_name(n)).map(|t| (t.dims.as_slice(), t.ty)))
-            .map_err(|e| match e {
-                // Name the GGUF tensor, not the z-lab one.
-                ModelError::MissingTensor { file, name, expected } => ModelError::MissingTensor { file, name: zlab_to_gguf_name(&name), expected },
-                ModelError::WrongShape { file, name, found, expected, why } => ModelError::WrongShape { file, name: zlab_to_gguf_name(&name), found, expected, why },
-                ModelError::WrongType { file, name, found, expected } => ModelError::WrongType { file, name: zlab_to_gguf_name(&name), found, expected },
-                other => other,
-            })?;
+        validate(g.path(), &inv, |n| {
+            g.tensor(&zlab_to_gguf_name(n))
+                .map(|t| (t.dims.as_slice(), t.ty))
+        })
+        .map_err(|e| match e {
+            // Name the GGUF tensor, not the z-lab one.
+            ModelError::MissingTensor {
+                file,
+                name,
+                expected,
+            } => ModelError::MissingTensor {
+                file,
+                name: zlab_to_gguf_name(&name),
+                expected,
+            },
+            ModelError::WrongShape {
+                file,
+                name,
+                found,
+                expected,
+                why,
+            } => ModelError::WrongShape {
+                file,
+                name: zlab_to_gguf_name(&name),
+                found,
+                expected,
+                why,
+            },
+            ModelError::WrongType {
+                file,
+                name,
+                found,
+                expected,
+            } => ModelError::WrongType {
+                file,
+                name: zlab_to_gguf_name(&name),
+                found,
+                expected,
+            },
+            other => other,
+        })?;
         Ok(DraftModel {
             config,
             path: path.to_path_buf(),
@@ -404,7 +632,11 @@ impl DraftModel {
                 let gname = zlab_to_gguf_name(name);
                 let t = g.tensor(&gname)?;
                 let data = g.tensor_data(&gname).ok()?;
-                Some(DraftTensor { ne: &t.dims, ty: t.ty, data })
+                Some(DraftTensor {
+                    ne: &t.dims,
+                    ty: t.ty,
+                    data,
+                })
             }
         }
     }

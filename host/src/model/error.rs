@@ -48,7 +48,11 @@ pub enum ModelError {
 }
 
 impl ModelError {
-    pub(crate) fn config(file: impl Into<PathBuf>, key: &str, msg: impl Into<String>) -> ModelError {
+    pub(crate) fn config(
+        file: impl Into<PathBuf>,
+        key: &str,
+        msg: impl Into<String>,
+    ) -> ModelError {
         ModelError::BadConfig {
             file: file.into(),
             key: key.to_string(),

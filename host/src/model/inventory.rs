@@ -46,7 +46,12 @@ pub struct ExpectedTensor {
 }
 
 impl ExpectedTensor {
-    pub fn new(name: impl Into<String>, dims: &[u64], role: TensorRole, why: impl Into<String>) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        dims: &[u64],
+        role: TensorRole,
+        why: impl Into<String>,
+    ) -> Self {
         ExpectedTensor {
             name: name.into(),
             dims: dims.to_vec(),
@@ -93,7 +98,13 @@ pub fn validate<'a>(
                 file: file.to_path_buf(),
                 name: e.name.clone(),
                 found: ty.name().to_string(),
-                expected: e.role.allowed().iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
+                expected: e
+                    .role
+                    .allowed()
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
     }

@@ -59,7 +59,11 @@ pub struct Qwen35Config {
 fn dim(h: &GgufHeader, key: &str, max: u64) -> Result<usize, ModelError> {
     let v = h.get_u64(key)?;
     if v == 0 || v > max {
-        return Err(ModelError::config(&h.file, key, format!("{v} is outside 1..={max}")));
+        return Err(ModelError::config(
+            &h.file,
+            key,
+            format!("{v} is outside 1..={max}"),
+        ));
     }
     Ok(v as usize)
 }
@@ -67,14 +71,20 @@ fn dim(h: &GgufHeader, key: &str, max: u64) -> Result<usize, ModelError> {
 impl Qwen35Config {
     /// Reads and checks the hyperparameters of a (possibly split) qwen35 GGUF.
     pub fn from_gguf(g: &Gguf) -> Result<Qwen35Config, ModelError> {
-        let vocab = g.tensor("token_embd.weight").and_then(|t| t.dims.get(1).copied());
+        let vocab = g
+            .tensor("token_embd.weight")
+            .and_then(|t| t.dims.get(1).copied());
         let has_output = g.tensor("output.weight").is_some();
         Self::from_header(g, vocab, has_output)
     }
 
     /// Reads the hyperparameters from metadata; `vocab_rows` (rows of `token_embd.weight`) is
     /// used when `tokenizer.ggml.tokens` is absent.
-    pub fn from_header(h: &GgufHeader, vocab_rows: Option<u64>, has_output: bool) -> Result<Qwen35Config, ModelError> {
+    pub fn from_header(
+        h: &GgufHeader,
+        vocab_rows: Option<u64>,
+        has_output: bool,
+    ) -> Result<Qwen35Config, ModelError> {
         let arch = h.get_str("general.architecture")?;
         if arch != "qwen35" {
             return Err(ModelError::WrongArchitecture {
@@ -112,7 +122,9 @@ impl Qwen35Config {
             return Err(ModelError::config(
                 &h.file,
                 &k("ssm.inner_size"),
-                format!("{ssm_inner_size} is not a multiple of ssm.time_step_rank {ssm_time_step_rank}"),
+                format!(
+                    "{ssm_inner_size} is not a multiple of ssm.time_step_rank {ssm_time_step_rank}"
+                ),
             ));
         }
         if ssm_time_step_rank % ssm_group_count != 0 {
@@ -122,7 +134,9 @@ impl Qwen35Config {
                 format!("{ssm_time_step_rank} value heads is not a multiple of ssm.group_count {ssm_group_count}"),
             ));
         }
-        let interval = h.opt_u32(&k("full_attention_interval"))?.map(|v| v as usize);
+        let interval = h
+            .opt_u32(&k("full_attention_interval"))?
+            .map(|v| v as usize);
         let recurrent_layers = match h.get(&k("attention.recurrent_layers")) {
             Some(_) => {
                 let key = k("attention.recurrent_layers");
@@ -134,7 +148,10 @@ impl Qwen35Config {
                         return Err(ModelError::config(
                             &h.file,
                             &key,
-                            format!("expected {block_count} bools (one per block), found {} values", arr.len()),
+                            format!(
+                                "expected {block_count} bools (one per block), found {} values",
+                                arr.len()
+                            ),
                         ))
                     }
                 }
@@ -158,8 +175,13 @@ impl Qwen35Config {
             None => vocab_rows,
         }
         .filter(|&v| v > 0 && v <= MAX_DIM)
-        .ok_or_else(|| ModelError::config(&h.file, "tokenizer.ggml.tokens", "missing or empty, and token_embd.weight gives no vocabulary size"))?
-            as usize;
+        .ok_or_else(|| {
+            ModelError::config(
+                &h.file,
+                "tokenizer.ggml.tokens",
+                "missing or empty, and token_embd.weight gives no vocabulary size",
+            )
+        })? as usize;
         let rope_dimension_sections = match h.get(&k("rope.dimension_sections")) {
             Some(_) => Some(h.get_int_array(&k("rope.dimension_sections"))?),
             None => None,
@@ -167,12 +189,20 @@ impl Qwen35Config {
         let eps_key = k("attention.layer_norm_rms_epsilon");
         let rms_norm_eps = h.get_f32(&eps_key)?;
         if !(rms_norm_eps.is_finite() && rms_norm_eps > 0.0) {
-            return Err(ModelError::config(&h.file, &eps_key, format!("{rms_norm_eps} is not a positive finite number")));
+            return Err(ModelError::config(
+                &h.file,
+                &eps_key,
+                format!("{rms_norm_eps} is not a positive finite number"),
+            ));
         }
         let theta_key = k("rope.freq_base");
         let rope_freq_base = h.get_f32(&theta_key)?;
         if !(rope_freq_base.is_finite() && rope_freq_base > 0.0) {
-            return Err(ModelError::config(&h.file, &theta_key, format!("{rope_freq_base} is not a positive finite number")));
+            return Err(ModelError::config(
+                &h.file,
+                &theta_key,
+                format!("{rope_freq_base} is not a positive finite number"),
+            ));
         }
         Ok(Qwen35Config {
             block_count,
@@ -213,7 +243,9 @@ impl Qwen35Config {
 
     /// Full-attention trunk layers.
     pub fn attention_layers(&self) -> Vec<usize> {
-        (0..self.n_layer()).filter(|&i| !self.is_recurrent(i)).collect()
+        (0..self.n_layer())
+            .filter(|&i| !self.is_recurrent(i))
+            .collect()
     }
 
     /// GDN value head dim = `inner_size / time_step_rank`.
@@ -245,32 +277,137 @@ impl Qwen35Config {
             ExpectedTensor::new("output_norm.weight", &[d], V, "[embedding_length]"),
         ];
         if self.has_output {
-            t.push(ExpectedTensor::new("output.weight", &[d, v], M, "[embedding_length, vocab]"));
+            t.push(ExpectedTensor::new(
+                "output.weight",
+                &[d, v],
+                M,
+                "[embedding_length, vocab]",
+            ));
         }
         for i in 0..self.n_layer() {
             let n = |s: &str| format!("blk.{i}.{s}");
-            t.push(ExpectedTensor::new(n("attn_norm.weight"), &[d], V, "[embedding_length]"));
-            t.push(ExpectedTensor::new(n("post_attention_norm.weight"), &[d], V, "[embedding_length]"));
-            t.push(ExpectedTensor::new(n("ffn_gate.weight"), &[d, ff], M, "[embedding_length, feed_forward_length]"));
-            t.push(ExpectedTensor::new(n("ffn_up.weight"), &[d, ff], M, "[embedding_length, feed_forward_length]"));
-            t.push(ExpectedTensor::new(n("ffn_down.weight"), &[ff, d], M, "[feed_forward_length, embedding_length]"));
+            t.push(ExpectedTensor::new(
+                n("attn_norm.weight"),
+                &[d],
+                V,
+                "[embedding_length]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("post_attention_norm.weight"),
+                &[d],
+                V,
+                "[embedding_length]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("ffn_gate.weight"),
+                &[d, ff],
+                M,
+                "[embedding_length, feed_forward_length]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("ffn_up.weight"),
+                &[d, ff],
+                M,
+                "[embedding_length, feed_forward_length]",
+            ));
+            t.push(ExpectedTensor::new(
+                n("ffn_down.weight"),
+                &[ff, d],
+                M,
+                "[feed_forward_length, embedding_length]",
+            ));
             if self.is_recurrent(i) {
-                t.push(ExpectedTensor::new(n("attn_qkv.weight"), &[d, conv], M, "[embedding_length, 2·ssm.group_count·ssm.state_size + ssm.inner_size]"));
-                t.push(ExpectedTensor::new(n("attn_gate.weight"), &[d, inner], M, "[embedding_length, ssm.inner_size]"));
-                t.push(ExpectedTensor::new(n("ssm_beta.weight"), &[d, vh], M, "[embedding_length, ssm.time_step_rank]"));
-                t.push(ExpectedTensor::new(n("ssm_alpha.weight"), &[d, vh], M, "[embedding_length, ssm.time_step_rank]"));
-                t.push(ExpectedTensor::new(n("ssm_conv1d.weight"), &[self.ssm_conv_kernel as u64, conv], V, "[ssm.conv_kernel, conv channels]"));
-                t.push(ExpectedTensor::new(n("ssm_dt.bias"), &[vh], V, "[ssm.time_step_rank]"));
-                t.push(ExpectedTensor::new(n("ssm_a"), &[vh], V, "[ssm.time_step_rank]"));
-                t.push(ExpectedTensor::new(n("ssm_norm.weight"), &[self.ssm_value_head_dim() as u64], V, "[ssm.inner_size / ssm.time_step_rank]"));
-                t.push(ExpectedTensor::new(n("ssm_out.weight"), &[inner, d], M, "[ssm.inner_size, embedding_length]"));
+                t.push(ExpectedTensor::new(
+                    n("attn_qkv.weight"),
+                    &[d, conv],
+                    M,
+                    "[embedding_length, 2·ssm.group_count·ssm.state_size + ssm.inner_size]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("attn_gate.weight"),
+                    &[d, inner],
+                    M,
+                    "[embedding_length, ssm.inner_size]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("ssm_beta.weight"),
+                    &[d, vh],
+                    M,
+                    "[embedding_length, ssm.time_step_rank]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("ssm_alpha.weight"),
+                    &[d, vh],
+                    M,
+                    "[embedding_length, ssm.time_step_rank]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("ssm_conv1d.weight"),
+                    &[self.ssm_conv_kernel as u64, conv],
+                    V,
+                    "[ssm.conv_kernel, conv channels]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("ssm_dt.bias"),
+                    &[vh],
+                    V,
+                    "[ssm.time_step_rank]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("ssm_a"),
+                    &[vh],
+                    V,
+                    "[ssm.time_step_rank]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("ssm_norm.weight"),
+                    &[self.ssm_value_head_dim() as u64],
+                    V,
+                    "[ssm.inner_size / ssm.time_step_rank]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("ssm_out.weight"),
+                    &[inner, d],
+                    M,
+                    "[ssm.inner_size, embedding_length]",
+                ));
             } else {
-                t.push(ExpectedTensor::new(n("attn_q.weight"), &[d, 2 * q], M, "[embedding_length, 2·head_count·key_length] (query + output gate)"));
-                t.push(ExpectedTensor::new(n("attn_k.weight"), &[d, kv], M, "[embedding_length, head_count_kv·key_length]"));
-                t.push(ExpectedTensor::new(n("attn_v.weight"), &[d, vv], M, "[embedding_length, head_count_kv·value_length]"));
-                t.push(ExpectedTensor::new(n("attn_output.weight"), &[o_in, d], M, "[head_count·value_length, embedding_length]"));
-                t.push(ExpectedTensor::new(n("attn_q_norm.weight"), &[hk], V, "[key_length]"));
-                t.push(ExpectedTensor::new(n("attn_k_norm.weight"), &[hk], V, "[key_length]"));
+                t.push(ExpectedTensor::new(
+                    n("attn_q.weight"),
+                    &[d, 2 * q],
+                    M,
+                    "[embedding_length, 2·head_count·key_length] (query + output gate)",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("attn_k.weight"),
+                    &[d, kv],
+                    M,
+                    "[embedding_length, head_count_kv·key_length]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("attn_v.weight"),
+                    &[d, vv],
+                    M,
+                    "[embedding_length, head_count_kv·value_length]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("attn_output.weight"),
+                    &[o_in, d],
+                    M,
+                    "[head_count·value_length, embedding_length]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("attn_q_norm.weight"),
+                    &[hk],
+                    V,
+                    "[key_length]",
+                ));
+                t.push(ExpectedTensor::new(
+                    n("attn_k_norm.weight"),
+                    &[hk],
+                    V,
+                    "[key_length]",
+                ));
             }
         }
         t

@@ -42,7 +42,10 @@ fn dtype_to_ggml(d: Dtype) -> Option<GgmlType> {
 
 /// Parses `bytes` as a safetensors file (`file` for messages). Tensors of dtypes other than
 /// F32/F16/BF16 are an error naming the tensor.
-pub fn read_safetensors<'a>(bytes: &'a [u8], file: &Path) -> Result<SafetensorsTable<'a>, ModelError> {
+pub fn read_safetensors<'a>(
+    bytes: &'a [u8],
+    file: &Path,
+) -> Result<SafetensorsTable<'a>, ModelError> {
     let st = SafeTensors::deserialize(bytes).map_err(|e| ModelError::Safetensors {
         file: file.to_path_buf(),
         msg: e.to_string(),
@@ -51,7 +54,10 @@ pub fn read_safetensors<'a>(bytes: &'a [u8], file: &Path) -> Result<SafetensorsT
     for (name, view) in st.tensors() {
         let ty = dtype_to_ggml(view.dtype()).ok_or_else(|| ModelError::Safetensors {
             file: file.to_path_buf(),
-            msg: format!("tensor {name}: dtype {:?} is not supported (expected BF16, F16 or F32)", view.dtype()),
+            msg: format!(
+                "tensor {name}: dtype {:?} is not supported (expected BF16, F16 or F32)",
+                view.dtype()
+            ),
         })?;
         entries.push(SafetensorsEntry {
             shape: view.shape().iter().map(|&s| s as u64).collect(),
@@ -143,19 +149,28 @@ pub fn write_safetensors(
         );
         off += n;
     }
-    let mut json = serde_json::to_vec(&serde_json::Value::Object(header)).map_err(io::Error::other)?;
+    let mut json =
+        serde_json::to_vec(&serde_json::Value::Object(header)).map_err(io::Error::other)?;
     json.resize(json.len().div_ceil(8) * 8, b' ');
     let f = std::fs::File::create(path)?;
     let mut w = io::BufWriter::with_capacity(1 << 20, f);
     w.write_all(&(json.len() as u64).to_le_bytes())?;
     w.write_all(&json)?;
     for (i, t) in tensors.iter().enumerate() {
-        let mut c = Counting { inner: &mut w, n: 0 };
+        let mut c = Counting {
+            inner: &mut w,
+            n: 0,
+        };
         data(i, t, &mut c)?;
         if c.n != t.nbytes() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("tensor {}: wrote {} bytes, expected {}", t.name, c.n, t.nbytes()),
+                format!(
+                    "tensor {}: wrote {} bytes, expected {}",
+                    t.name,
+                    c.n,
+                    t.nbytes()
+                ),
             ));
         }
     }

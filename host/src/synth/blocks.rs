@@ -40,7 +40,9 @@ pub fn random_blocks(ty: GgmlType, sigma: f32, rng: &mut Rng, out: &mut [u8]) {
             GgmlType::Q4_0 => put_f16(&mut b[0..2], 3.0 * sigma / 8.0),
             GgmlType::BF16 => {
                 let v = rng.normal() * sigma;
-                b.copy_from_slice(&flashtree_reference::quant::bf16::f32_to_bf16_bits(v).to_le_bytes());
+                b.copy_from_slice(
+                    &flashtree_reference::quant::bf16::f32_to_bf16_bits(v).to_le_bytes(),
+                );
             }
             GgmlType::F16 => put_f16(b, rng.normal() * sigma),
             GgmlType::F32 => b.copy_from_slice(&(rng.normal() * sigma).to_le_bytes()),

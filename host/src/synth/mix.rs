@@ -53,7 +53,13 @@ pub fn use_more_bits(i: usize, n: usize) -> bool {
 
 /// The type of tensor `name` (`n_dims` dims) in a file of `mix` whose trunk has `n_layer`
 /// layers; `attn_v_index` is the running index of `attn_v` tensors (attention layers in order).
-pub fn tensor_type(mix: QuantMix, name: &str, n_dims: usize, n_layer: usize, attn_v_index: usize) -> GgmlType {
+pub fn tensor_type(
+    mix: QuantMix,
+    name: &str,
+    n_dims: usize,
+    n_layer: usize,
+    attn_v_index: usize,
+) -> GgmlType {
     let keep_f32 = n_dims < 2 || name.contains("_norm.weight") || name.contains("ssm_conv1d");
     if keep_f32 || mix == QuantMix::F32 {
         return GgmlType::F32;
@@ -69,7 +75,9 @@ pub fn tensor_type(mix: QuantMix, name: &str, n_dims: usize, n_layer: usize, att
                 .and_then(|s| s.parse().ok());
             if name == "output.weight" {
                 GgmlType::Q6_K
-            } else if name.ends_with("ffn_down.weight") && layer.is_some_and(|i| use_more_bits(i, n_layer)) {
+            } else if name.ends_with("ffn_down.weight")
+                && layer.is_some_and(|i| use_more_bits(i, n_layer))
+            {
                 GgmlType::Q6_K
             } else if name.ends_with("attn_v.weight") && use_more_bits(attn_v_index, n_layer) {
                 // legacy rules: n_attention_wv counts attn_v + attn_qkv (= n_layer) while the

