@@ -29,20 +29,12 @@ pub struct FixReport {
 
 impl std::fmt::Display for FixReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "shared statics moved to addrspace(3): {}",
-            self.shared_statics.len()
-        )?;
+        writeln!(f, "shared statics moved to addrspace(3): {}", self.shared_statics.len())?;
         for s in &self.shared_statics {
             writeln!(f, "  {s}")?;
         }
         writeln!(f, "dynamic shared memory externs: {:?}", self.dynamic_smem)?;
-        writeln!(
-            f,
-            "inline-asm call sites marked convergent: {}",
-            self.convergent_asm_calls
-        )?;
+        writeln!(f, "inline-asm call sites marked convergent: {}", self.convergent_asm_calls)?;
         for (k, b) in &self.launch_bounds {
             writeln!(f, "launch bounds {k}: {b}")?;
         }
@@ -65,9 +57,7 @@ pub fn fix_module(ir: &str) -> Result<(String, FixReport), String> {
                 continue;
             }
             if bare_name(&name).starts_with("__dynamic_smem") && line.contains(" external ") {
-                lines.push(format!(
-                    "{name} = external addrspace(3) global [0 x i8], align 16"
-                ));
+                lines.push(format!("{name} = external addrspace(3) global [0 x i8], align 16"));
                 report.dynamic_smem.push(name.clone());
                 shared.insert(name);
                 continue;
@@ -114,9 +104,7 @@ fn global_name(line: &str) -> Option<String> {
     let end = ident_end(line, 0)?;
     let rest = &line[end..];
     let rest = rest.strip_prefix(" = ")?;
-    let is_var = rest
-        .split_whitespace()
-        .any(|w| w == "global" || w == "constant");
+    let is_var = rest.split_whitespace().any(|w| w == "global" || w == "constant");
     is_var.then(|| line[..end].to_string())
 }
 
@@ -152,9 +140,7 @@ fn rewrite_shared_global(line: &str, name: &str) -> Result<String, String> {
     let kw = if let Some(p) = find_word(after_eq, "global") {
         p
     } else {
-        return Err(format!(
-            "shared static {name}: expected `global` in `{line}`"
-        ));
+        return Err(format!("shared static {name}: expected `global` in `{line}`"));
     };
     let linkage = after_eq[..kw].trim_end();
     let body = &after_eq[kw + "global".len()..];
@@ -164,9 +150,8 @@ fn rewrite_shared_global(line: &str, name: &str) -> Result<String, String> {
         .first()
         .ok_or_else(|| format!("shared static {name}: cannot parse `{line}`"))?
         .trim();
-    let (ty, init) = split_type_and_init(head).ok_or_else(|| {
-        format!("shared static {name}: cannot split type and initialiser in `{head}`")
-    })?;
+    let (ty, init) = split_type_and_init(head)
+        .ok_or_else(|| format!("shared static {name}: cannot split type and initialiser in `{head}`"))?;
     let init_ok = matches!(init, "undef" | "poison" | "zeroinitializer");
     if !init_ok {
         return Err(format!(
@@ -182,10 +167,7 @@ fn rewrite_shared_global(line: &str, name: &str) -> Result<String, String> {
             continue;
         }
         if let Some(a) = p.strip_prefix("align ") {
-            let a: u64 = a
-                .trim()
-                .parse()
-                .map_err(|_| format!("bad align in `{line}`"))?;
+            let a: u64 = a.trim().parse().map_err(|_| format!("bad align in `{line}`"))?;
             align = align.max(a);
             continue;
         }
@@ -296,8 +278,8 @@ fn mark_asm_convergent(line: &str) -> Result<(String, usize), String> {
         }
         let after = &rest[p + 5..];
         // Skip the asm string and the constraint string: two quoted strings.
-        let close =
-            skip_strings(after, 2).ok_or_else(|| format!("cannot parse asm call site `{line}`"))?;
+        let close = skip_strings(after, 2)
+            .ok_or_else(|| format!("cannot parse asm call site `{line}`"))?;
         let args_start = after[close..]
             .find('(')
             .map(|q| close + q)
@@ -369,15 +351,9 @@ fn rewrite_launch_bounds(line: &str) -> Result<(String, String, String), String>
             .split_once('=')
             .ok_or_else(|| format!("launch bound `{kv}` is not key=value in `{line}`"))?;
         if !matches!(k, "maxntid" | "minctasm" | "maxnreg" | "reqntid") {
-            return Err(format!(
-                "unknown launch bound `{k}` (allowed: maxntid, minctasm, maxnreg, reqntid)"
-            ));
+            return Err(format!("unknown launch bound `{k}` (allowed: maxntid, minctasm, maxnreg, reqntid)"));
         }
-        if v.is_empty()
-            || !v
-                .split(',')
-                .all(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit()))
-        {
+        if v.is_empty() || !v.split(',').all(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit())) {
             return Err(format!("launch bound `{k}` needs numbers, got `{v}`"));
         }
         attrs.push(format!("\"nvvm.{k}\"=\"{v}\""));
@@ -405,9 +381,7 @@ mod tests {
         ));
         assert!(!out.contains("section \".shared\""));
         assert!(out.contains("ptr addrspacecast (ptr addrspace(3) @_ZN3k4BUF17h0E to ptr), i64 8"));
-        assert!(out.contains(
-            "store float 1.0, ptr addrspacecast (ptr addrspace(3) @_ZN3k4BUF17h0E to ptr)"
-        ));
+        assert!(out.contains("store float 1.0, ptr addrspacecast (ptr addrspace(3) @_ZN3k4BUF17h0E to ptr)"));
         assert_eq!(rep.shared_statics, vec!["@_ZN3k4BUF17h0E".to_string()]);
     }
 
@@ -415,10 +389,7 @@ mod tests {
     fn shared_static_keeps_larger_alignment_and_zero_init_becomes_undef() {
         let ir = "@S = internal global [4 x i32] zeroinitializer, section \".shared\", align 64\n";
         let (out, _) = fix_module(ir).unwrap();
-        assert!(
-            out.contains("@S = internal addrspace(3) global [4 x i32] undef, align 64"),
-            "{out}"
-        );
+        assert!(out.contains("@S = internal addrspace(3) global [4 x i32] undef, align 64"), "{out}");
     }
 
     #[test]
@@ -445,9 +416,7 @@ mod tests {
                   define void @f() {\n  %v = load i32, ptr @__dynamic_smem, align 4\n  ret void\n}\n";
         let (out, rep) = fix_module(ir).unwrap();
         assert!(out.contains("@__dynamic_smem = external addrspace(3) global [0 x i8], align 16"));
-        assert!(out.contains(
-            "load i32, ptr addrspacecast (ptr addrspace(3) @__dynamic_smem to ptr), align 4"
-        ));
+        assert!(out.contains("load i32, ptr addrspacecast (ptr addrspace(3) @__dynamic_smem to ptr), align 4"));
         assert_eq!(rep.dynamic_smem, vec!["@__dynamic_smem".to_string()]);
     }
 
@@ -457,10 +426,7 @@ mod tests {
                   \x20 call void asm sideeffect \"bar.warp.sync 0xffffffff;\", \"\"() #5\n\
                   \x20 %x = call i32 @not_asm(i32 1)\n";
         let (out, rep) = fix_module(ir).unwrap();
-        assert!(
-            out.contains("(i32 %a, i32 %b) convergent #4, !srcloc !7"),
-            "{out}"
-        );
+        assert!(out.contains("(i32 %a, i32 %b) convergent #4, !srcloc !7"), "{out}");
         assert!(out.contains("\"\"() convergent #5"), "{out}");
         assert!(out.contains("%x = call i32 @not_asm(i32 1)\n"));
         assert_eq!(rep.convergent_asm_calls, 2);
@@ -474,10 +440,7 @@ mod tests {
     fn asm_with_parens_inside_strings_and_args() {
         let ir = "  %r = call { i32, i32 } asm \"mov.b64 {$0,$1}, (x);\", \"=r,=r,l\"(i64 ptrtoint (ptr @g to i64)) #1\n";
         let (out, rep) = fix_module(ir).unwrap();
-        assert!(
-            out.contains("(i64 ptrtoint (ptr @g to i64)) convergent #1"),
-            "{out}"
-        );
+        assert!(out.contains("(i64 ptrtoint (ptr @g to i64)) convergent #1"), "{out}");
         assert_eq!(rep.convergent_asm_calls, 1);
     }
 
@@ -485,16 +448,10 @@ mod tests {
     fn launch_bounds_section_becomes_nvvm_attributes() {
         let ir = "define ptx_kernel void @gemv(ptr %x) unnamed_addr #0 section \"nvvm:maxntid=256;minctasm=1;maxnreg=64\" {\n";
         let (out, rep) = fix_module(ir).unwrap();
-        assert!(
-            out.contains(
-                "#0 \"nvvm.maxntid\"=\"256\" \"nvvm.minctasm\"=\"1\" \"nvvm.maxnreg\"=\"64\" {"
-            ),
-            "{out}"
-        );
-        assert_eq!(
-            rep.launch_bounds,
-            vec![("@gemv".into(), "maxntid=256;minctasm=1;maxnreg=64".into())]
-        );
+        assert!(out.contains(
+            "#0 \"nvvm.maxntid\"=\"256\" \"nvvm.minctasm\"=\"1\" \"nvvm.maxnreg\"=\"64\" {"
+        ), "{out}");
+        assert_eq!(rep.launch_bounds, vec![("@gemv".into(), "maxntid=256;minctasm=1;maxnreg=64".into())]);
     }
 
     #[test]
@@ -509,13 +466,7 @@ mod tests {
     fn quoted_names_are_handled() {
         let ir = "@\"sh.x\" = internal global [8 x i8] undef, section \".shared\", align 8\n  store i8 0, ptr @\"sh.x\", align 1\n";
         let (out, _) = fix_module(ir).unwrap();
-        assert!(
-            out.contains("@\"sh.x\" = internal addrspace(3) global [8 x i8] undef, align 16"),
-            "{out}"
-        );
-        assert!(
-            out.contains("ptr addrspacecast (ptr addrspace(3) @\"sh.x\" to ptr)"),
-            "{out}"
-        );
+        assert!(out.contains("@\"sh.x\" = internal addrspace(3) global [8 x i8] undef, align 16"), "{out}");
+        assert!(out.contains("ptr addrspacecast (ptr addrspace(3) @\"sh.x\" to ptr)"), "{out}");
     }
 }

@@ -36,9 +36,7 @@ fn parse(args: &[String]) -> Result<LinkArgs, String> {
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
-            "--export-symbol" => a
-                .exports
-                .push(it.next().ok_or("--export-symbol needs a value")?.clone()),
+            "--export-symbol" => a.exports.push(it.next().ok_or("--export-symbol needs a value")?.clone()),
             "-o" => a.output = PathBuf::from(it.next().ok_or("-o needs a value")?),
             "--target-cpu" => a.cpu = it.next().ok_or("--target-cpu needs a value")?.clone(),
             "-L" | "--target" => {
@@ -85,14 +83,8 @@ pub fn run(args: Vec<String>) -> Result<(), String> {
             .arg(&linked),
     )?;
     let linked_ll = work.join("linked.ll");
-    run_checked(
-        Command::new(llvm.join("llvm-dis"))
-            .arg(&linked)
-            .arg("-o")
-            .arg(&linked_ll),
-    )?;
-    let ir = std::fs::read_to_string(&linked_ll)
-        .map_err(|e| format!("read {}: {e}", linked_ll.display()))?;
+    run_checked(Command::new(llvm.join("llvm-dis")).arg(&linked).arg("-o").arg(&linked_ll))?;
+    let ir = std::fs::read_to_string(&linked_ll).map_err(|e| format!("read {}: {e}", linked_ll.display()))?;
     let (fixed, report) = irfix::fix_module(&ir)?;
     let fixed_ll = work.join("fixed.ll");
     std::fs::write(&fixed_ll, fixed).map_err(|e| e.to_string())?;
@@ -138,33 +130,16 @@ mod tests {
     #[test]
     fn parses_rustc_llbc_command_line() {
         let args: Vec<String> = [
-            "--export-symbol",
-            "k1",
-            "--export-symbol",
-            "k2",
-            "a.o",
-            "libcore.rlib",
-            "-L",
-            "/x",
-            "--target",
-            "nvptx64-nvidia-cuda",
-            "--target-cpu",
-            "sm_90a",
-            "--target-feature=+ptx70,+ptx80,+ptx78",
-            "-o",
-            "out.ptx",
-            "-O3",
-            "--debug",
+            "--export-symbol", "k1", "--export-symbol", "k2", "a.o", "libcore.rlib", "-L", "/x",
+            "--target", "nvptx64-nvidia-cuda", "--target-cpu", "sm_90a",
+            "--target-feature=+ptx70,+ptx80,+ptx78", "-o", "out.ptx", "-O3", "--debug",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         let a = parse(&args).unwrap();
         assert_eq!(a.exports, vec!["k1", "k2"]);
-        assert_eq!(
-            a.inputs,
-            vec![PathBuf::from("a.o"), PathBuf::from("libcore.rlib")]
-        );
+        assert_eq!(a.inputs, vec![PathBuf::from("a.o"), PathBuf::from("libcore.rlib")]);
         assert_eq!(a.output, PathBuf::from("out.ptx"));
         assert_eq!(a.cpu, "sm_90a");
         assert_eq!(a.ptx_version.as_deref(), Some("ptx80"));

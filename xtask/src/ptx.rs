@@ -19,10 +19,7 @@ pub struct PtxOptions {
 
 impl PtxOptions {
     pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut o = PtxOptions {
-            arch: "sm_90".into(),
-            ptxas: false,
-        };
+        let mut o = PtxOptions { arch: "sm_90".into(), ptxas: false };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -32,10 +29,7 @@ impl PtxOptions {
             }
         }
         if !matches!(o.arch.as_str(), "sm_90" | "sm_90a") {
-            return Err(format!(
-                "ptx: --arch must be sm_90 or sm_90a, got `{}`",
-                o.arch
-            ));
+            return Err(format!("ptx: --arch must be sm_90 or sm_90a, got `{}`", o.arch));
         }
         Ok(o)
     }
@@ -50,16 +44,8 @@ fn is_leaky_env(key: &str) -> bool {
         || key.starts_with("RUST_RECURSION")
         || matches!(
             key,
-            "RUSTFLAGS"
-                | "RUSTDOCFLAGS"
-                | "TARGET"
-                | "HOST"
-                | "OUT_DIR"
-                | "PROFILE"
-                | "OPT_LEVEL"
-                | "DEBUG"
-                | "NUM_JOBS"
-                | "RUSTDOC"
+            "RUSTFLAGS" | "RUSTDOCFLAGS" | "TARGET" | "HOST" | "OUT_DIR" | "PROFILE" | "OPT_LEVEL"
+                | "DEBUG" | "NUM_JOBS" | "RUSTDOC"
         )
 }
 
@@ -100,9 +86,7 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
             llvm_bin.display()
         ));
     }
-    let target_dir = root
-        .join("target")
-        .join(format!("gpu-{}-{PTX_FEATURE}", o.arch));
+    let target_dir = root.join("target").join(format!("gpu-{}-{PTX_FEATURE}", o.arch));
     let linked = target_dir.join("nvptx64-nvidia-cuda/release/deps/gpu_kernels.ptx");
     // Cargo does not track the linker binary: force a re-link.
     let _ = std::fs::remove_file(&linked);
@@ -113,18 +97,9 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
     );
     let mut cargo = nightly("cargo", &kernels);
     cargo
-        .args([
-            "build",
-            "--release",
-            "-Zbuild-std=core",
-            "--target",
-            "nvptx64-nvidia-cuda",
-        ])
+        .args(["build", "--release", "-Zbuild-std=core", "--target", "nvptx64-nvidia-cuda"])
         .arg("--config")
-        .arg(format!(
-            "target.nvptx64-nvidia-cuda.linker=\"{}\"",
-            me.display()
-        ))
+        .arg(format!("target.nvptx64-nvidia-cuda.linker=\"{}\"", me.display()))
         .arg("--config")
         .arg(flags)
         .env(linker::AS_LINKER_ENV, "1")
@@ -135,8 +110,7 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
     let out_dir = root.join("target/ptx");
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
     let out = out_dir.join(format!("gpu_kernels.{}.ptx", o.arch));
-    std::fs::copy(&built, &out)
-        .map_err(|e| format!("copy {} → {}: {e}", built.display(), out.display()))?;
+    std::fs::copy(&built, &out).map_err(|e| format!("copy {} → {}: {e}", built.display(), out.display()))?;
     let kernels_n = std::fs::read_to_string(&out)
         .map(|s| s.matches(".entry ").count())
         .unwrap_or(0);
@@ -166,13 +140,7 @@ mod tests {
     #[test]
     fn parses_options() {
         let o = PtxOptions::parse(&["--arch".into(), "sm_90a".into(), "--ptxas".into()]).unwrap();
-        assert_eq!(
-            o,
-            PtxOptions {
-                arch: "sm_90a".into(),
-                ptxas: true
-            }
-        );
+        assert_eq!(o, PtxOptions { arch: "sm_90a".into(), ptxas: true });
         assert!(PtxOptions::parse(&["--arch".into(), "sm_80".into()]).is_err());
         assert!(PtxOptions::parse(&["--bogus".into()]).is_err());
     }

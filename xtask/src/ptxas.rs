@@ -37,11 +37,9 @@ fn find_ptxas() -> Result<PathBuf, String> {
     if on_path.is_ok_and(|o| o.status.success()) {
         return Ok(PathBuf::from("ptxas"));
     }
-    Err(
-        "ptxas not found: set PTXAS, or `python3 -m venv .venv && .venv/bin/pip install \
+    Err("ptxas not found: set PTXAS, or `python3 -m venv .venv && .venv/bin/pip install \
          'nvidia-cuda-nvcc==13.0.*'`"
-            .into(),
-    )
+        .into())
 }
 
 /// Assembles `ptx` for `arch`, prints the usage table, fails on spills.
@@ -55,17 +53,13 @@ pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
         .arg(&cubin)
         .output()
         .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
-    let log =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    let log = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         return Err(format!("ptxas failed on {}:\n{log}", ptx.display()));
     }
     let usage = parse_log(&log);
     println!("ptxas {arch}: {} kernels", usage.len());
-    println!(
-        "{:<40} {:>5} {:>7} {:>7} {:>7} {:>7}",
-        "kernel", "regs", "stack", "spill-st", "spill-ld", "smem"
-    );
+    println!("{:<40} {:>5} {:>7} {:>7} {:>7} {:>7}", "kernel", "regs", "stack", "spill-st", "spill-ld", "smem");
     for u in &usage {
         println!(
             "{:<40} {:>5} {:>7} {:>7} {:>7} {:>7}",
@@ -94,10 +88,7 @@ pub fn parse_log(log: &str) -> Vec<KernelUsage> {
     for line in log.lines() {
         let l = line.trim();
         if let Some(rest) = l.strip_prefix("ptxas info    : Function properties for ") {
-            out.push(KernelUsage {
-                name: rest.trim().to_string(),
-                ..Default::default()
-            });
+            out.push(KernelUsage { name: rest.trim().to_string(), ..Default::default() });
         } else if l.contains("bytes stack frame") {
             if let Some(u) = out.last_mut() {
                 u.stack_bytes = number_before(l, "bytes stack frame");
@@ -142,11 +133,7 @@ ptxas info    : Used 255 registers, used 1 barriers, 512 bytes smem, 360 bytes c
         assert_eq!(u.len(), 2);
         assert_eq!(
             u[0],
-            KernelUsage {
-                name: "gemv_bf16".into(),
-                registers: 38,
-                ..Default::default()
-            }
+            KernelUsage { name: "gemv_bf16".into(), registers: 38, ..Default::default() }
         );
         assert_eq!(u[1].registers, 255);
         assert_eq!(u[1].stack_bytes, 16);
