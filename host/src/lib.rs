@@ -6,5 +6,8 @@ pub mod cli;
 pub mod convert;
 pub mod gguf;
 pub mod gpu;
+pub mod inspect;
+pub mod model;
 pub mod spec;
+pub mod synth;
 pub mod tokenizer;
