@@ -305,16 +305,18 @@ pub enum Corruption {
 }
 
 /// An oracle draft: proposes the known AR continuation, corrupted at positions `p` with
-/// `corrupted(seed, p, rate)`.
+/// `corrupted(seed, p, rate)`. Works with any target whose features are one row per token
+/// (`Vec<T>`); it counts rows to know the position and checks the bonus against the AR sequence.
 #[derive(Debug)]
-pub struct OracleDraft {
+pub struct OracleDraft<T> {
     seq: Vec<u32>,
     vocab: u32,
     depths: usize,
     rate: f64,
     seed: u64,
     how: Corruption,
-    ctx: Vec<ToyFeature>,
+    ctx_len: usize,
+    _rows: std::marker::PhantomData<T>,
 }
 
 /// Whether the oracle corrupts absolute position `p` (a Bernoulli(rate) draw fixed by the seed).
@@ -322,7 +324,7 @@ pub fn corrupted(seed: u64, p: usize, rate: f64) -> bool {
     ((mix(seed ^ mix(p as u64 + 7)) >> 11) as f64 / (1u64 << 53) as f64) < rate
 }
 
-impl OracleDraft {
+impl<T> OracleDraft<T> {
     /// `seq` = prompt + AR continuation (long enough to cover every drafted position).
     pub fn new(
         seq: Vec<u32>,
@@ -339,32 +341,20 @@ impl OracleDraft {
             rate,
             seed,
             how,
-            ctx: Vec::new(),
+            ctx_len: 0,
+            _rows: std::marker::PhantomData,
         }
     }
 }
 
-impl Draft for OracleDraft {
-    type Features = Vec<ToyFeature>;
+impl<T> Draft for OracleDraft<T> {
+    type Features = Vec<T>;
     fn depths(&self) -> usize {
         self.depths
     }
-    fn propose(
-        &mut self,
-        new: &Vec<ToyFeature>,
-        bonus: u32,
-        k: usize,
-    ) -> Result<DraftTopK, SpecError> {
-        append_context(&mut self.ctx, new)?;
-        for f in new {
-            if self.seq.get(f.pos) != Some(&f.token) {
-                return Err(SpecError::Config(format!(
-                    "feature row at {} has the wrong token",
-                    f.pos
-                )));
-            }
-        }
-        let start = self.ctx.len();
+    fn propose(&mut self, new: &Vec<T>, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
+        self.ctx_len += new.len();
+        let start = self.ctx_len;
         if self.seq.get(start) != Some(&bonus) {
             return Err(SpecError::Config(format!(
                 "bonus {bonus} is not the AR token at {start}"

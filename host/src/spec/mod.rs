@@ -1,6 +1,7 @@
 //! Speculative decoding: the DDTree builder, the greedy walk, the `Target`/`Draft` traits and one
 //! generic loop that runs AR (budget 0), DFlash chain (K = 1) and DDTree (design.md §1).
 
+pub mod cpu;
 pub mod ddtree;
 pub mod generate;
 pub mod stats;
