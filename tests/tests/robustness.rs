@@ -190,6 +190,22 @@ fn err_of(bytes: &[u8]) -> String {
         .to_string()
 }
 
+/// Found by `cargo fuzz` (gguf_header): an empty tensor in a file that ends inside the
+/// alignment padding before the data section must be refused, not sliced past the end.
+#[test]
+fn file_ending_inside_the_data_padding_is_refused() {
+    let mut w = GgufWriter::new();
+    w.set("k", Value::U8(0));
+    w.add_tensor("empty", &[0], GgmlType::F32).expect("empty tensor is valid");
+    let b = w.to_bytes(&[&[]]).expect("writes");
+    let h = parse_header(&b, Path::new("ok.gguf")).expect("complete file is valid");
+    assert_eq!(h.tensor_range("empty").expect("range"), h.data_start as usize..h.data_start as usize);
+    let cut = &b[..b.len() - 4];
+    let e = err_of(cut);
+    assert!(e.contains("data section"), "{e}");
+    exercise_gguf(cut);
+}
+
 #[test]
 fn huge_tensor_count_is_refused_before_allocating() {
     let (mut b, _) = small_file();

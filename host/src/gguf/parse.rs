@@ -319,6 +319,17 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
     };
     let end_of_infos = c.pos as u64;
     let data_start = end_of_infos.div_ceil(alignment) * alignment;
+    if !tensors.is_empty() && data_start > bytes.len() as u64 {
+        return Err(GgufError {
+            file: file.to_path_buf(),
+            offset: Some(end_of_infos),
+            kind: GgufErrorKind::Truncated {
+                what: format!("padding before the data section (which starts at byte {data_start})"),
+                needed: data_start - end_of_infos,
+                available: bytes.len() as u64 - end_of_infos,
+            },
+        });
+    }
     let data_len = (bytes.len() as u64).saturating_sub(data_start);
 
     let err = |kind| GgufError {
