@@ -129,3 +129,32 @@ fn malformed_vocabulary_is_a_clear_error() {
     let bad_merge = Vocabulary::from_gguf(vec!["a".into()], &[1], vec!["ab".into()]).unwrap();
     assert!(Tokenizer::new(bad_merge, QWEN35_PATTERN).is_err());
 }
+
+/// A synthetic GGUF's tokenizer metadata (tiny BPE, ChatML specials) builds a tokenizer whose
+/// decode inverts encode (NFC text), recognises the specials, and reports stop ids and template.
+#[test]
+fn tokenizer_from_synth_gguf_round_trips_and_finds_specials() {
+    let dir = std::env::temp_dir().join(format!("flashtree-tok-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = flashtree::synth::tiny(&dir, 3).unwrap();
+    let file = flashtree::gguf::Gguf::open(&out.target).unwrap();
+    let tk = flashtree::tokenizer::gguf::from_gguf(&file).unwrap();
+    let im_end = tk
+        .tokenizer
+        .token_id("<|im_end|>")
+        .expect("ChatML end token");
+    assert!(tk.stop_ids.contains(&im_end));
+    assert!(tk.chat_template.is_some());
+    for text in [
+        "Hello world, the quick brown fox.",
+        "  spaces\tand\nnewlines\r\n 123 €uro 你好 🦀",
+        "<|im_start|>user\nhi<|im_end|>",
+    ] {
+        let ids = tk.tokenizer.encode(text).unwrap();
+        assert_eq!(tk.tokenizer.decode(&ids).unwrap(), text);
+    }
+    let ids = tk.tokenizer.encode("<|im_start|>user<|im_end|>").unwrap();
+    assert_eq!(ids.first(), tk.tokenizer.token_id("<|im_start|>").as_ref());
+    assert_eq!(ids.last(), Some(&im_end));
+    let _ = std::fs::remove_dir_all(&dir);
+}
