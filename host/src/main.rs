@@ -17,14 +17,29 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Generate text: AR, DFlash chain or DDTree tree speculative decoding (CPU backend for now).
+    Generate(cli::generate::GenerateArgs),
     /// Show the GPU found and, with --bench, the measured copy bandwidth.
     Info(cli::info::InfoArgs),
+    /// Describe a model file or draft folder: hyperparameters, tensor types, memory plan.
+    Inspect(cli::inspect::InspectArgs),
+    /// Teacher-forced logits (and hidden states) of a token sequence.
+    Logits(cli::logits::LogitsArgs),
+    /// Convert an HF Qwen3.5 checkpoint to a qwen35 GGUF, or a z-lab DFlash draft to a dflash GGUF.
+    Convert(cli::convert::ConvertArgs),
+    /// Write a synthetic qwen35 GGUF + DFlash draft with seeded random weights.
+    Synth(cli::synth::SynthArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Generate(a) => cli::generate::run(&a),
         Command::Info(a) => cli::info::run(&a),
+        Command::Inspect(a) => cli::inspect::run(a),
+        Command::Logits(a) => cli::logits::run(&a),
+        Command::Convert(a) => cli::convert::run(&a),
+        Command::Synth(a) => cli::synth::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

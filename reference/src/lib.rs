@@ -4,6 +4,8 @@
 //! `gpu-kernels/src/<family>.rs` and the launchers in `host/src/gpu/<family>.rs`.
 
 pub mod copy;
+pub mod model;
 pub mod norm;
 pub mod qmatmul;
+pub mod quant;
 pub mod sample;

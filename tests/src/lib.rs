@@ -2,3 +2,4 @@
 
 pub mod gpu;
 pub mod tolerance;
+pub mod toy;

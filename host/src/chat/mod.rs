@@ -1,0 +1,93 @@
+//! Chat templates: a model's `tokenizer.chat_template` (Jinja) rendered with `minijinja` plus the
+//! Python string methods HF templates use (`startswith`, `split`, `strip`, …), `raise_exception`
+//! and `tojson`. When a GGUF has no template, [`ChatTemplate::qwen35`] is our Qwen3.5 format.
+
+use minijinja::{context, Environment, Error, ErrorKind};
+use serde_json::json;
+
+/// Chat errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// The template does not compile.
+    #[error("chat template does not compile: {0}")]
+    Compile(String),
+    /// Rendering failed (including the template's own `raise_exception`).
+    #[error("chat template rendering failed: {0}")]
+    Render(String),
+}
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+    /// An assistant turn's thinking, if kept apart from `content`.
+    pub reasoning_content: Option<String>,
+}
+
+impl Message {
+    /// A message without reasoning.
+    pub fn new(role: &str, content: &str) -> Self {
+        Self { role: role.into(), content: content.into(), reasoning_content: None }
+    }
+}
+
+/// Rendering switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenderOptions {
+    /// Append the assistant header so the model answers.
+    pub add_generation_prompt: bool,
+    /// Let the model think (`enable_thinking`); false pre-fills an empty think block.
+    pub enable_thinking: bool,
+}
+
+/// A compiled chat template.
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+}
+
+const QWEN35: &str = include_str!("qwen35.jinja");
+
+impl ChatTemplate {
+    /// Compiles `source` (e.g. the GGUF's `tokenizer.chat_template`).
+    pub fn new(source: &str) -> Result<Self, ChatError> {
+        let mut env = Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
+            Err(Error::new(ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template_owned("chat", source.to_string()).map_err(|e| ChatError::Compile(format!("{e:#}")))?;
+        Ok(Self { env })
+    }
+
+    /// Our Qwen3.5 chat format (used when the model file carries no template).
+    pub fn qwen35() -> Self {
+        Self::new(QWEN35).expect("the built-in template compiles (checked by tests)")
+    }
+
+    /// Renders `messages` to the prompt text.
+    pub fn render(&self, messages: &[Message], opts: RenderOptions) -> Result<String, ChatError> {
+        let msgs: Vec<serde_json::Value> = messages
+            .iter()
+            .map(|m| {
+                let mut v = json!({"role": m.role, "content": m.content});
+                if let Some(r) = &m.reasoning_content {
+                    v["reasoning_content"] = json!(r);
+                }
+                v
+            })
+            .collect();
+        let tmpl = self.env.get_template("chat").map_err(|e| ChatError::Render(format!("{e:#}")))?;
+        tmpl.render(context! {
+            messages => minijinja::Value::from_serialize(&msgs),
+            add_generation_prompt => opts.add_generation_prompt,
+            enable_thinking => opts.enable_thinking,
+            bos_token => "",
+            eos_token => "<|im_end|>",
+        })
+        .map_err(|e| ChatError::Render(format!("{e:#}")))
+    }
+}

@@ -1,0 +1,89 @@
+//! `flashtree logits`: teacher-forced logits (and optionally layer outputs) of a token sequence,
+//! for comparing flashtree with another implementation. Runs the CPU reference.
+
+use crate::convert::gguf_load::load_qwen35;
+use crate::convert::qwen35::load_hf;
+use anyhow::Context;
+use clap::Args;
+use flashtree_reference::model::{ForwardOptions, ForwardOutput, Qwen35State, Qwen35Weights};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Args)]
+pub struct LogitsArgs {
+    /// A qwen35 GGUF, or an HF checkpoint folder.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Comma-separated token ids, e.g. 1,2,3.
+    #[arg(long)]
+    pub tokens: String,
+    /// Comma-separated 0-based layers whose outputs (residual stream after the layer, HF
+    /// `hidden_states[l+1]`) are also printed.
+    #[arg(long)]
+    pub layers: Option<String>,
+    /// Print JSON `{"tokens", "logits": [[..]..], "hidden": {"<layer>": [[..]..]}}` instead of a
+    /// per-position summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_list<T: std::str::FromStr>(what: &str, s: &str) -> anyhow::Result<Vec<T>> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse::<T>().map_err(|_| anyhow::anyhow!("--{what}: {x:?} is not a non-negative integer")))
+        .collect()
+}
+
+/// Loads a model given as a GGUF file or an HF folder.
+pub fn load_model(path: &Path) -> anyhow::Result<Qwen35Weights> {
+    if path.is_dir() {
+        Ok(load_hf(path).with_context(|| format!("loading HF checkpoint {}", path.display()))?.1)
+    } else {
+        load_qwen35(path).with_context(|| format!("loading GGUF {}", path.display()))
+    }
+}
+
+/// Runs the forward and renders the output (JSON or text).
+pub fn render(args: &LogitsArgs) -> anyhow::Result<String> {
+    let tokens: Vec<u32> = parse_list("tokens", &args.tokens)?;
+    anyhow::ensure!(!tokens.is_empty(), "--tokens: no token ids given");
+    let layers: Vec<usize> = match &args.layers {
+        Some(l) => parse_list("layers", l)?,
+        None => Vec::new(),
+    };
+    let w = load_model(&args.model)?;
+    let mut st = Qwen35State::new(&w.hparams);
+    let opts = ForwardOptions { capture_layers: layers.clone(), ..Default::default() };
+    let out = w.forward(&mut st, &tokens, &opts)?;
+    Ok(if args.json { to_json(&tokens, &layers, &out) } else { to_text(&tokens, &layers, &out) })
+}
+
+pub fn run(args: &LogitsArgs) -> anyhow::Result<()> {
+    print!("{}", render(args)?);
+    Ok(())
+}
+
+fn to_json(tokens: &[u32], layers: &[usize], out: &ForwardOutput) -> String {
+    let hidden: serde_json::Map<String, serde_json::Value> =
+        layers.iter().zip(&out.captured).map(|(l, rows)| (l.to_string(), serde_json::json!(rows))).collect();
+    let v = serde_json::json!({ "tokens": tokens, "logits": out.logits, "hidden": hidden });
+    format!("{v}\n")
+}
+
+fn to_text(tokens: &[u32], layers: &[usize], out: &ForwardOutput) -> String {
+    let mut s = String::new();
+    for (p, (tok, row)) in tokens.iter().zip(&out.logits).enumerate() {
+        let top = flashtree_reference::model::ops::top_k_log_probs(row, 5);
+        let top: Vec<String> = top.iter().map(|(t, lp)| format!("{t}:{lp:.4}")).collect();
+        let norm: f64 = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+        let _ = writeln!(s, "pos {p} token {tok} |logits| {norm:.6} top5(id:logprob) {}", top.join(" "));
+    }
+    for (l, rows) in layers.iter().zip(&out.captured) {
+        for (p, r) in rows.iter().enumerate() {
+            let norm: f64 = r.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+            let _ = writeln!(s, "layer {l} pos {p} |h| {norm:.6} h[0..4] {:?}", &r[..r.len().min(4)]);
+        }
+    }
+    s
+}

@@ -1,0 +1,139 @@
+//! The CPU backend of the loop: [`Target`] and [`Draft`] on the reference models
+//! (`flashtree_reference::model`). Plain and slow; the oracle the GPU engine is compared with and
+//! the backend for tiny models.
+//!
+//! Commit/rollback as a real engine does it, on the reference's explicit state: the verify
+//! forward computes every node from its parent (KV rows at `n_past + depth`, DeltaNet state and
+//! conv window continued from the parent's), leaving the committed state untouched; `commit`
+//! appends the KV rows of the accepted path in path order (the compaction), adopts the DeltaNet
+//! state and conv window of the path's last node (the window was gathered along its ancestors),
+//! and hands the path's feature rows (target layers `target_layer_ids`, concatenated) to the draft.
+
+use flashtree_reference::model::dflash::DFlashWeights;
+use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights, TreeOutput};
+use flashtree_reference::sample::argmax;
+
+use super::ddtree::{topk_logprobs, DraftTopK, Tree};
+use super::traits::{Draft, Target};
+use super::SpecError;
+
+/// One feature row per token: `concat_l h_l` over the draft's target layers, `[k·H]`.
+pub type FeatureRows = Vec<Vec<f32>>;
+
+/// Checks that `draft` can run on `target`: same hidden size, target layers in range, mask
+/// token inside the vocabulary, a block of at least 2 slots. Names both sides in the error.
+pub fn check_pair(target: &Qwen35Weights, draft: &DFlashWeights) -> Result<(), SpecError> {
+    let (t, d) = (&target.hparams, &draft.hparams);
+    let bad = |m: String| Err(SpecError::Config(m));
+    if d.n_embd != t.n_embd {
+        return bad(format!("draft hidden size {} differs from the target's {}", d.n_embd, t.n_embd));
+    }
+    if let Some(&l) = d.target_layer_ids.iter().find(|&&l| l >= t.n_layer()) {
+        return bad(format!("draft target layer {l} is out of range: the target has {} layers", t.n_layer()));
+    }
+    if d.mask_token_id as usize >= t.n_vocab {
+        return bad(format!("draft mask token {} is outside the target vocabulary of {}", d.mask_token_id, t.n_vocab));
+    }
+    if d.block_size < 2 {
+        return bad(format!("draft block size {} < 2", d.block_size));
+    }
+    draft.validate().map_err(|e| SpecError::Config(format!("draft: {e}")))
+}
+
+/// The reference target with its committed state.
+pub struct CpuTarget<'w> {
+    w: &'w Qwen35Weights,
+    state: Qwen35State,
+    capture: Vec<usize>,
+    last: Option<TreeOutput>,
+}
+
+impl<'w> CpuTarget<'w> {
+    /// Empty state; `capture` = the target layers whose outputs feed the draft.
+    pub fn new(w: &'w Qwen35Weights, capture: Vec<usize>) -> Self {
+        Self { w, state: Qwen35State::new(&w.hparams), capture, last: None }
+    }
+
+    /// Committed tokens.
+    pub fn committed(&self) -> usize {
+        self.state.n_past
+    }
+
+    fn rows(&self, captured: &[Vec<Vec<f32>>], nodes: impl Iterator<Item = usize>) -> FeatureRows {
+        nodes.map(|i| captured.iter().flat_map(|c| c[i].iter().copied()).collect()).collect()
+    }
+}
+
+fn greedy(logits: &[f32]) -> Result<u32, SpecError> {
+    match argmax(logits).0 {
+        u32::MAX => Err(SpecError::Config("target logits are all NaN".into())),
+        t => Ok(t),
+    }
+}
+
+impl Target for CpuTarget<'_> {
+    type Features = FeatureRows;
+
+    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, FeatureRows), SpecError> {
+        self.state = Qwen35State::new(&self.w.hparams);
+        let opts = ForwardOptions { capture_layers: self.capture.clone(), ..Default::default() };
+        let out = self.w.forward(&mut self.state, prompt, &opts).map_err(SpecError::backend)?;
+        let last = out.logits.last().ok_or_else(|| SpecError::Config("empty prompt".into()))?;
+        Ok((greedy(last)?, self.rows(&out.captured, 0..prompt.len())))
+    }
+
+    fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError> {
+        let parents: Vec<Option<usize>> = tree.parents.iter().map(|p| p.map(|p| p as usize)).collect();
+        let out =
+            self.w.forward_tree(&self.state, &tree.tokens, &parents, &self.capture).map_err(SpecError::backend)?;
+        let posterior = out.logits.iter().map(|l| greedy(l)).collect();
+        self.last = Some(out);
+        posterior
+    }
+
+    fn commit(&mut self, _tree: &Tree, path: &[usize]) -> Result<FeatureRows, SpecError> {
+        let out = self.last.take().ok_or_else(|| SpecError::Config("commit without a verify".into()))?;
+        self.state.commit_path(&out, path).map_err(SpecError::backend)?;
+        Ok(self.rows(&out.captured, path.iter().copied()))
+    }
+}
+
+/// The reference DFlash draft, using the target's embedding and LM head.
+pub struct CpuDraft<'w> {
+    d: &'w DFlashWeights,
+    target: &'w Qwen35Weights,
+    ctx: FeatureRows,
+    /// At most this many most recent context rows are attended (the trained context, e.g. 4096).
+    pub window: usize,
+}
+
+impl<'w> CpuDraft<'w> {
+    /// A draft with an empty context. Call [`check_pair`] first.
+    pub fn new(d: &'w DFlashWeights, target: &'w Qwen35Weights) -> Self {
+        Self { d, target, ctx: Vec::new(), window: 4096 }
+    }
+}
+
+impl Draft for CpuDraft<'_> {
+    type Features = FeatureRows;
+
+    fn depths(&self) -> usize {
+        self.d.hparams.block_size - 1
+    }
+
+    fn propose(&mut self, new: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
+        self.ctx.extend(new.iter().cloned());
+        let hp = &self.d.hparams;
+        let start = self.ctx.len();
+        let from = start.saturating_sub(self.window);
+        let mut block = vec![hp.mask_token_id; hp.block_size];
+        block[0] = bonus;
+        let out = self
+            .d
+            .forward(&self.target.token_embd, self.target.lm_head(), &self.ctx[from..], from, &block, start)
+            .map_err(SpecError::backend)?;
+        let vocab = self.target.hparams.n_vocab;
+        let flat: Vec<f32> = out.logits.concat();
+        topk_logprobs(&flat, vocab, k)
+    }
+}

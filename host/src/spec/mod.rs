@@ -1,0 +1,53 @@
+//! Speculative decoding: the DDTree builder, the greedy walk, the `Target`/`Draft` traits and one
+//! generic loop that runs AR (budget 0), DFlash chain (K = 1) and DDTree (design.md §1).
+
+pub mod cpu;
+pub mod ddtree;
+pub mod generate;
+pub mod stats;
+pub mod traits;
+pub mod walk;
+
+pub use ddtree::{build, topk_logprobs, DraftTopK, Tree, TreeOptions, Visibility};
+pub use generate::{generate, GenerateConfig, Mode};
+pub use stats::{PhaseTimes, Stats};
+pub use traits::{Draft, Target};
+pub use walk::{walk, Walk};
+
+/// Errors of the speculative loop and its pieces.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// A top-K table that is not `[depths, k]` or not sorted.
+    #[error("draft top-K: {what}")]
+    TopKShape {
+        /// What was wrong.
+        what: &'static str,
+    },
+    /// The target returned the wrong number of posterior tokens.
+    #[error("target returned {got} posterior tokens for a tree of {want} nodes")]
+    PosteriorLength {
+        /// Received.
+        got: usize,
+        /// Tree nodes including the root.
+        want: usize,
+    },
+    /// A mode that needs a draft was run without one.
+    #[error("mode {mode} needs a draft model")]
+    MissingDraft {
+        /// The mode's name.
+        mode: &'static str,
+    },
+    /// A bad configuration value.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An error raised by a backend (target or draft implementation).
+    #[error("{0}")]
+    Backend(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl SpecError {
+    /// Wraps any backend error.
+    pub fn backend(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self::Backend(e.into())
+    }
+}

@@ -1,0 +1,106 @@
+//! Per-run statistics of the speculative loop.
+
+use std::time::Duration;
+
+/// Wall time per phase of the loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PhaseTimes {
+    /// Target prefill.
+    pub prefill: Duration,
+    /// Draft forward + top-K.
+    pub draft: Duration,
+    /// DDTree build.
+    pub build: Duration,
+    /// Target verify forward.
+    pub verify: Duration,
+    /// Walk.
+    pub walk: Duration,
+    /// Target commit (compaction / state adoption).
+    pub commit: Duration,
+}
+
+impl PhaseTimes {
+    /// Sum of all phases.
+    pub fn total(&self) -> Duration {
+        self.prefill + self.draft + self.build + self.verify + self.walk + self.commit
+    }
+}
+
+/// Counters of one generation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    /// Prompt length.
+    pub prompt_tokens: usize,
+    /// Generated tokens (including a final EOS).
+    pub generated: usize,
+    /// Verify rounds.
+    pub steps: usize,
+    /// `accepted_depth[d]` = rounds whose walk accepted `d` draft nodes (`|path| = d + 1`).
+    pub accepted_depth: Vec<u64>,
+    /// Rounds whose accepted path left the rank-0 spine (took a non-first-ranked branch).
+    pub off_spine_rounds: u64,
+    /// Time per phase.
+    pub time: PhaseTimes,
+}
+
+impl Stats {
+    /// Records one round's accepted path length `|path|` (≥ 1).
+    pub fn record_round(&mut self, path_len: usize, off_spine: bool) {
+        let d = path_len.saturating_sub(1);
+        if self.accepted_depth.len() <= d {
+            self.accepted_depth.resize(d + 1, 0);
+        }
+        self.accepted_depth[d] += 1;
+        self.steps += 1;
+        self.off_spine_rounds += off_spine as u64;
+    }
+
+    /// Mean acceptance length `τ = mean |path|` (accepted drafts + 1); 0 with no rounds.
+    pub fn acceptance_length(&self) -> f64 {
+        if self.steps == 0 {
+            return 0.0;
+        }
+        let sum: u64 = self.accepted_depth.iter().enumerate().map(|(d, &n)| (d as u64 + 1) * n).sum();
+        sum as f64 / self.steps as f64
+    }
+
+    /// Generated tokens per second of decode time (prefill excluded).
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        let t = (self.time.total() - self.time.prefill).as_secs_f64();
+        if t > 0.0 {
+            self.generated.saturating_sub(1) as f64 / t
+        } else {
+            0.0
+        }
+    }
+
+    /// A multi-line human summary: tokens, tok/s, AL, histogram, phase times.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "tokens: {} generated ({} prompt), {} rounds\n\
+             decode: {:.2} tok/s; acceptance length {:.3}\n\
+             accepted depth histogram:",
+            self.generated,
+            self.prompt_tokens,
+            self.steps,
+            self.decode_tokens_per_second(),
+            self.acceptance_length()
+        );
+        for (d, n) in self.accepted_depth.iter().enumerate() {
+            if *n > 0 {
+                s.push_str(&format!(" {d}:{n}"));
+            }
+        }
+        let t = &self.time;
+        s.push_str(&format!(
+            "\ntime: prefill {:.3}s draft {:.3}s build {:.3}s verify {:.3}s walk {:.3}s commit {:.3}s",
+            t.prefill.as_secs_f64(),
+            t.draft.as_secs_f64(),
+            t.build.as_secs_f64(),
+            t.verify.as_secs_f64(),
+            t.walk.as_secs_f64(),
+            t.commit.as_secs_f64()
+        ));
+        s
+    }
+}

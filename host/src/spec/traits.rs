@@ -1,0 +1,44 @@
+//! What the loop needs from a target and a draft. A backend (CPU reference, GPU engine) owns its
+//! caches; the loop only moves token ids, trees and opaque feature rows between them.
+//!
+//! Cache protocol: at the start of a round the target holds exactly the committed tokens
+//! (`committed` of them, positions `0..committed`); the pending root `b` is not in its caches.
+//! `verify` processes the tree's `N+1` nodes at positions `committed + depth`; `commit` keeps the
+//! rows/state of the accepted path only (KV rows compacted in path order to slots
+//! `committed..committed+|path|`, recurrent state of the last path node, conv window along the
+//! path), so afterwards the target holds `committed + |path|` tokens.
+
+use super::ddtree::{DraftTopK, Tree};
+use super::SpecError;
+
+/// The model whose output is reproduced exactly.
+pub trait Target {
+    /// Feature rows captured for the draft (per token, in position order).
+    type Features;
+
+    /// Runs `prompt` (non-empty) into empty caches. Returns the first generated token (pending,
+    /// not in the caches) and the features of the prompt rows.
+    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, Self::Features), SpecError>;
+
+    /// One forward over the flattened `tree` (root = the pending token) with the ancestor mask.
+    /// Returns the decoding-rule token after each node (`tree.len()` entries).
+    fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError>;
+
+    /// Keeps the state of the nodes `path` (root first, as returned by the walk) and drops every
+    /// other node of the last verify. Returns the features of the path rows, in path order.
+    fn commit(&mut self, tree: &Tree, path: &[usize]) -> Result<Self::Features, SpecError>;
+}
+
+/// The block drafter: one pass over `[b, MASK × (S−1)]` gives `L = S − 1` distributions.
+pub trait Draft {
+    /// Feature rows it conditions on (the target's).
+    type Features;
+
+    /// `L`: the number of drafted positions per round.
+    fn depths(&self) -> usize;
+
+    /// Appends `new_context` (the features of the tokens committed since the last call) to the
+    /// draft's context, then drafts the block rooted at `bonus`. Returns the top-`k` log-probs
+    /// per position (`k` is clamped to the vocabulary).
+    fn propose(&mut self, new_context: &Self::Features, bonus: u32, k: usize) -> Result<DraftTopK, SpecError>;
+}

@@ -1,0 +1,138 @@
+//! Lossless speculative decoding on real (tiny, random) qwen35 models with the CPU reference
+//! backend: chain and DDTree output equal plain AR decoding (chain forward, token by token) for
+//! ≥ 200 tokens over several seeds and budgets 0/1/4/22/64, with the real DFlash draft; an oracle
+//! draft drives deep acceptance (deep KV compaction, DeltaNet state and conv window adoption).
+//!
+//! Models: `tests/fixtures/hf/a` (4 layers: 2 Gated DeltaNet + 2 attention, hidden 64, vocab 320)
+//! with `draft-full` (2 layers, block 8, target layers 0 and 2), perturbed per seed.
+
+use flashtree::convert::dflash::load_zlab;
+use flashtree::convert::qwen35::load_hf;
+use flashtree::spec::cpu::{check_pair, CpuDraft, CpuTarget};
+use flashtree::spec::{generate, GenerateConfig, Mode, Stats};
+use flashtree_reference::model::dflash::DFlashWeights;
+use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
+use flashtree_reference::sample::argmax;
+use flashtree_tests::toy::{mix, Corruption, OracleDraft};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf").join(name)
+}
+
+/// Fixture model `a` and its draft; seed > 0 adds N(0, 0.5·σ)-ish noise to the embedding and
+/// LM head so that each seed is a different model (and a different continuation).
+fn models(seed: u64) -> (Qwen35Weights, DFlashWeights) {
+    let (_, mut w) = load_hf(&fixture("a")).unwrap();
+    let (_, d) = load_zlab(&fixture("draft-full")).unwrap();
+    if seed > 0 {
+        let scale = w.token_embd.data.iter().map(|x| x.abs()).sum::<f32>() / w.token_embd.data.len() as f32;
+        for (i, x) in w.token_embd.data.iter_mut().enumerate() {
+            let u = (mix(seed ^ mix(i as u64)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            *x += u * scale;
+        }
+    }
+    check_pair(&w, &d).unwrap();
+    (w, d)
+}
+
+/// Greedy AR by the plain chain forward: prompt (chunked DeltaNet, as the CPU target's prefill),
+/// then one token at a time (recurrent) — no trees, no commit logic.
+fn ar_reference(w: &Qwen35Weights, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut st = Qwen35State::new(&w.hparams);
+    let out = w.forward(&mut st, prompt, &ForwardOptions::default()).unwrap();
+    let mut t = argmax(out.logits.last().unwrap()).0;
+    let mut toks = vec![t];
+    let step = ForwardOptions { capture_layers: vec![], deltanet: DeltaNetMode::Recurrent };
+    while toks.len() < n {
+        let out = w.forward(&mut st, &[t], &step).unwrap();
+        t = argmax(&out.logits[0]).0;
+        toks.push(t);
+    }
+    toks
+}
+
+const PROMPT: [u32; 7] = [3, 141, 59, 26, 53, 58, 97];
+
+fn spec(w: &Qwen35Weights, d: &DFlashWeights, mode: Mode, budget: usize, n: usize) -> (Vec<u32>, Stats) {
+    let mut target = CpuTarget::new(w, d.hparams.target_layer_ids.clone());
+    let mut draft = CpuDraft::new(d, w);
+    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
+    generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap()
+}
+
+fn lossless_for_seed(seed: u64) {
+    let n = 200;
+    let (w, d) = models(seed);
+    let want = ar_reference(&w, &PROMPT, n);
+    let distinct = want.iter().collect::<std::collections::BTreeSet<_>>().len();
+    assert!(distinct > 10, "degenerate continuation ({distinct} distinct tokens)");
+    for (mode, budgets) in [(Mode::Ar, &[0][..]), (Mode::Chain, &[1, 4, 22]), (Mode::Tree, &[1, 4, 22, 64])] {
+        for &b in budgets {
+            let (out, stats) = spec(&w, &d, mode, b, n);
+            assert_eq!(out, want, "seed {seed} {mode:?} budget {b}");
+            eprintln!(
+                "seed {seed} {mode:?} B={b}: AL {:.3}, off-spine rounds {}",
+                stats.acceptance_length(),
+                stats.off_spine_rounds
+            );
+        }
+    }
+}
+
+#[test]
+fn cpu_spec_equals_ar_on_tiny_qwen35_seed_0() {
+    lossless_for_seed(0);
+}
+
+#[test]
+fn cpu_spec_equals_ar_on_tiny_qwen35_seed_1() {
+    lossless_for_seed(1);
+}
+
+#[test]
+fn cpu_spec_equals_ar_on_tiny_qwen35_seed_2() {
+    lossless_for_seed(2);
+}
+
+/// Oracle draft on the real target: acceptance up to the full block (AL → 8 at ε = 0) through
+/// sibling branches (ε = 0.3, true token at rank 1), with output equal to AR.
+#[test]
+fn cpu_spec_with_oracle_draft_accepts_deep_branches_and_stays_lossless() {
+    let n = 200;
+    let (w, d) = models(0);
+    let l = d.hparams.block_size - 1;
+    let want = ar_reference(&w, &PROMPT, n + l + 2);
+    let mut seq = PROMPT.to_vec();
+    seq.extend(&want);
+    let vocab = w.hparams.n_vocab as u32;
+    for (mode, rate, how, min_al) in
+        [(Mode::Chain, 0.0, Corruption::Absent, 7.5), (Mode::Tree, 0.3, Corruption::SecondRank, 2.5)]
+    {
+        let mut target = CpuTarget::new(&w, d.hparams.target_layer_ids.clone());
+        let mut draft = OracleDraft::new(seq.clone(), vocab, l, rate, 77, how);
+        let cfg = GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![] };
+        let (out, stats) = generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap();
+        assert_eq!(out, want[..n], "{mode:?} rate {rate}");
+        assert!(stats.acceptance_length() >= min_al, "{mode:?}: AL {}", stats.acceptance_length());
+        if mode == Mode::Tree {
+            assert!(stats.off_spine_rounds > 0, "no branch accepted");
+            assert!(stats.accepted_depth.iter().skip(4).sum::<u64>() > 0, "no deep acceptance");
+        }
+    }
+}
+
+/// Mismatched pairs are clear errors.
+#[test]
+fn mismatched_model_and_draft_are_rejected() {
+    let (w, d) = models(0);
+    let mut bad = d.clone();
+    bad.hparams.target_layer_ids = vec![0, 9];
+    assert!(check_pair(&w, &bad).unwrap_err().to_string().contains("target layer 9"));
+    let mut bad = d.clone();
+    bad.hparams.mask_token_id = 5000;
+    assert!(check_pair(&w, &bad).unwrap_err().to_string().contains("mask token"));
+    let mut bad = d;
+    bad.hparams.n_embd = 32;
+    assert!(check_pair(&w, &bad).unwrap_err().to_string().contains("hidden size"));
+}
