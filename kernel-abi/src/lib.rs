@@ -61,9 +61,97 @@ pub struct ArgmaxParams {
     pub cols: u32,
 }
 
+/// Warps per block of the tensor-core `qmm_*` kernels; each warp owns 16 output rows.
+pub const QMM_WARPS: u32 = 8;
+/// Output rows per warp of the `qmm_*` kernels (the `m16` of `mma.m16n8k16`).
+pub const QMM_ROWS_PER_WARP: u32 = 16;
+/// Output rows per block of the `qmm_*` kernels.
+pub const QMM_ROWS_PER_BLOCK: u32 = QMM_WARPS * QMM_ROWS_PER_WARP;
+/// Most token columns one `qmm_*` launch takes (4 tiles of `n8`).
+pub const QMM_MAX_N: u32 = 32;
+
+/// Parameters of the tensor-core `qmm_*` kernels: `y[c, o] = Σ_i W[o, i] · x[c, i]` for
+/// `c < n`, `o < out_features`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QmmParams {
+    pub out_features: u32,
+    pub in_features: u32,
+    /// Token columns computed (≤ `n_pad`).
+    pub n: u32,
+    /// Columns in the prepared activation buffers: a multiple of 8, ≥ the launch's tiles · 8.
+    pub n_pad: u32,
+    /// Splits of the K dimension over `blockIdx.y` (a function of the shape only).
+    pub ksplit: u32,
+    /// Bytes of one weight row.
+    pub row_bytes: u32,
+}
+
+/// Pipeline depth of the `qmm_*` kernels: each warp streams its rows through this many
+/// shared-memory stages filled by `cp.async` (3 in flight while one is consumed).
+pub const QMM_STAGES: u32 = 4;
+
+/// `(elements, bytes, blocks per stage)` of each weight format of the `qmm_*` kernels.
+pub mod qmm_format {
+    pub const Q4_K: (u32, u32, u32) = (256, 144, 1);
+    pub const Q5_K: (u32, u32, u32) = (256, 176, 1);
+    pub const Q6_K: (u32, u32, u32) = (256, 210, 1);
+    pub const Q8_0: (u32, u32, u32) = (32, 34, 4);
+    pub const F16: (u32, u32, u32) = (32, 64, 2);
+    pub const BF16: (u32, u32, u32) = (32, 64, 2);
+}
+
+/// Shared-memory bytes per row per stage: the stage's blocks plus 16 bytes of alignment slack
+/// (the copy starts at the 16-byte boundary below the first block), rounded up to 16.
+pub const fn qmm_row_stride(block_bytes: u32, per_stage: u32) -> u32 {
+    (per_stage * block_bytes + 16).div_ceil(16) * 16
+}
+
+/// Dynamic shared memory of one `qmm_*` block.
+pub const fn qmm_smem_bytes(block_bytes: u32, per_stage: u32) -> u32 {
+    QMM_WARPS * QMM_STAGES * QMM_ROWS_PER_WARP * qmm_row_stride(block_bytes, per_stage)
+}
+
+/// Parameters of `qmm_prep_x`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QmmPrepParams {
+    pub n: u32,
+    pub n_pad: u32,
+    pub in_features: u32,
+}
+
+/// K splits of the `qmm_*` kernels for `out_features` rows of `blocks_per_row` weight blocks:
+/// the smallest power of two giving ≥ 512 blocks of 128 rows, at most 16, and keeping at least
+/// 2 weight blocks per split. Depends on the shape only (never on the token count), so a
+/// column's summation order is the same for every batch size.
+pub const fn qmm_ksplit(out_features: u32, blocks_per_row: u32) -> u32 {
+    let row_blocks = out_features.div_ceil(QMM_ROWS_PER_BLOCK) as u64;
+    let mut s = 1u32;
+    while s < 16 && row_blocks * (s as u64) < 512 && (blocks_per_row as u64) >= 4 * s as u64 {
+        s *= 2;
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qmm_ksplit_depends_on_shape_and_keeps_two_blocks_per_split() {
+        assert_eq!(qmm_ksplit(248_320, 20), 1);
+        assert_eq!(qmm_ksplit(5120, 20), 8);
+        assert_eq!(qmm_ksplit(5120, 68), 16);
+        assert_eq!(qmm_ksplit(17408, 20), 4);
+        for out in [1u32, 100, 5120, 17408, 248_320] {
+            for bpr in [1u32, 2, 3, 20, 68, 544] {
+                let s = qmm_ksplit(out, bpr);
+                assert!(s.is_power_of_two() && s <= 16);
+                assert!(s == 1 || bpr >= 2 * s, "{out} {bpr} {s}");
+            }
+        }
+    }
 
     #[test]
     fn gemv_split_depends_on_shape_and_stays_in_range() {

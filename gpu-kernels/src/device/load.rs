@@ -62,3 +62,30 @@ pub unsafe fn st_cs_v4(p: *mut U32x4, v: U32x4) {
          in(reg64) p, in(reg32) v.0[0], in(reg32) v.0[1], in(reg32) v.0[2], in(reg32) v.0[3],
          options(nostack));
 }
+
+/// `ld.global.nc.L1::no_allocate.v2.u32`: streaming 8-byte read (8-byte aligned).
+#[inline(always)]
+pub unsafe fn ld_stream_v2(p: *const u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    asm!("ld.global.nc.L1::no_allocate.v2.u32 {{{0},{1}}}, [{2}];",
+         out(reg32) a, out(reg32) b, in(reg64) p, options(pure, readonly, nostack));
+    [a, b]
+}
+
+/// `ld.global.nc.u16` with L1 allocation (for 2-byte-aligned block formats whose sectors are
+/// read by several instructions in a row).
+#[inline(always)]
+pub unsafe fn ld_nc_u16_cached(p: *const u8) -> u32 {
+    let r: u16;
+    asm!("ld.global.nc.u16 {0}, [{1}];", out(reg16) r, in(reg64) p, options(pure, readonly, nostack));
+    r as u32
+}
+
+/// `ld.global.cg.f32`: read through L2 only (data written by other blocks of this launch,
+/// after a fence; L1 is not coherent).
+#[inline(always)]
+pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
+    let r: f32;
+    asm!("ld.global.cg.f32 {0}, [{1}];", out(reg32) r, in(reg64) p, options(readonly, nostack));
+    r
+}

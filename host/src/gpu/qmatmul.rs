@@ -78,3 +78,177 @@ pub fn gemv_f32(
     unsafe { b.launch(cfg(&p)) }.while_(|| "launching gemv_f32".into())?;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core path: 1…32 tokens, every weight type (`qmm_*` kernels).
+
+use flashtree_reference::quant::GgmlType;
+use kernel_abi::{qmm_ksplit, qmm_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS};
+
+/// Kernel name prefix and block geometry `(elements, bytes)` of a weight type on the
+/// tensor-core path.
+pub fn qmm_format(ty: GgmlType) -> Option<(&'static str, (u32, u32, u32))> {
+    use kernel_abi::qmm_format as f;
+    Some(match ty {
+        GgmlType::Q4_K => ("qmm_q4k", f::Q4_K),
+        GgmlType::Q5_K => ("qmm_q5k", f::Q5_K),
+        GgmlType::Q6_K => ("qmm_q6k", f::Q6_K),
+        GgmlType::Q8_0 => ("qmm_q8_0", f::Q8_0),
+        GgmlType::F16 => ("qmm_f16", f::F16),
+        GgmlType::BF16 => ("qmm_bf16", f::BF16),
+        _ => return None,
+    })
+}
+
+/// Reusable scratch of [`qmm`] sized for at most `max_n` tokens, `max_in` inputs and `max_out`
+/// outputs.
+pub struct QmmWorkspace {
+    xh: CudaSlice<u16>,
+    xb_hi: CudaSlice<u16>,
+    xb_lo: CudaSlice<u16>,
+    xscale: CudaSlice<f32>,
+    partial: CudaSlice<f32>,
+    counters: CudaSlice<u32>,
+    max_in: usize,
+    max_out: usize,
+}
+
+impl QmmWorkspace {
+    pub fn new(gpu: &Gpu, max_in: usize, max_out: usize) -> Result<Self, GpuError> {
+        let n_pad = QMM_MAX_N as usize;
+        let x = n_pad
+            .checked_mul(max_in)
+            .ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
+        let partial = 16usize
+            .checked_mul(n_pad)
+            .and_then(|v| v.checked_mul(max_out))
+            .ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
+        Ok(QmmWorkspace {
+            xh: gpu.zeros(x)?,
+            xb_hi: gpu.zeros(x)?,
+            xb_lo: gpu.zeros(x)?,
+            xscale: gpu.zeros(n_pad)?,
+            partial: gpu.zeros(partial)?,
+            counters: gpu.zeros(max_out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1))?,
+            max_in,
+            max_out,
+        })
+    }
+}
+
+/// `y[c, o] = Σ_i W[o, i] · x[c, i]` for `c < n ≤ 32`, W `[out, in]` of type `ty` (raw GGUF
+/// bytes, rows contiguous), x `[n, in]` f32, y `[n, out]` f32. Column `c` of y is bitwise the
+/// same for every `n` (see `gpu-kernels/src/qmatmul/mod.rs`).
+#[allow(clippy::too_many_arguments)]
+pub fn qmm(
+    gpu: &Gpu,
+    ty: GgmlType,
+    w: &CudaSlice<u8>,
+    out: usize,
+    inp: usize,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    let (prefix, (elems, bytes, per_stage)) =
+        qmm_format(ty).ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
+    if n == 0 || n > QMM_MAX_N as usize {
+        return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+    }
+    if out == 0 || inp == 0 || inp % elems as usize != 0 {
+        return Err(GpuError::shape("qmm", format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}")));
+    }
+    if inp > ws.max_in || out > ws.max_out {
+        return Err(GpuError::shape(
+            "qmm",
+            format!("[{out}, {inp}] exceeds the workspace ([{}, {}])", ws.max_out, ws.max_in),
+        ));
+    }
+    let row_bytes = inp / elems as usize * bytes as usize;
+    let need_w = out.checked_mul(row_bytes).ok_or_else(|| GpuError::shape("qmm", "W size overflows"))?;
+    if w.len() < need_w || x.len() < n * inp || y.len() < n * out {
+        return Err(GpuError::shape(
+            "qmm",
+            format!(
+                "W {ty:?} [{out}, {inp}] needs {need_w} bytes (has {}), x {} values (has {}), y {} (has {})",
+                w.len(),
+                n * inp,
+                x.len(),
+                n * out,
+                y.len()
+            ),
+        ));
+    }
+    let tiles = n.div_ceil(8);
+    let n_pad = 8 * tiles;
+    let to_u32 = |v: usize, what: &str| u32::try_from(v).map_err(|_| GpuError::shape("qmm", format!("{what} too large")));
+    let pp = Param(QmmPrepParams { n: n as u32, n_pad: n_pad as u32, in_features: to_u32(inp, "in")? });
+    let f = gpu.function("qmm_prep_x")?;
+    let mut b = gpu.stream().launch_builder(&f);
+    b.arg(x).arg(&mut ws.xh).arg(&mut ws.xb_hi).arg(&mut ws.xb_lo).arg(&mut ws.xscale).arg(&pp);
+    let cfg = LaunchConfig { grid_dim: (n_pad as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    unsafe { b.launch(cfg) }.while_(|| "launching qmm_prep_x".into())?;
+
+    let blocks_per_row = to_u32(inp / elems as usize, "in")?;
+    let out32 = to_u32(out, "out")?;
+    let p = QmmParams {
+        out_features: out32,
+        in_features: to_u32(inp, "in")?,
+        n: n as u32,
+        n_pad: n_pad as u32,
+        ksplit: qmm_ksplit(out32, blocks_per_row),
+        row_bytes: to_u32(row_bytes, "row")?,
+    };
+    let name: &'static str = match (prefix, tiles) {
+        ("qmm_q4k", 1) => "qmm_q4k_nt1",
+        ("qmm_q4k", 2) => "qmm_q4k_nt2",
+        ("qmm_q4k", 3) => "qmm_q4k_nt3",
+        ("qmm_q4k", _) => "qmm_q4k_nt4",
+        ("qmm_q5k", 1) => "qmm_q5k_nt1",
+        ("qmm_q5k", 2) => "qmm_q5k_nt2",
+        ("qmm_q5k", 3) => "qmm_q5k_nt3",
+        ("qmm_q5k", _) => "qmm_q5k_nt4",
+        ("qmm_q6k", 1) => "qmm_q6k_nt1",
+        ("qmm_q6k", 2) => "qmm_q6k_nt2",
+        ("qmm_q6k", 3) => "qmm_q6k_nt3",
+        ("qmm_q6k", _) => "qmm_q6k_nt4",
+        ("qmm_q8_0", 1) => "qmm_q8_0_nt1",
+        ("qmm_q8_0", 2) => "qmm_q8_0_nt2",
+        ("qmm_q8_0", 3) => "qmm_q8_0_nt3",
+        ("qmm_q8_0", _) => "qmm_q8_0_nt4",
+        ("qmm_f16", 1) => "qmm_f16_nt1",
+        ("qmm_f16", 2) => "qmm_f16_nt2",
+        ("qmm_f16", 3) => "qmm_f16_nt3",
+        ("qmm_f16", _) => "qmm_f16_nt4",
+        ("qmm_bf16", 1) => "qmm_bf16_nt1",
+        ("qmm_bf16", 2) => "qmm_bf16_nt2",
+        ("qmm_bf16", 3) => "qmm_bf16_nt3",
+        (_, _) => "qmm_bf16_nt4",
+    };
+    let f = gpu.function(name)?;
+    let smem = qmm_smem_bytes(bytes, per_stage);
+    f.set_attribute(
+        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )
+    .while_(|| format!("allowing {smem} bytes of shared memory for {name}"))?;
+    let pq = Param(p);
+    let mut b = gpu.stream().launch_builder(&f);
+    b.arg(w)
+        .arg(&ws.xh)
+        .arg(&ws.xb_hi)
+        .arg(&ws.xb_lo)
+        .arg(&ws.xscale)
+        .arg(&mut ws.partial)
+        .arg(&mut ws.counters)
+        .arg(y)
+        .arg(&pq);
+    let cfg = LaunchConfig {
+        grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
+        block_dim: (QMM_WARPS * 32, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    unsafe { b.launch(cfg) }.while_(|| format!("launching {name}"))?;
+    Ok(())
+}

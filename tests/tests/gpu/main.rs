@@ -5,4 +5,5 @@ mod copy;
 mod graph;
 mod norm;
 mod qmatmul;
+mod qmm;
 mod sample;

@@ -1,0 +1,88 @@
+//! Tensor-core `qmm` at the Qwen3.5-27B shapes, every weight type, n = 1, 8, 16, 22, 32.
+//! Roofline: weight bytes once per call over the copy ceiling (x, y, partials are ≤ 2 % of it).
+//! Prints time, GB/s, fraction of the copy ceiling and t(n)/t(1). Weight sets smaller than
+//! 2× L2 are rotated over several copies so every call streams from device memory.
+
+use criterion::Throughput;
+use flashtree::gpu::qmatmul::{qmm, QmmWorkspace};
+use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
+use flashtree_reference::quant::GgmlType;
+
+/// (in, out) as in the "in→out".
+const SHAPES: [(usize, usize); 6] = [(5120, 10240), (5120, 6144), (5120, 17408), (17408, 5120), (6144, 5120), (5120, 12288)];
+const NS: [usize; 5] = [1, 8, 16, 22, 32];
+
+fn weights(ty: GgmlType, out: usize, inp: usize, seed: u64) -> Vec<u8> {
+    let bytes = out * inp / ty.block_size() * ty.type_size();
+    let mut s = seed | 1;
+    let mut v: Vec<u8> = Vec::with_capacity(bytes + 8);
+    while v.len() < bytes {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        v.extend_from_slice(&s.to_le_bytes());
+    }
+    v.truncate(bytes);
+    // Finite, realistic scales: patch the f16 scale fields of each block.
+    let d = half::f16::from_f32(0.002).to_bits().to_le_bytes();
+    let ts = ty.type_size();
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => v.chunks_exact_mut(ts).for_each(|b| {
+            b[0..2].copy_from_slice(&d);
+            b[2..4].copy_from_slice(&d)
+        }),
+        GgmlType::Q6_K => v.chunks_exact_mut(ts).for_each(|b| b[208..210].copy_from_slice(&d)),
+        GgmlType::Q8_0 => v.chunks_exact_mut(ts).for_each(|b| b[0..2].copy_from_slice(&d)),
+        // Half types: keep every value finite and modest (exponent field forced small).
+        GgmlType::F16 => v.chunks_exact_mut(2).for_each(|h| h[1] = (h[1] & 0x83) | 0x20),
+        GgmlType::BF16 => v.chunks_exact_mut(2).for_each(|h| h[1] = (h[1] & 0x80) | 0x3c),
+        _ => {}
+    }
+    v
+}
+
+fn main() {
+    let Some(gpu) = gpu_or_skip("qmm") else { return };
+    let ceiling = ceiling_gbps(&gpu);
+    let l2 = l2_bytes(&gpu);
+    let mut c = criterion();
+    let mut cases: Vec<(GgmlType, usize, usize)> = Vec::new();
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::BF16, GgmlType::F16] {
+        for (inp, out) in SHAPES {
+            cases.push((ty, inp, out));
+        }
+    }
+    cases.push((GgmlType::Q6_K, 5120, 248_320));
+    let mut ws = QmmWorkspace::new(&gpu, 17408, 248_320).unwrap();
+    for (ty, inp, out) in cases {
+        let host = weights(ty, out, inp, (inp * 31 + out) as u64);
+        let bytes = host.len();
+        let copies = (2 * l2).div_ceil(bytes).max(1);
+        let ws_bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&host).unwrap()).collect();
+        drop(host);
+        let x: Vec<f32> = (0..32 * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let dx = gpu.upload(&x).unwrap();
+        let mut dy = gpu.zeros::<f32>(32 * out).unwrap();
+        let note_l2 = if bytes < 2 * l2 { format!("{copies} copies rotated") } else { String::new() };
+        let mut t1 = 0.0;
+        for n in NS {
+            let secs = median_secs(&gpu, 20, |i| qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws));
+            if n == 1 {
+                t1 = secs;
+            }
+            let note = format!("t(n)/t(1) = {:.2} {note_l2}", secs / t1);
+            report("qmm", &format!("{ty:?} {inp}->{out} n={n}"), bytes as f64, secs, ceiling, &note);
+            if ty == GgmlType::Q4_K && inp == 5120 && out == 17408 && (n == 1 || n == 22) {
+                let mut g = c.benchmark_group("qmm/q4_k");
+                g.throughput(Throughput::Bytes(bytes as u64));
+                g.bench_function(format!("{inp}->{out} n={n}"), |b| {
+                    b.iter_custom(|iters| {
+                        event_duration(&gpu, iters, |i| qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws))
+                    })
+                });
+                g.finish();
+            }
+        }
+    }
+    c.final_summary();
+}

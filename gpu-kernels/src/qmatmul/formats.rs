@@ -1,0 +1,407 @@
+//! Weight formats for the tensor-core `qmm_*` kernels: how a lane loads its part of one weight
+//! block for the two rows it serves (`g` and `g + 8` of the warp's 16), and how it turns that
+//! into the A fragment of one k16 step.
+//!
+//! Lane `(g, t)` (`g = lane / 4`, `t = lane % 4`) serves, in every 32-element unit, elements
+//! `8t .. 8t+8` of rows `g` and `g+8`; for k16 step `h` it supplies elements `8t+4h + [0,2,1,3]`
+//! as k-slots `2t, 2t+1, 2t+8, 2t+9` — the same order `qmm_prep_x` stores x in, so
+//! `Σ_k A[r, k] · B[k, c]` is the dot product of row `r` with column `c` over the unit.
+//!
+//! Quantized weights are dequantized into f16: `w = fma(q, d·sc, −dmin·m)` with `d·sc` and
+//! `dmin·m` rounded to f16 (`mul.rn.f16x2`) and one more rounding in the fma, so
+//! `|ŵ − w| ≤ 2^-10 (|d·sc·q| + |dmin·m|)` (f16 subnormals add ≤ 2^-25 absolute).
+
+use kernel_abi::qmm_format;
+
+use crate::device::half2::{and_or, hfma2, hmul2, hsub2, prmt};
+
+
+/// 16 bytes at a 16-byte-aligned shared-memory address.
+#[inline(always)]
+unsafe fn rd16(p: *const u8) -> [u32; 4] {
+    (p as *const [u32; 4]).read()
+}
+
+/// 8 bytes at an 8-byte-aligned shared-memory address.
+#[inline(always)]
+unsafe fn rd8(p: *const u8) -> [u32; 2] {
+    (p as *const [u32; 2]).read()
+}
+
+/// A 2-byte-aligned u16 from shared memory.
+#[inline(always)]
+unsafe fn rd2(p: *const u8) -> u32 {
+    (p as *const u16).read() as u32
+}
+
+/// 8 bytes at a 2-byte-aligned shared-memory address, as two words.
+#[inline(always)]
+unsafe fn ld8_a2(p: *const u8) -> [u32; 2] {
+    [rd2(p) | (rd2(p.add(2)) << 16), rd2(p.add(4)) | (rd2(p.add(6)) << 16)]
+}
+
+/// f16x2 `(1024, 1024)`: `0x6400 | q` is the f16 `1024 + q` for `q < 1024`.
+const MAGIC_1024: u32 = 0x6400_6400;
+
+/// A weight storage format as seen by one lane.
+pub trait Format {
+    /// Elements per block along K.
+    const ELEMS: u32;
+    /// Bytes per block.
+    const BYTES: u32;
+    /// Whether the fragments are bf16 (else f16).
+    const BF16: bool;
+    /// What one lane holds of one block, for its two rows.
+    type Lane: Copy;
+    /// Weight blocks per pipeline stage (sized so a warp's stage is 2–4 KiB).
+    const PER_STAGE: u32;
+    /// Reads the lane's part of the block starting at `row_g` / `row_g8` (pointers into the
+    /// warp's shared-memory stage; 16-byte aligned for Q4_K, Q5_K, F16, BF16, 2-byte otherwise).
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Self::Lane;
+    /// A fragment `[a0, a1, a2, a3]` of k16 step `h` (0, 1) of unit `u` (0 .. ELEMS/32).
+    fn frag(l: &Self::Lane, u: u32, h: u32) -> [u32; 4];
+    /// For split (hi + lo) formats: the A fragment of the low part, else `None`.
+    #[inline(always)]
+    fn frag_lo(_l: &Self::Lane, _u: u32, _h: u32) -> Option<[u32; 4]> {
+        None
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q4_K: 256 elements in 144 bytes: d, dmin (f16), 12 bytes of 6-bit scales/mins, 128 bytes of
+// nibbles in four 32-byte groups (group c: sub-block 2c low nibbles, 2c+1 high nibbles).
+
+/// Q4_K lane data: per row the 16-byte header and 2 words of each 32-byte nibble group.
+#[derive(Clone, Copy)]
+pub struct Q4kLane {
+    /// `[row][word]`: word 0 = `d | dmin << 16`, 1..3 = the 12 scale bytes.
+    hdr: [[u32; 4]; 2],
+    /// `[row][group][word]`: bytes `8t .. 8t+8` of group `c`.
+    qs: [[[u32; 2]; 4]; 2],
+}
+
+pub struct Q4K;
+
+/// `(d·sc, −dmin·m)` of sub-block `j` of a K-quant header, as two broadcast f16x2 words.
+#[inline(always)]
+fn k_scale_pair(hdr: &[u32; 4], j: u32) -> (u32, u32) {
+    let (w1, w2, w3) = (hdr[1], hdr[2], hdr[3]);
+    let (sc4, m4) = if j < 4 {
+        (w1 & 0x3f3f_3f3f, w2 & 0x3f3f_3f3f)
+    } else {
+        (and_or(w3, 0x0f0f_0f0f, (w1 >> 2) & 0x3030_3030), and_or(w3 >> 4, 0x0f0f_0f0f, (w2 >> 2) & 0x3030_3030))
+    };
+    let shift = 8 * (j % 4);
+    let sc = (sc4 >> shift) & 0xff;
+    let m = (m4 >> shift) & 0xff;
+    // (1024 + sc, 1024 + m) − 1024 = (sc, m) exactly; × (d, −dmin).
+    let scm = hsub2((sc | (m << 16)) | MAGIC_1024, MAGIC_1024);
+    let prod = hmul2(scm, hdr[0] ^ 0x8000_0000);
+    (prmt(prod, prod, 0x1010), prmt(prod, prod, 0x3232))
+}
+
+/// Four 4-bit quants (bits `shift..shift+4` of each byte of `v`) → two f16x2 of
+/// `d·sc·q − dmin·m`: `(e0, e2)` and `(e1, e3)`.
+#[inline(always)]
+fn nibbles_to_f16(v: u32, shift: u32, dsc: u32, ndm: u32) -> (u32, u32) {
+    let v = v >> shift;
+    let a = hsub2(and_or(v, 0x000f_000f, MAGIC_1024), MAGIC_1024);
+    let b = hsub2(and_or(v >> 8, 0x000f_000f, MAGIC_1024), MAGIC_1024);
+    (hfma2(a, dsc, ndm), hfma2(b, dsc, ndm))
+}
+
+impl Format for Q4K {
+    const ELEMS: u32 = qmm_format::Q4_K.0;
+    const BYTES: u32 = qmm_format::Q4_K.1;
+    const PER_STAGE: u32 = qmm_format::Q4_K.2;
+    const BF16: bool = false;
+    type Lane = Q4kLane;
+
+    #[inline(always)]
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q4kLane {
+        let mut l = Q4kLane { hdr: [[0; 4]; 2], qs: [[[0; 2]; 4]; 2] };
+        let rows = [row_g, row_g8];
+        let mut r = 0;
+        while r < 2 {
+            l.hdr[r] = rd16(rows[r]);
+            let mut c = 0;
+            while c < 4 {
+                l.qs[r][c] = rd8(rows[r].add(16 + 32 * c + 8 * t as usize));
+                c += 1;
+            }
+            r += 1;
+        }
+        l
+    }
+
+    #[inline(always)]
+    fn frag(l: &Q4kLane, u: u32, h: u32) -> [u32; 4] {
+        let c = (u / 2) as usize;
+        let shift = 4 * (u % 2);
+        let (dsc0, ndm0) = k_scale_pair(&l.hdr[0], u);
+        let (dsc1, ndm1) = k_scale_pair(&l.hdr[1], u);
+        let (a0, a2) = nibbles_to_f16(l.qs[0][c][h as usize], shift, dsc0, ndm0);
+        let (a1, a3) = nibbles_to_f16(l.qs[1][c][h as usize], shift, dsc1, ndm1);
+        [a0, a1, a2, a3]
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q5_K: 256 elements in 176 bytes: d, dmin, 12 scale bytes (as Q4_K), qh[32] (bit s of qh[l] is
+// the 5th bit of element l of sub-block s), qs[128] (as Q4_K).
+
+#[derive(Clone, Copy)]
+pub struct Q5kLane {
+    hdr: [[u32; 4]; 2],
+    /// `[row][word]`: qh bytes `8t .. 8t+8`.
+    qh: [[u32; 2]; 2],
+    qs: [[[u32; 2]; 4]; 2],
+}
+
+pub struct Q5K;
+
+impl Format for Q5K {
+    const ELEMS: u32 = qmm_format::Q5_K.0;
+    const BYTES: u32 = qmm_format::Q5_K.1;
+    const PER_STAGE: u32 = qmm_format::Q5_K.2;
+    const BF16: bool = false;
+    type Lane = Q5kLane;
+
+    #[inline(always)]
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q5kLane {
+        let mut l = Q5kLane { hdr: [[0; 4]; 2], qh: [[0; 2]; 2], qs: [[[0; 2]; 4]; 2] };
+        let rows = [row_g, row_g8];
+        let mut r = 0;
+        while r < 2 {
+            l.hdr[r] = rd16(rows[r]);
+            l.qh[r] = rd8(rows[r].add(16 + 8 * t as usize));
+            let mut c = 0;
+            while c < 4 {
+                l.qs[r][c] = rd8(rows[r].add(48 + 32 * c + 8 * t as usize));
+                c += 1;
+            }
+            r += 1;
+        }
+        l
+    }
+
+    #[inline(always)]
+    fn frag(l: &Q5kLane, u: u32, h: u32) -> [u32; 4] {
+        let c = (u / 2) as usize;
+        let shift = 4 * (u % 2);
+        let mut out = [0u32; 4];
+        let mut r = 0;
+        while r < 2 {
+            let (dsc, ndm) = k_scale_pair(&l.hdr[r], u);
+            let v = (l.qs[r][c][h as usize] >> shift) & 0x0f0f_0f0f;
+            // 5th bits: bit u of each qh byte, moved to bit 4.
+            let hb = ((l.qh[r][h as usize] >> u) & 0x0101_0101) << 4;
+            let q = v | hb;
+            let a = hsub2(and_or(q, 0x001f_001f, MAGIC_1024), MAGIC_1024);
+            let b = hsub2(and_or(q >> 8, 0x001f_001f, MAGIC_1024), MAGIC_1024);
+            out[r] = hfma2(a, dsc, ndm);
+            out[r + 2] = hfma2(b, dsc, ndm);
+            r += 1;
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q6_K: 256 elements in 210 bytes (2-byte aligned): ql[128], qh[64], scales[16] (i8), d (f16).
+// Element e: half hf = e/128, quarter tq = (e%128)/32, l = e%32;
+// low = nibble (tq/2 ? high : low) of ql[64hf + 32(tq%2) + l]; high = (qh[32hf + l] >> 2tq) & 3;
+// q = (low | high << 4) − 32; x = d · scales[e/16] · q. Unit u (32 elements) = (hf, tq) = (u/4, u%4).
+
+#[derive(Clone, Copy)]
+pub struct Q6kLane {
+    /// `[row][hf][parity][word]`: ql bytes `64hf + 32·parity + 8t .. +8`.
+    ql: [[[[u32; 2]; 2]; 2]; 2],
+    /// `[row][hf][word]`: qh bytes `32hf + 8t .. +8`.
+    qh: [[[u32; 2]; 2]; 2],
+    /// `[row]`: scales[2 units × … ] needed by this lane: scale `8hf + 2tq + t/2` for all 8 units,
+    /// packed as bytes `[u]`.
+    sc: [[u32; 2]; 2],
+    /// `[row]`: d as f16 bits.
+    d: [u32; 2],
+}
+
+pub struct Q6K;
+
+
+impl Format for Q6K {
+    const ELEMS: u32 = qmm_format::Q6_K.0;
+    const BYTES: u32 = qmm_format::Q6_K.1;
+    const PER_STAGE: u32 = qmm_format::Q6_K.2;
+    const BF16: bool = false;
+    type Lane = Q6kLane;
+
+    #[inline(always)]
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q6kLane {
+        let mut l = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], sc: [[0; 2]; 2], d: [0; 2] };
+        let rows = [row_g, row_g8];
+        let t8 = 8 * t as usize;
+        let mut r = 0;
+        while r < 2 {
+            let b = rows[r];
+            let mut hf = 0;
+            while hf < 2 {
+                l.ql[r][hf][0] = ld8_a2(b.add(64 * hf + t8));
+                l.ql[r][hf][1] = ld8_a2(b.add(64 * hf + 32 + t8));
+                l.qh[r][hf] = ld8_a2(b.add(128 + 32 * hf + t8));
+                hf += 1;
+            }
+            // scales: unit u = 4hf + tq uses scales[8hf + 2tq + t/2].
+            let mut s = [0u32; 8];
+            let mut u = 0;
+            while u < 8 {
+                let idx = 8 * (u / 4) + 2 * (u % 4) + (t / 2) as usize;
+                s[u] = rd2(b.add(192 + (idx & !1))) >> (8 * (idx & 1)) & 0xff;
+                u += 1;
+            }
+            l.sc[r] = [s[0] | s[1] << 8 | s[2] << 16 | s[3] << 24, s[4] | s[5] << 8 | s[6] << 16 | s[7] << 24];
+            l.d[r] = rd2(b.add(208));
+            r += 1;
+        }
+        l
+    }
+
+    #[inline(always)]
+    fn frag(l: &Q6kLane, u: u32, h: u32) -> [u32; 4] {
+        let hf = (u / 4) as usize;
+        let tq = u % 4;
+        let mut out = [0u32; 4];
+        let mut r = 0;
+        while r < 2 {
+            let lo = (l.ql[r][hf][(tq % 2) as usize][h as usize] >> (4 * (tq / 2))) & 0x0f0f_0f0f;
+            let hi = ((l.qh[r][hf][h as usize] >> (2 * tq)) & 0x0303_0303) << 4;
+            let q = lo | hi; // 0..63 per byte; value q − 32
+            let sc = (l.sc[r][(u / 4) as usize] >> (8 * (u % 4))) & 0xff;
+            // signed 8-bit scale → f16 via (1024 + (sc ^ 0x80)) − (1024 + 128)
+            let scf = hsub2(((sc ^ 0x80) | ((sc ^ 0x80) << 16)) | MAGIC_1024, 0x6480_6480);
+            let dsc = hmul2(scf, l.d[r] | (l.d[r] << 16));
+            // q − 32: (1024 + q) − (1024 + 32) exactly.
+            let a = hsub2(and_or(q, 0x003f_003f, MAGIC_1024), 0x6420_6420);
+            let b = hsub2(and_or(q >> 8, 0x003f_003f, MAGIC_1024), 0x6420_6420);
+            out[r] = hmul2(a, dsc);
+            out[r + 2] = hmul2(b, dsc);
+            r += 1;
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q8_0: 32 elements in 34 bytes (2-byte aligned): d (f16), qs[32] (i8).
+
+#[derive(Clone, Copy)]
+pub struct Q8_0Lane {
+    qs: [[u32; 2]; 2],
+    d: [u32; 2],
+}
+
+pub struct Q8_0;
+
+/// Four signed bytes (in the order b0, b2 | b1, b3) → two f16x2 of `q`.
+#[inline(always)]
+fn i8x4_to_f16(v: u32) -> (u32, u32) {
+    // (1024 + (q ^ 0x80)) − (1024 + 128) = q, exact.
+    let x = v ^ 0x8080_8080;
+    let a = hsub2(and_or(x, 0x00ff_00ff, MAGIC_1024), 0x6480_6480);
+    let b = hsub2(and_or(x >> 8, 0x00ff_00ff, MAGIC_1024), 0x6480_6480);
+    (a, b)
+}
+
+impl Format for Q8_0 {
+    const ELEMS: u32 = qmm_format::Q8_0.0;
+    const BYTES: u32 = qmm_format::Q8_0.1;
+    const PER_STAGE: u32 = qmm_format::Q8_0.2;
+    const BF16: bool = false;
+    type Lane = Q8_0Lane;
+
+    #[inline(always)]
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q8_0Lane {
+        let t8 = 8 * t as usize;
+        Q8_0Lane {
+            qs: [ld8_a2(row_g.add(2 + t8)), ld8_a2(row_g8.add(2 + t8))],
+            d: [rd2(row_g), rd2(row_g8)],
+        }
+    }
+
+    #[inline(always)]
+    fn frag(l: &Q8_0Lane, _u: u32, h: u32) -> [u32; 4] {
+        let (a0, a2) = i8x4_to_f16(l.qs[0][h as usize]);
+        let (a1, a3) = i8x4_to_f16(l.qs[1][h as usize]);
+        let d0 = l.d[0] | (l.d[0] << 16);
+        let d1 = l.d[1] | (l.d[1] << 16);
+        [hmul2(a0, d0), hmul2(a1, d1), hmul2(a2, d0), hmul2(a3, d1)]
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Half-precision weights: F16 and BF16 (32-element "blocks" of 64 bytes, 16-byte aligned rows).
+
+#[derive(Clone, Copy)]
+pub struct HalfLane {
+    /// `[row]`: elements `8t .. 8t+8` (4 words of 2 halves).
+    v: [[u32; 4]; 2],
+}
+
+#[inline(always)]
+unsafe fn load_half(row_g: *const u8, row_g8: *const u8, t: u32) -> HalfLane {
+    HalfLane {
+        v: [
+            rd16(row_g.add(16 * t as usize)),
+            rd16(row_g8.add(16 * t as usize)),
+        ],
+    }
+}
+
+/// `(e0, e2)` and `(e1, e3)` of step `h` from words `(e0,e1), (e2,e3)`.
+#[inline(always)]
+fn half_frag(l: &HalfLane, h: u32) -> [u32; 4] {
+    let h2 = 2 * h as usize;
+    let (g0, g1) = (l.v[0][h2], l.v[0][h2 + 1]);
+    let (r0, r1) = (l.v[1][h2], l.v[1][h2 + 1]);
+    [prmt(g0, g1, 0x5410), prmt(r0, r1, 0x5410), prmt(g0, g1, 0x7632), prmt(r0, r1, 0x7632)]
+}
+
+pub struct F16;
+
+impl Format for F16 {
+    const ELEMS: u32 = qmm_format::F16.0;
+    const BYTES: u32 = qmm_format::F16.1;
+    const PER_STAGE: u32 = qmm_format::F16.2;
+    const BF16: bool = false;
+    type Lane = HalfLane;
+
+    #[inline(always)]
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> HalfLane {
+        load_half(row_g, row_g8, t)
+    }
+
+    #[inline(always)]
+    fn frag(l: &HalfLane, _u: u32, h: u32) -> [u32; 4] {
+        half_frag(l, h)
+    }
+}
+
+pub struct Bf16;
+
+impl Format for Bf16 {
+    const ELEMS: u32 = qmm_format::BF16.0;
+    const BYTES: u32 = qmm_format::BF16.1;
+    const PER_STAGE: u32 = qmm_format::BF16.2;
+    const BF16: bool = true;
+    type Lane = HalfLane;
+
+    #[inline(always)]
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> HalfLane {
+        load_half(row_g, row_g8, t)
+    }
+
+    #[inline(always)]
+    fn frag(l: &HalfLane, _u: u32, h: u32) -> [u32; 4] {
+        half_frag(l, h)
+    }
+}

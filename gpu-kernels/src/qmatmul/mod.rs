@@ -1,0 +1,27 @@
+//! `qmatmul`: `y[n, out] = W[out, in] · x[n, in]` with W in its storage type.
+//!
+//! * [`gemv`] — one token, F32/BF16 weights, f32 arithmetic (CUDA cores).
+//! * [`prep`] + [`tile`] — 1…32 tokens, every weight type, tensor cores (`mma.sync.m16n8k16`).
+//!
+//! # Activation format of the tensor-core path
+//!
+//! `qmm_prep_x` rewrites each token column `x[c, :]` once per call as
+//! `x[c, i] = s_c · x̂[c, i]` with a power-of-two `s_c` chosen so that `max_i |x̂[c, i]| ∈
+//! [2^14, 2^15)`, and `x̂` rounded to f16 (one rounding, relative error ≤ 2^-11; values under
+//! `2^-14 · s_c` become f16 subnormals, absolute error ≤ 2^-25 · s_c). For BF16 and F32 weights
+//! the column is also written as a pair of bf16 (`x̂ = hi + lo + r`, `|r| ≤ 2^-16 |x̂|`), used
+//! with bf16 tensor-core products. Inside each 32-element block the elements are stored in
+//! the fragment order of `mma.m16n8k16` (see [`prep::position_in_block`]), so one 16-byte load
+//! gives a lane the B fragments of two k16 steps.
+//!
+//! # Batch invariance
+//!
+//! Column `c` of the result is computed by the same instructions in the same order whatever the
+//! number of tokens: the tile `c / 8` and lane position `c % 8` are fixed, a tensor-core result
+//! element depends only on its own row of A and column of B, and the K split (`ksplit`) and the
+//! order in which split partials are added depend on the matrix shape only.
+
+pub mod formats;
+pub mod gemv;
+pub mod prep;
+pub mod tile;

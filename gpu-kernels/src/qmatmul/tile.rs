@@ -1,0 +1,284 @@
+//! `qmm_<format>_nt<T>`: tensor-core `y[c, o] = Σ_i W[o, i] · x[c, i]` for up to `8·T` token
+//! columns, every weight format of [`super::formats`].
+//!
+//! Geometry: 256-thread blocks of 8 warps; warp `w` of block `(bx, s)` owns output rows
+//! `16·(8·bx + w) .. +16` and the weight blocks of K split `s` (`blockIdx.y`, `ksplit` splits
+//! fixed by the shape). Each warp streams its 16 rows through a private ring of `QMM_STAGES`
+//! shared-memory stages filled with 16-byte `cp.async` copies (three stages in flight while one
+//! is consumed: the bytes in flight do not cost registers). Lane `(g, t)` reads its part of
+//! rows `g` and `g + 8` from the stage (see [`super::formats`]) and, for each 32-element unit
+//! and each tile of 8 columns, loads 16 bytes of prepared x (two k16 steps of B fragments) and
+//! issues `mma.m16n8k16` into f32 accumulators. The 8 warps of a block read the same x, so x
+//! is served from L1.
+//!
+//! With `ksplit > 1`, each block writes its partial sums to `partial[s][c][o]`, and the last
+//! block of a row group to finish (an atomic counter per row group, reset by that block) adds
+//! the `ksplit` partials in split order 0, 1, … — never in arrival order — and writes `y`.
+//!
+//! Traffic: weight bytes once, plus x (`n_pad·in·2` per 128-row block, mostly L1/L2 hits),
+//! plus `2·ksplit·n·out·4` partial bytes when split.
+
+use kernel_abi::{qmm_row_stride, QmmParams, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES};
+
+use super::formats::{Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
+use crate::device::cp_async::{cp_async_16, cp_async_commit, cp_async_wait};
+use crate::device::fence::fence_gpu;
+use crate::device::load::{ld_cg_f32, ld_nc_v4, U32x4};
+use crate::device::mma::{mma_bf16_16816, mma_f16_16816};
+use crate::device::shared::{dynamic_smem, smem_addr, Shared};
+use crate::device::sync::{sync_threads, sync_warp};
+use crate::device::*;
+
+#[link_section = ".shared"]
+static QMM_IS_LAST: Shared<u32> = Shared::uninit();
+
+/// The kernel body, monomorphised per format `F` and tile count `T`.
+#[inline(always)]
+unsafe fn qmm<F: Format, const T: usize>(
+    w: *const u8,
+    xh: *const u16,
+    xb_hi: *const u16,
+    xb_lo: *const u16,
+    xscale: *const f32,
+    partial: *mut f32,
+    counters: *mut u32,
+    y: *mut f32,
+    p: QmmParams,
+) {
+    let lane = lane_id();
+    let (g, t) = (lane / 4, lane % 4);
+    let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
+    let last_row = p.out_features - 1;
+    let rg = (row0 + g).min(last_row) as usize;
+    let rg8 = (row0 + g + 8).min(last_row) as usize;
+
+    let blocks = p.in_features / F::ELEMS;
+    let split = block_y();
+    let ksplit = p.ksplit.max(1);
+    let b0 = split * blocks / ksplit;
+    let b1 = (split + 1) * blocks / ksplit;
+    let units = F::ELEMS / 32;
+    let k = p.in_features as usize;
+
+    // This warp's shared-memory ring: STAGES × 16 rows × RS bytes.
+    let rs = qmm_row_stride(F::BYTES, F::PER_STAGE) as usize;
+    let ring = dynamic_smem().add(warp_id() as usize * (QMM_STAGES as usize * 16 * rs));
+    let row_bytes = p.row_bytes as usize;
+    let warp_row0 = row0 as usize;
+    let stages = (b1 - b0).div_ceil(F::PER_STAGE);
+
+    // Issues the cp.async copies of stage `st`: for each of the 16 rows, the 16-byte chunks
+    // covering blocks [b, b_end) (from the 16-byte boundary at or below the first byte).
+    let issue = |st: u32| {
+        let b = b0 + st * F::PER_STAGE;
+        let b_end = (b + F::PER_STAGE).min(b1);
+        let slot = ring.add((st % QMM_STAGES) as usize * 16 * rs);
+        let cpr = (rs / 16) as u32;
+        let mut idx = lane;
+        while idx < 16 * cpr {
+            let r = (idx / cpr) as usize;
+            let c = (idx % cpr) as usize;
+            let row = (warp_row0 + r).min(last_row as usize);
+            let start = row * row_bytes + b as usize * F::BYTES as usize;
+            let end = row * row_bytes + b_end as usize * F::BYTES as usize;
+            let start_al = start & !15;
+            if start_al + 16 * c < end {
+                cp_async_16(smem_addr(slot.add(r * rs + 16 * c)), w.add(start_al + 16 * c));
+            }
+            idx += 32;
+        }
+    };
+
+    let mut acc = [[0.0f32; 4]; T];
+    let mut st = 0;
+    while st + 1 < QMM_STAGES {
+        if st < stages {
+            issue(st);
+        }
+        cp_async_commit();
+        st += 1;
+    }
+    let mut st = 0;
+    while st < stages {
+        if st + QMM_STAGES - 1 < stages {
+            issue(st + QMM_STAGES - 1);
+        }
+        cp_async_commit();
+        cp_async_wait::<{ QMM_STAGES - 1 }>();
+        sync_warp();
+        let slot = ring.add((st % QMM_STAGES) as usize * 16 * rs);
+        let b = b0 + st * F::PER_STAGE;
+        let b_end = (b + F::PER_STAGE).min(b1);
+        let off_g = (rg * row_bytes + b as usize * F::BYTES as usize) & 15;
+        let off_g8 = (rg8 * row_bytes + b as usize * F::BYTES as usize) & 15;
+        let sg = slot.add(g as usize * rs + off_g);
+        let sg8 = slot.add((g as usize + 8) * rs + off_g8);
+        let mut bb = b;
+        while bb < b_end {
+            let boff = ((bb - b) * F::BYTES) as usize;
+            let lanedata = F::load(sg.add(boff), sg8.add(boff), t);
+            unroll_units::<F>(|u| {
+                let unit = (bb * units + u) as usize;
+                // B fragments of both k16 steps for every tile: column = 8·tile + g.
+                let mut xf = [[0u32; 4]; T];
+                let mut xl = [[0u32; 4]; T];
+                let mut tile = 0;
+                while tile < T {
+                    let col = 8 * tile + g as usize;
+                    let at = col * k + unit * 32 + 8 * t as usize;
+                    if F::BF16 {
+                        xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
+                        xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
+                    } else {
+                        xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
+                    }
+                    tile += 1;
+                }
+                let mut step = |h: u32| {
+                    let a = F::frag(&lanedata, u, h);
+                    let mut tile = 0;
+                    while tile < T {
+                        let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
+                        if F::BF16 {
+                            let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
+                            mma_bf16_16816(&mut acc[tile], a, bf);
+                            mma_bf16_16816(&mut acc[tile], a, bl);
+                        } else {
+                            mma_f16_16816(&mut acc[tile], a, bf);
+                        }
+                        tile += 1;
+                    }
+                };
+                step(0);
+                step(1);
+            });
+            bb += 1;
+        }
+        sync_warp();
+        st += 1;
+    }
+    cp_async_wait::<0>();
+
+    // Lane holds D[g][2t, 2t+1] (acc[.][0..2]) and D[g+8][2t, 2t+1] (acc[.][2..4]).
+    let out = p.out_features as usize;
+    let rows = [row0 + g, row0 + g + 8];
+    if ksplit == 1 {
+        let mut tile = 0;
+        while tile < T {
+            let mut j = 0;
+            while j < 4 {
+                let col = (8 * tile + 2 * t as usize + (j % 2)) as u32;
+                let row = rows[j / 2];
+                if col < p.n && row < p.out_features {
+                    *y.add(col as usize * out + row as usize) = acc[tile][j] * *xscale.add(col as usize);
+                }
+                j += 1;
+            }
+            tile += 1;
+        }
+        return;
+    }
+
+    // Split K: publish this split's partials, then the last block of the row group reduces.
+    let plane = p.n_pad as usize * out;
+    let mut tile = 0;
+    while tile < T {
+        let mut j = 0;
+        while j < 4 {
+            let col = (8 * tile + 2 * t as usize + (j % 2)) as u32;
+            let row = rows[j / 2];
+            if col < p.n && row < p.out_features {
+                *partial.add(split as usize * plane + col as usize * out + row as usize) = acc[tile][j];
+            }
+            j += 1;
+        }
+        tile += 1;
+    }
+    fence_gpu();
+    sync_threads();
+    let flag = QMM_IS_LAST.as_mut_ptr();
+    if thread_x() == 0 {
+        let prev = crate::device::atomic::atomic_add_u32(counters.add(block_x() as usize), 1);
+        *flag = (prev == ksplit - 1) as u32;
+    }
+    sync_threads();
+    if *flag == 0 {
+        return;
+    }
+    fence_gpu();
+    // Rows of this group × columns, one output per thread per step; splits added in order.
+    let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - block_x() * QMM_ROWS_PER_BLOCK).max(1);
+    let total = group_rows * p.n;
+    let mut i = thread_x();
+    while i < total {
+        let col = i / group_rows;
+        let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
+        let idx = col as usize * out + row as usize;
+        let mut sum = 0.0f32;
+        let mut s = 0;
+        while s < ksplit as usize {
+            sum += ld_cg_f32(partial.add(s * plane + idx));
+            s += 1;
+        }
+        *y.add(idx) = sum * *xscale.add(col as usize);
+        i += block_dim_x();
+    }
+    if thread_x() == 0 {
+        *counters.add(block_x() as usize) = 0;
+    }
+}
+
+/// Calls `f(u)` for every unit `u` of a block with `u` a compile-time constant at each call
+/// (so the lane's block data stays in registers; a runtime index would put it in local memory).
+#[inline(always)]
+fn unroll_units<F: Format>(mut f: impl FnMut(u32)) {
+    match F::ELEMS / 32 {
+        1 => f(0),
+        8 => {
+            f(0);
+            f(1);
+            f(2);
+            f(3);
+            f(4);
+            f(5);
+            f(6);
+            f(7);
+        }
+        _ => {
+            let mut u = 0;
+            while u < F::ELEMS / 32 {
+                f(u);
+                u += 1;
+            }
+        }
+    }
+}
+
+macro_rules! qmm_kernels {
+    ($fmt:ty => $($name:ident = $t:literal),+) => {
+        $(
+            #[no_mangle]
+            #[link_section = "nvvm:maxntid=256;minctasm=1"]
+            pub unsafe extern "ptx-kernel" fn $name(
+                w: *const u8,
+                xh: *const u16,
+                xb_hi: *const u16,
+                xb_lo: *const u16,
+                xscale: *const f32,
+                partial: *mut f32,
+                counters: *mut u32,
+                y: *mut f32,
+                p: QmmParams,
+            ) {
+                qmm::<$fmt, $t>(w, xh, xb_hi, xb_lo, xscale, partial, counters, y, p)
+            }
+        )+
+    };
+}
+
+qmm_kernels!(Q4K => qmm_q4k_nt1 = 1, qmm_q4k_nt2 = 2, qmm_q4k_nt3 = 3, qmm_q4k_nt4 = 4);
+qmm_kernels!(Q5K => qmm_q5k_nt1 = 1, qmm_q5k_nt2 = 2, qmm_q5k_nt3 = 3, qmm_q5k_nt4 = 4);
+qmm_kernels!(Q6K => qmm_q6k_nt1 = 1, qmm_q6k_nt2 = 2, qmm_q6k_nt3 = 3, qmm_q6k_nt4 = 4);
+qmm_kernels!(Q8_0 => qmm_q8_0_nt1 = 1, qmm_q8_0_nt2 = 2, qmm_q8_0_nt3 = 3, qmm_q8_0_nt4 = 4);
+qmm_kernels!(F16 => qmm_f16_nt1 = 1, qmm_f16_nt2 = 2, qmm_f16_nt3 = 3, qmm_f16_nt4 = 4);
+qmm_kernels!(Bf16 => qmm_bf16_nt1 = 1, qmm_bf16_nt2 = 2, qmm_bf16_nt3 = 3, qmm_bf16_nt4 = 4);

@@ -1,0 +1,231 @@
+//! Tensor-core `qmm` (1…32 tokens, every weight type) vs an f64 reference on dequantized weights,
+//! and batch invariance (a column's bits do not depend on the other columns or on n).
+//!
+//! Error budget (derived in `gpu-kernels/src/qmatmul/{mod,formats}.rs`), per output `(c, o)`:
+//! * x → f16 after an exact power-of-two scaling: `|Δx_i| ≤ 2^-11 |x_i| + 2^-24 max|x|`
+//!   (bf16 hi + lo for BF16 weights: `≤ 2^-17 |x_i|`);
+//! * quantized weights → f16 as `fma(q, d·sc, −dmin·m)` with f16-rounded scales:
+//!   `|Δw_i| ≤ 2^-10 M_i`, `M_i = |d·sc·q_i| + |dmin·m|` (F16 / BF16 weights: exact);
+//! * f32 tensor-core accumulation, sequential over `in/16` steps plus the split partials:
+//!   `γ_{in/16 + 24}` with `u = 2^-23` (truncating adders) times `Σ|w x|`.
+//!
+//! So `|y − y_ref| ≤ Σ_i (|x_i| 2^-10 M_i + |w_i| |Δx_i|) · 1.01 + γ · Σ_i |w_i x_i|`.
+
+use flashtree::gpu::qmatmul::{qmm, QmmWorkspace};
+use flashtree::gpu::Gpu;
+use flashtree_reference::quant::{self, k_scales, GgmlType};
+use flashtree_tests::gpu::gpu_or_skip;
+use proptest::prelude::*;
+
+const TYPES: [GgmlType; 6] =
+    [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16];
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn f16_in(&mut self, lo: f32, hi: f32) -> [u8; 2] {
+        let v = lo * (hi / lo).powf((self.unit() + 1.0) / 2.0);
+        half::f16::from_f32(v).to_bits().to_le_bytes()
+    }
+}
+
+/// Random weights of type `ty`: every bit pattern of quants and scales, with realistic f16 super
+/// scales; float types from random values.
+fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8> {
+    match ty {
+        GgmlType::F16 | GgmlType::BF16 => {
+            let v: Vec<f32> = (0..out * inp).map(|_| rng.unit() * 0.1).collect();
+            quant::quantize(ty, &v).expect("quantize float weights")
+        }
+        _ => {
+            let (bs, ts) = (ty.block_size(), ty.type_size());
+            let mut b: Vec<u8> = (0..out * inp / bs * ts).map(|_| rng.next() as u8).collect();
+            for blk in b.chunks_exact_mut(ts) {
+                match ty {
+                    GgmlType::Q4_K | GgmlType::Q5_K => {
+                        blk[0..2].copy_from_slice(&rng.f16_in(1e-4, 1e-2));
+                        blk[2..4].copy_from_slice(&rng.f16_in(1e-4, 1e-2));
+                    }
+                    GgmlType::Q6_K => blk[208..210].copy_from_slice(&rng.f16_in(1e-4, 1e-2)),
+                    GgmlType::Q8_0 => blk[0..2].copy_from_slice(&rng.f16_in(1e-4, 1e-2)),
+                    _ => unreachable!(),
+                }
+            }
+            b
+        }
+    }
+}
+
+/// `M_i` of the error budget for every weight (row-major `[out, in]`).
+fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32]) -> Vec<f64> {
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let ts = ty.type_size();
+            let mut m = Vec::with_capacity(w.len());
+            for (bi, blk) in raw.chunks_exact(ts).enumerate() {
+                let dmin = half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() as f64;
+                for e in 0..256 {
+                    let (_, mm) = k_scales::scale_min(&blk[4..16], e / 32);
+                    let dm = dmin * mm as f64;
+                    let wi = w[bi * 256 + e] as f64;
+                    m.push((wi + dm).abs() + dm);
+                }
+            }
+            m
+        }
+        _ => w.iter().map(|&v| (v as f64).abs()).collect(),
+    }
+}
+
+struct Case {
+    ty: GgmlType,
+    out: usize,
+    inp: usize,
+    raw: Vec<u8>,
+    w: Vec<f32>,
+}
+
+fn case(ty: GgmlType, out: usize, blocks: usize, seed: u64) -> Case {
+    let mut rng = Rng(seed | 1);
+    let inp = blocks * ty.block_size();
+    let raw = random_weights(ty, out, inp, &mut rng);
+    let w = quant::dequantize(ty, &raw).expect("dequantize");
+    Case { ty, out, inp, raw, w }
+}
+
+fn run(gpu: &Gpu, c: &Case, x: &[f32], n: usize) -> Vec<f32> {
+    let dw = gpu.upload(&c.raw).unwrap();
+    let dx = gpu.upload(x).unwrap();
+    let mut dy = gpu.zeros::<f32>(n * c.out).unwrap();
+    gpu.fill_bytes(&mut dy, 0xff).unwrap();
+    let mut ws = QmmWorkspace::new(gpu, c.inp, c.out).unwrap();
+    qmm(gpu, c.ty, &dw, c.out, c.inp, &dx, n, &mut dy, &mut ws).unwrap();
+    gpu.download(&dy).unwrap()
+}
+
+fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
+    let m = magnitudes(c.ty, &c.raw, &c.w);
+    let (wq, xrel) = match c.ty {
+        GgmlType::F16 | GgmlType::BF16 => (0.0, if c.ty == GgmlType::BF16 { 2f64.powi(-17) } else { 2f64.powi(-11) }),
+        _ => (2f64.powi(-10), 2f64.powi(-11)),
+    };
+    let steps = c.inp / 16 + 24;
+    let u = 2f64.powi(-23);
+    let gamma = steps as f64 * u / (1.0 - steps as f64 * u);
+    for col in 0..n {
+        let xc = &x[col * c.inp..(col + 1) * c.inp];
+        let xmax = xc.iter().fold(0f64, |a, &v| a.max((v as f64).abs()));
+        for o in 0..c.out {
+            let wr = &c.w[o * c.inp..(o + 1) * c.inp];
+            let mr = &m[o * c.inp..(o + 1) * c.inp];
+            let (mut want, mut bound, mut abs) = (0f64, 0f64, 0f64);
+            for i in 0..c.inp {
+                let (wi, xi) = (wr[i] as f64, xc[i] as f64);
+                want += wi * xi;
+                abs += (wi * xi).abs();
+                bound += xi.abs() * wq * mr[i] + wi.abs() * (xrel * xi.abs() + 2f64.powi(-24) * xmax);
+            }
+            let tol = bound * 1.01 + gamma * abs + 1e-30;
+            let got = y[col * c.out + o] as f64;
+            prop_assert!(got.is_finite(), "{:?} [{}, {}] y[{}, {}] = {} (not written?)", c.ty, c.out, c.inp, col, o, got);
+            prop_assert!(
+                (got - want).abs() <= tol,
+                "{:?} [{}, {}] n={} y[{}, {}] = {} vs {} (err {:e} > {:e})",
+                c.ty, c.out, c.inp, n, col, o, got, want, (got - want).abs(), tol
+            );
+        }
+    }
+    Ok(())
+}
+
+fn activations(seed: u64, n: usize, inp: usize) -> Vec<f32> {
+    let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
+    (0..n)
+        .flat_map(|c| {
+            // Per-column scale between 1e-3 and 1e3 so the power-of-two scaling is exercised.
+            let s = 10f32.powf((c % 7) as f32 - 3.0);
+            (0..inp).map(|_| rng.unit() * s).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn qmm_matches_reference_for_every_type(
+        ty in prop::sample::select(TYPES.to_vec()),
+        out in 1usize..300,
+        blocks in 1usize..24,
+        n in 1usize..=32,
+        seed in any::<u64>(),
+    ) {
+        let Some(gpu) = gpu_or_skip("qmm_matches_reference_for_every_type") else { return Ok(()) };
+        let blocks = if ty.block_size() == 32 { blocks * 4 } else { blocks };
+        let c = case(ty, out, blocks, seed);
+        let x = activations(seed, n, c.inp);
+        let y = run(gpu, &c, &x, n);
+        check(&c, &x, n, &y)?;
+    }
+
+    /// Batch invariance: every column's bits equal those of the same column computed alone,
+    /// and those of a launch with different other columns and a different n.
+    #[test]
+    fn qmm_column_bits_do_not_depend_on_other_columns_or_n(
+        ty in prop::sample::select(TYPES.to_vec()),
+        out in 1usize..260,
+        blocks in 1usize..20,
+        n in 2usize..=32,
+        pick in any::<prop::sample::Index>(),
+        seed in any::<u64>(),
+    ) {
+        let Some(gpu) = gpu_or_skip("qmm_column_bits_do_not_depend_on_other_columns_or_n") else { return Ok(()) };
+        let blocks = if ty.block_size() == 32 { blocks * 4 } else { blocks };
+        let c = case(ty, out, blocks, seed);
+        let x = activations(seed, n, c.inp);
+        let all = run(gpu, &c, &x, n);
+        let j = pick.index(n);
+        let alone = run(gpu, &c, &x[j * c.inp..(j + 1) * c.inp], 1);
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        prop_assert_eq!(bits(&all[j * c.out..(j + 1) * c.out]), bits(&alone));
+        // Same column j at another position count: first j+1 columns, others replaced.
+        let mut x2 = activations(seed ^ 77, j + 1, c.inp);
+        x2[j * c.inp..(j + 1) * c.inp].copy_from_slice(&x[j * c.inp..(j + 1) * c.inp]);
+        let other = run(gpu, &c, &x2, j + 1);
+        prop_assert_eq!(bits(&all[j * c.out..(j + 1) * c.out]), bits(&other[j * c.out..(j + 1) * c.out]));
+    }
+}
+
+/// One case per type at a 27B shape with split K (5120 → 6144), all 32 columns checked.
+#[test]
+fn qmm_matches_reference_at_a_27b_shape() {
+    let Some(gpu) = gpu_or_skip("qmm_matches_reference_at_a_27b_shape") else { return };
+    for ty in TYPES {
+        let c = case(ty, 6144, 5120 / ty.block_size(), 42);
+        let x = activations(7, 32, c.inp);
+        let y = run(gpu, &c, &x, 32);
+        check(&c, &x, 32, &y).unwrap();
+    }
+}
+
+#[test]
+fn qmm_rejects_bad_shapes_and_types() {
+    let Some(gpu) = gpu_or_skip("qmm_rejects_bad_shapes_and_types") else { return };
+    let w = gpu.zeros::<u8>(144 * 4).unwrap();
+    let x = gpu.zeros::<f32>(33 * 512).unwrap();
+    let mut y = gpu.zeros::<f32>(33 * 4).unwrap();
+    let mut ws = QmmWorkspace::new(gpu, 512, 4).unwrap();
+    let e = |r: Result<(), flashtree::gpu::GpuError>| r.unwrap_err().to_string();
+    assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 500, &x, 1, &mut y, &mut ws)).contains("multiple of 256"));
+    assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 512, &x, 33, &mut y, &mut ws)).contains("33 tokens"));
+    assert!(e(qmm(gpu, GgmlType::Q4_0, &w, 4, 512, &x, 1, &mut y, &mut ws)).contains("Q4_0"));
+    assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 1024, &x, 1, &mut y, &mut ws)).contains("workspace"));
+}
