@@ -54,7 +54,8 @@ struct Options {
     int warmup = 5;
     int threads = 2;  // CPU backend only
     bool check = true;
-    int64_t check_row_shift = 0;  // test of the check itself: compare against the wrong rows
+    int64_t check_row_shift = 0;
+    double copy_mib = 1024.0;  // size of the reference copy (0: skip)  // test of the check itself: compare against the wrong rows
 };
 
 // The Qwen3.5-27B projection shapes of issue 6, as in→out.
@@ -126,6 +127,7 @@ void usage() {
         "  --samples S --sample-ms T     S samples of about T ms each (default 9 x 25 ms)\n"
         "  --warmup W                    warm-up graph runs (default 5)\n"
         "  --threads T                   CPU backend threads (default 2)\n"
+        "  --copy-mib M                  also time ggml's CPY of M MiB f32 (read+write GB/s; 0: skip)\n"
         "  --no-check                    skip the host f64 check of 64 rows per case\n"
         "  --check-row-shift K           (tests the check) compare row r with W row r+K: must FAIL\n");
 }
@@ -174,6 +176,8 @@ Options parse_args(int argc, char ** argv) {
             o.threads = (int) parse_positive(value(), "bad --threads '%s'");
         } else if (a == "--check-row-shift") {
             o.check_row_shift = parse_positive(value(), "bad --check-row-shift '%s'");
+        } else if (a == "--copy-mib") {
+            o.copy_mib = std::atof(value().c_str());
         } else if (a == "--no-check") {
             o.check = false;
         } else if (a == "-h" || a == "--help") {
@@ -544,6 +548,50 @@ std::vector<Result> run_case(const Options & o, ggml_backend_t backend, const Ca
     return results;
 }
 
+// ggml's own device copy (CPY f32 -> f32 of copy_mib MiB) as the bandwidth yardstick of this run:
+// GB/s counts the bytes read plus the bytes written.
+void report_copy(const Options & o, ggml_backend_t backend) {
+    if (o.copy_mib <= 0) {
+        return;
+    }
+    const int64_t n = (int64_t) (o.copy_mib * 1024.0 * 1024.0 / sizeof(float));
+    ggml_init_params p = {ggml_tensor_overhead() * 4 + ggml_graph_overhead_custom(8, false), nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    ggml_tensor * a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n);
+    ggml_tensor * b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n);
+    ggml_cgraph * gf = ggml_new_graph_custom(ctx, 8, false);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, a, b));
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    if (buf == nullptr) {
+        std::printf("copy: could not allocate 2 x %.0f MiB, skipped\n", o.copy_mib);
+        ggml_free(ctx);
+        return;
+    }
+    ggml_backend_tensor_memset(a, 0x3c, 0, ggml_nbytes(a));
+    for (int i = 0; i < std::max(1, o.warmup); ++i) {
+        ggml_backend_graph_compute(backend, gf);
+    }
+    const double t0 = now_s();
+    ggml_backend_graph_compute(backend, gf);
+    const double per = std::max(1e-7, now_s() - t0);
+    const int64_t reps = std::max<int64_t>(1, (int64_t) std::ceil(o.sample_ms * 1e-3 / per));
+    std::vector<double> us;
+    for (int s = 0; s < o.samples; ++s) {
+        const double ts = now_s();
+        for (int64_t r = 0; r < reps; ++r) {
+            ggml_backend_graph_compute_async(backend, gf);
+        }
+        ggml_backend_synchronize(backend);
+        us.push_back((now_s() - ts) * 1e6 / (double) reps);
+    }
+    std::sort(us.begin(), us.end());
+    const double med = us[us.size() / 2];
+    std::printf("copy: ggml CPY f32 %.0f MiB: %.1f us median, %.1f GB/s (read + write)\n", o.copy_mib, med,
+                2.0 * (double) ggml_nbytes(a) / (med * 1e-6) / 1e9);
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -559,6 +607,8 @@ int main(int argc, char ** argv) {
     std::printf("llamacpp_mul_mat: backend %s, device %s\n", ggml_backend_name(backend), device.c_str());
     std::printf("rotation >= %.0f MiB of weight copies, %d samples x ~%.0f ms, median\n", o.rotate_mib, o.samples,
                 o.sample_ms);
+
+    report_copy(o, backend);
 
     FILE * csv = nullptr;
     if (!o.csv.empty()) {

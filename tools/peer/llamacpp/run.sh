@@ -44,7 +44,9 @@ if [[ ! -f "$GGML/CMakeLists.txt" ]]; then
     rm -rf "$SRC" && mv "$SRC.tmp" "$SRC"
 fi
 
-CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DGGML_SRC=$GGML"
+GENERATOR=Ninja
+command -v ninja >/dev/null || GENERATOR="Unix Makefiles"
+CMAKE_ARGS=(-G "$GENERATOR" -DCMAKE_BUILD_TYPE=Release "-DGGML_SRC=$GGML"
             -DGGML_NATIVE=OFF -DGGML_CCACHE=OFF -DGGML_OPENMP=OFF -DGGML_LLAMAFILE=OFF -DGGML_BLAS=OFF)
 if [[ "$BACKEND" == cuda ]]; then
     if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
