@@ -53,6 +53,9 @@ fn main() {
         }
     }
     cases.push((GgmlType::Q6_K, 5120, 248_320));
+    // FLASHTREE_BENCH_FILTER=<substring of "Q4_K 5120->17408"> runs matching cases only.
+    let filter = std::env::var("FLASHTREE_BENCH_FILTER").unwrap_or_default();
+    cases.retain(|(ty, inp, out)| format!("{ty:?} {inp}->{out}").contains(&filter));
     let mut ws = QmmWorkspace::new(&gpu, 17408, 248_320).unwrap();
     for (ty, inp, out) in cases {
         let host = weights(ty, out, inp, (inp * 31 + out) as u64);

@@ -67,25 +67,42 @@ unsafe fn qmm<F: Format, const T: usize>(
     let warp_row0 = row0 as usize;
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
 
+    // Chunk j of a stage (j = lane, lane + 32, …) is 16-byte chunk `j % cpr` of row `j / cpr`;
+    // the row and its base pointer are fixed per lane, so they are computed once here.
+    let cpr = rs / 16;
+    const MAX_CHUNKS_PER_LANE: usize = 8;
+    let mut chunk_row_base = [w; MAX_CHUNKS_PER_LANE];
+    let mut chunk_dst = [0u32; MAX_CHUNKS_PER_LANE];
+    let mut chunk_col = [0usize; MAX_CHUNKS_PER_LANE];
+    let chunks_per_lane = (16 * cpr).div_ceil(32);
+    let mut j = 0;
+    while j < MAX_CHUNKS_PER_LANE {
+        let idx = lane as usize + 32 * j;
+        let r = (idx / cpr).min(15);
+        let row = (warp_row0 + r).min(last_row as usize);
+        chunk_row_base[j] = w.add(row * row_bytes);
+        chunk_col[j] = idx % cpr;
+        chunk_dst[j] = smem_addr(ring.add(r * rs + 16 * (idx % cpr)));
+        j += 1;
+    }
+    let stage_bytes = (16 * rs) as u32;
     // Issues the cp.async copies of stage `st`: for each of the 16 rows, the 16-byte chunks
     // covering blocks [b, b_end) (from the 16-byte boundary at or below the first byte).
     let issue = |st: u32| {
         let b = b0 + st * F::PER_STAGE;
         let b_end = (b + F::PER_STAGE).min(b1);
-        let slot = ring.add((st % QMM_STAGES) as usize * 16 * rs);
-        let cpr = (rs / 16) as u32;
-        let mut idx = lane;
-        while idx < 16 * cpr {
-            let r = (idx / cpr) as usize;
-            let c = (idx % cpr) as usize;
-            let row = (warp_row0 + r).min(last_row as usize);
-            let start = row * row_bytes + b as usize * F::BYTES as usize;
-            let end = row * row_bytes + b_end as usize * F::BYTES as usize;
-            let start_al = start & !15;
-            if start_al + 16 * c < end {
-                cp_async_16(smem_addr(slot.add(r * rs + 16 * c)), w.add(start_al + 16 * c));
+        let slot = (st % QMM_STAGES) * stage_bytes;
+        let mut j = 0;
+        while j < MAX_CHUNKS_PER_LANE && j < chunks_per_lane {
+            // Chunks past 16 rows × cpr (the last lanes of the last round) copy nothing.
+            let valid = (lane as usize + 32 * j) < 16 * cpr;
+            let start = chunk_row_base[j] as usize + b as usize * F::BYTES as usize;
+            let end = chunk_row_base[j] as usize + b_end as usize * F::BYTES as usize;
+            let src = (start & !15) + 16 * chunk_col[j];
+            if valid && src < end {
+                cp_async_16(chunk_dst[j] + slot, src as *const u8);
             }
-            idx += 32;
+            j += 1;
         }
     };
 
@@ -126,6 +143,12 @@ unsafe fn qmm<F: Format, const T: usize>(
                 while tile < T {
                     let col = 8 * tile + g as usize;
                     let at = col * k + unit * 32 + 8 * t as usize;
+                    // Padding columns (c ≥ n) are zeros in x: skip their loads (keeps x traffic
+                    // proportional to n; the fragment values are the same either way).
+                    if col >= p.n as usize {
+                        tile += 1;
+                        continue;
+                    }
                     if F::BF16 {
                         xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
                         xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;

@@ -93,9 +93,14 @@ struct Case {
     w: Vec<f32>,
 }
 
+/// K granularity of the tensor-core kernels for `ty` (32 for the float types).
+fn qmm_block(ty: GgmlType) -> usize {
+    ty.block_size().max(32)
+}
+
 fn case(ty: GgmlType, out: usize, blocks: usize, seed: u64) -> Case {
     let mut rng = Rng(seed | 1);
-    let inp = blocks * ty.block_size();
+    let inp = blocks * qmm_block(ty);
     let raw = random_weights(ty, out, inp, &mut rng);
     let w = quant::dequantize(ty, &raw).expect("dequantize");
     Case { ty, out, inp, raw, w }
@@ -169,7 +174,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let Some(gpu) = gpu_or_skip("qmm_matches_reference_for_every_type") else { return Ok(()) };
-        let blocks = if ty.block_size() == 32 { blocks * 4 } else { blocks };
+        let blocks = if qmm_block(ty) == 32 { blocks * 4 } else { blocks };
         let c = case(ty, out, blocks, seed);
         let x = activations(seed, n, c.inp);
         let y = run(gpu, &c, &x, n);
@@ -188,7 +193,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let Some(gpu) = gpu_or_skip("qmm_column_bits_do_not_depend_on_other_columns_or_n") else { return Ok(()) };
-        let blocks = if ty.block_size() == 32 { blocks * 4 } else { blocks };
+        let blocks = if qmm_block(ty) == 32 { blocks * 4 } else { blocks };
         let c = case(ty, out, blocks, seed);
         let x = activations(seed, n, c.inp);
         let all = run(gpu, &c, &x, n);
@@ -209,7 +214,7 @@ proptest! {
 fn qmm_matches_reference_at_a_27b_shape() {
     let Some(gpu) = gpu_or_skip("qmm_matches_reference_at_a_27b_shape") else { return };
     for ty in TYPES {
-        let c = case(ty, 6144, 5120 / ty.block_size(), 42);
+        let c = case(ty, 6144, 5120 / qmm_block(ty), 42);
         let x = activations(7, 32, c.inp);
         let y = run(gpu, &c, &x, 32);
         check(&c, &x, 32, &y).unwrap();
