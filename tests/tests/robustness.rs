@@ -253,6 +253,19 @@ fn huge_dims_are_refused_as_overflow() {
     );
 }
 
+/// Found by `cargo fuzz` (gguf_header): a zero dimension must not hide an overflowing product
+/// of the others.
+#[test]
+fn zero_dim_does_not_hide_an_overflowing_shape() {
+    let (mut b, _) = small_file();
+    let p = after_name(&b, "a");
+    b[p..p + 4].copy_from_slice(&4u32.to_le_bytes()); // 4 dims now: 32, 2, then type, offset bytes reinterpreted
+    let e = parse_header(&b, Path::new("z.gguf"));
+    assert!(e.is_err());
+    assert!(flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 40, 1 << 40], GgmlType::F32).is_err());
+    assert_eq!(flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 20], GgmlType::F32), Ok(0));
+}
+
 #[test]
 fn offset_past_end_is_refused() {
     let (mut b, _) = small_file();

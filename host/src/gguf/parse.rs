@@ -385,9 +385,11 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
 
 /// Byte size of a tensor of `dims` and type `ty`, or why the shape is invalid.
 pub fn tensor_nbytes(dims: &[u64], ty: GgmlType) -> Result<u64, String> {
-    let mut elements: u64 = 1;
-    for &d in dims {
-        elements = elements
+    // The product of the non-zero dims bounds every partial product (also for n_rows,
+    // n_elements), so checking it once makes later products overflow-free.
+    let mut nonzero: u64 = 1;
+    for &d in dims.iter().filter(|&&d| d != 0) {
+        nonzero = nonzero
             .checked_mul(d)
             .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| "element count overflows i64".to_string())?;
