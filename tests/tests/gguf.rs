@@ -326,3 +326,35 @@ fn writer_refuses_a_data_callback_that_writes_the_wrong_length() {
         .expect_err("short data");
     assert!(e.to_string().contains("w.f32"), "{e}");
 }
+
+/// gguf-py reads the tiny synthetic preset (seed 1): `synth_tiny_seed1.gguf-py.json` is
+/// `gen_gguf_fixtures.py read` of it, and it lists exactly our keys, values, tensors and bytes.
+/// (Regenerate after an intentional change to synth: `flashtree synth --preset tiny --seed 1`.)
+#[test]
+fn gguf_py_reads_the_tiny_synth_preset() {
+    let dir = std::env::temp_dir().join(format!("flashtree-gguf-tiny-{}", std::process::id()));
+    let out = flashtree::synth::tiny(&dir, 1).expect("synth");
+    let f = Gguf::open(&out.target).expect("opens");
+    let py = load_json("synth_tiny_seed1.gguf-py.json");
+    let meta = py["metadata"].as_array().expect("metadata");
+    assert_eq!(meta.len(), f.metadata.len());
+    for ((k, v), m) in f.metadata.iter().zip(meta) {
+        assert_eq!(m["key"], k.as_str());
+        assert_eq!(m["type"], v.value_type().name(), "{k}");
+        assert_eq!(m["value"], to_json(v, true), "{k}");
+    }
+    let tensors = py["tensors"].as_array().expect("tensors");
+    assert_eq!(tensors.len(), f.tensor_count());
+    for (t, p) in f.tensor_infos().zip(tensors) {
+        assert_eq!(p["name"], t.name.as_str());
+        assert_eq!(p["type"], t.ty.name());
+        assert_eq!(p["offset"], f.data_start + t.offset);
+        assert_eq!(
+            p["fnv1a64"],
+            fnv1a64(f.tensor_data(&t.name).expect("data")),
+            "{}",
+            t.name
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -196,10 +196,14 @@ fn err_of(bytes: &[u8]) -> String {
 fn file_ending_inside_the_data_padding_is_refused() {
     let mut w = GgufWriter::new();
     w.set("k", Value::U8(0));
-    w.add_tensor("empty", &[0], GgmlType::F32).expect("empty tensor is valid");
+    w.add_tensor("empty", &[0], GgmlType::F32)
+        .expect("empty tensor is valid");
     let b = w.to_bytes(&[&[]]).expect("writes");
     let h = parse_header(&b, Path::new("ok.gguf")).expect("complete file is valid");
-    assert_eq!(h.tensor_range("empty").expect("range"), h.data_start as usize..h.data_start as usize);
+    assert_eq!(
+        h.tensor_range("empty").expect("range"),
+        h.data_start as usize..h.data_start as usize
+    );
     let cut = &b[..b.len() - 4];
     let e = err_of(cut);
     assert!(e.contains("data section"), "{e}");
@@ -262,8 +266,13 @@ fn zero_dim_does_not_hide_an_overflowing_shape() {
     b[p..p + 4].copy_from_slice(&4u32.to_le_bytes()); // 4 dims now: 32, 2, then type, offset bytes reinterpreted
     let e = parse_header(&b, Path::new("z.gguf"));
     assert!(e.is_err());
-    assert!(flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 40, 1 << 40], GgmlType::F32).is_err());
-    assert_eq!(flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 20], GgmlType::F32), Ok(0));
+    assert!(
+        flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 40, 1 << 40], GgmlType::F32).is_err()
+    );
+    assert_eq!(
+        flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 20], GgmlType::F32),
+        Ok(0)
+    );
 }
 
 #[test]

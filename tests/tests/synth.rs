@@ -166,3 +166,44 @@ fn qwen35_27b_q4_k_m_mix_matches_the_spec_table() {
     assert_eq!(q6_attn_v_layers, vec![3, 7, 11, 15, 19, 23, 27, 31, 43, 55]);
     assert_eq!(bytes, 16_529_278_976);
 }
+
+/// The tiny draft converted to a llama.cpp `dflash` GGUF loads through the dflash path with the
+/// same config and the same weights (2-D bit-identical, 1-D widened to F32 exactly).
+#[test]
+fn tiny_draft_roundtrips_through_the_dflash_gguf_layout() {
+    let dir = tmp("dflash");
+    let out = flashtree::synth::tiny(&dir, 9).expect("synth");
+    let zlab = DraftModel::open(out.draft_dir.as_deref().expect("draft")).expect("z-lab loads");
+    let target = Gguf::open(&out.target).expect("target");
+    let path = dir.join("tiny-dflash.gguf");
+    flashtree::model::dflash_gguf::write_dflash_gguf(&zlab, Some(&target), &path).expect("writes");
+    let g = DraftModel::open(&path).expect("dflash GGUF loads");
+    let mut a = zlab.config.clone();
+    let b = g.config.clone();
+    a.max_position_embeddings = b.max_position_embeddings; // config.json has it too; equal anyway
+    assert_eq!(
+        a.vocab_size, b.vocab_size,
+        "vocab from the copied tokenizer"
+    );
+    assert_eq!(a, b);
+    for e in zlab.config.tensor_inventory() {
+        let (x, y) = (
+            zlab.tensor(&e.name).expect("z"),
+            g.tensor(&e.name).expect("g"),
+        );
+        assert_eq!(x.ne, y.ne, "{}", e.name);
+        let dx = flashtree_reference::quant::dequantize(x.ty, x.data).expect("deq");
+        let dy = flashtree_reference::quant::dequantize(y.ty, y.data).expect("deq");
+        assert_eq!(dx, dy, "{}", e.name);
+    }
+    let h = Gguf::open(&path).expect("opens");
+    assert_eq!(
+        h.get_int_array("dflash.target_layers").expect("ids"),
+        vec![1, 3]
+    );
+    assert_eq!(
+        h.tensor("enc.output_norm.weight").expect("hidden norm").ty,
+        GgmlType::F32
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -324,7 +324,9 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
             file: file.to_path_buf(),
             offset: Some(end_of_infos),
             kind: GgufErrorKind::Truncated {
-                what: format!("padding before the data section (which starts at byte {data_start})"),
+                what: format!(
+                    "padding before the data section (which starts at byte {data_start})"
+                ),
                 needed: data_start - end_of_infos,
                 available: bytes.len() as u64 - end_of_infos,
             },
