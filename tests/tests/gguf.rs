@@ -8,7 +8,6 @@
 use flashtree::gguf::{Gguf, GgufFile, GgufWriter, Value, ValueType};
 use flashtree_reference::quant::GgmlType;
 use serde_json::Value as Json;
-use std::io::Write as _;
 use std::path::PathBuf;
 
 fn fixture_dir() -> PathBuf {

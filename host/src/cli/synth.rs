@@ -51,7 +51,7 @@ pub fn run(args: SynthArgs) -> Result<()> {
     let mut draft = draft;
     let mut name = name.to_string();
     if let Some(l) = args.layers {
-        if l == 0 || l % shape.interval != 0 {
+        if l == 0 || !l.is_multiple_of(shape.interval) {
             bail!(
                 "--layers {l}: expected a positive multiple of the full-attention interval {}",
                 shape.interval

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 pub struct GgufError {
     pub file: PathBuf,
     pub offset: Option<u64>,
-    pub kind: GgufErrorKind,
+    pub kind: Box<GgufErrorKind>,
 }
 
 impl fmt::Display for GgufError {
@@ -23,7 +23,7 @@ impl fmt::Display for GgufError {
 
 impl std::error::Error for GgufError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
+        match &*self.kind {
             GgufErrorKind::Io(e) => Some(e),
             _ => None,
         }

@@ -72,7 +72,7 @@ impl<'a> Cursor<'a> {
         GgufError {
             file: self.file.to_path_buf(),
             offset: Some(self.pos as u64),
-            kind,
+            kind: Box::new(kind),
         }
     }
 
@@ -302,7 +302,7 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
                     return Err(GgufError {
                         file: file.to_path_buf(),
                         offset: None,
-                        kind: match v.as_integer() {
+                        kind: Box::new(match v.as_integer() {
                             Some(a) => GgufErrorKind::BadAlignment {
                                 found: a.clamp(0, u64::MAX as i128) as u64,
                             },
@@ -311,7 +311,7 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
                                 found: v.type_description(),
                                 expected: "an unsigned integer".into(),
                             },
-                        },
+                        }),
                     })
                 }
             }
@@ -323,13 +323,13 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
         return Err(GgufError {
             file: file.to_path_buf(),
             offset: Some(end_of_infos),
-            kind: GgufErrorKind::Truncated {
+            kind: Box::new(GgufErrorKind::Truncated {
                 what: format!(
                     "padding before the data section (which starts at byte {data_start})"
                 ),
                 needed: data_start - end_of_infos,
                 available: bytes.len() as u64 - end_of_infos,
-            },
+            }),
         });
     }
     let data_len = (bytes.len() as u64).saturating_sub(data_start);
@@ -337,10 +337,10 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
     let err = |kind| GgufError {
         file: file.to_path_buf(),
         offset: None,
-        kind,
+        kind: Box::new(kind),
     };
     for t in &tensors {
-        if t.offset % alignment != 0 {
+        if !t.offset.is_multiple_of(alignment) {
             return Err(err(GgufErrorKind::MisalignedTensor {
                 name: t.name.clone(),
                 offset: t.offset,
@@ -415,7 +415,7 @@ impl GgufHeader {
         GgufError {
             file: self.file.clone(),
             offset: None,
-            kind,
+            kind: Box::new(kind),
         }
     }
 

@@ -19,7 +19,7 @@ impl GgufFile {
         let io = |e: std::io::Error| GgufError {
             file: path.to_path_buf(),
             offset: None,
-            kind: GgufErrorKind::Io(e),
+            kind: Box::new(GgufErrorKind::Io(e)),
         };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
@@ -27,11 +27,11 @@ impl GgufFile {
             return Err(GgufError {
                 file: path.to_path_buf(),
                 offset: Some(0),
-                kind: GgufErrorKind::Truncated {
+                kind: Box::new(GgufErrorKind::Truncated {
                     what: "GGUF header (magic, version, counts)".into(),
                     needed: 24,
                     available: len,
-                },
+                }),
             });
         }
         // SAFETY: the map is read-only and private to this process. Another process truncating

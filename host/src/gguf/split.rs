@@ -40,7 +40,7 @@ fn split_err(file: &Path, msg: String) -> GgufError {
     GgufError {
         file: file.to_path_buf(),
         offset: None,
-        kind: GgufErrorKind::Split(msg),
+        kind: Box::new(GgufErrorKind::Split(msg)),
     }
 }
 
@@ -112,9 +112,9 @@ impl Gguf {
                     return Err(GgufError {
                         file: s.path().clone(),
                         offset: None,
-                        kind: GgufErrorKind::DuplicateTensor {
+                        kind: Box::new(GgufErrorKind::DuplicateTensor {
                             name: t.name.clone(),
-                        },
+                        }),
                     });
                 }
                 order.push((si, ti));
@@ -161,9 +161,9 @@ impl Gguf {
             None => Err(GgufError {
                 file: self.path().to_path_buf(),
                 offset: None,
-                kind: GgufErrorKind::NoSuchTensor {
+                kind: Box::new(GgufErrorKind::NoSuchTensor {
                     name: name.to_string(),
-                },
+                }),
             }),
         }
     }

@@ -30,7 +30,7 @@ fn writer_err(msg: String) -> GgufError {
     GgufError {
         file: "<gguf writer>".into(),
         offset: None,
-        kind: GgufErrorKind::Writer(msg),
+        kind: Box::new(GgufErrorKind::Writer(msg)),
     }
 }
 
@@ -207,7 +207,7 @@ impl GgufWriter {
         let io_err = |e: io::Error| GgufError {
             file: path.to_path_buf(),
             offset: None,
-            kind: GgufErrorKind::Io(e),
+            kind: Box::new(GgufErrorKind::Io(e)),
         };
         let f = std::fs::File::create(path).map_err(io_err)?;
         let mut bw = io::BufWriter::with_capacity(1 << 20, f);

@@ -6,7 +6,7 @@
 use super::draft::{zlab_to_gguf_name, DraftModel};
 use crate::gguf::{GgmlType, GgufHeader, GgufWriter, Value};
 use anyhow::{Context, Result};
-use std::io::Write;
+
 use std::path::Path;
 
 /// Writes `draft` to `out` in the `dflash` layout; `target` supplies `tokenizer.*` keys.

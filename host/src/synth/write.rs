@@ -82,10 +82,10 @@ fn load_vocab(opts: &SynthOptions) -> Result<Vocab> {
 /// Writes the target GGUF (and the draft folder if asked).
 pub fn synth(opts: &SynthOptions) -> Result<SynthOutput> {
     let s = &opts.shape;
-    if s.d % 256 != 0
-        || s.ff % 256 != 0
-        || (s.heads * s.head_dim) % 256 != 0
-        || (s.ssm_vheads * s.ssm_vdim) % 256 != 0
+    if !s.d.is_multiple_of(256)
+        || !s.ff.is_multiple_of(256)
+        || !(s.heads * s.head_dim).is_multiple_of(256)
+        || !(s.ssm_vheads * s.ssm_vdim).is_multiple_of(256)
     {
         bail!("synth: every row length (d, ff, heads·head_dim, ssm value dim) must be a multiple of 256 for K-quants");
     }

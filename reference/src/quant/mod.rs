@@ -159,7 +159,7 @@ impl GgmlType {
     /// multiple of the block size or the product overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size() as u64)
@@ -199,7 +199,7 @@ pub enum QuantError {
 
 fn check_lengths(ty: GgmlType, bytes: usize, elements: usize) -> Result<(), QuantError> {
     let block = ty.block_size();
-    if elements % block != 0 {
+    if !elements.is_multiple_of(block) {
         return Err(QuantError::NotBlockMultiple {
             ty,
             elements,
