@@ -207,3 +207,47 @@ fn tiny_draft_roundtrips_through_the_dflash_gguf_layout() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Merges recovered from tiktoken ranks: every multi-byte token is the merge of the two parts
+/// BPE leaves when only lower-ranked tokens may merge; specials and padding follow the ranks.
+#[test]
+fn merges_are_recovered_from_tiktoken_ranks() {
+    fn b64(bytes: &[u8]) -> String {
+        const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut s = String::new();
+        for c in bytes.chunks(3) {
+            let n = (c[0] as u32) << 16
+                | (*c.get(1).unwrap_or(&0) as u32) << 8
+                | *c.get(2).unwrap_or(&0) as u32;
+            for i in 0..=c.len() {
+                s.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+            for _ in c.len()..3 {
+                s.push('=');
+            }
+        }
+        s
+    }
+    let mut lines: Vec<String> = (0..=255u8)
+        .map(|b| format!("{} {}", b64(&[b]), b))
+        .collect();
+    for (r, t) in [
+        (256, &b"ab"[..]),
+        (257, b" a"),
+        (258, b"abc"),
+        (259, b" ab"),
+    ] {
+        lines.push(format!("{} {r}", b64(t)));
+    }
+    let v = flashtree::synth::vocab::qwen35_from_tiktoken(&lines.join("\n"), 300).expect("parses");
+    // " ab": "ab" (256) outranks " a" (257), so BPE leaves " " + "ab"
+    assert_eq!(v.merges, vec!["a b", "Ġ a", "ab c", "Ġ ab"]);
+    assert_eq!(v.tokens[259], "Ġab");
+    assert_eq!(v.tokens[260], "<|endoftext|>");
+    assert_eq!(v.tokens[299], "[PAD299]");
+    assert_eq!((v.bos, v.eos), (260, 262));
+    assert!(
+        flashtree::synth::vocab::qwen35_from_tiktoken("QQ== 1", 300).is_err(),
+        "ranks must be dense"
+    );
+}
