@@ -237,6 +237,25 @@ fn huge_array_length_is_refused_before_allocating() {
     assert!(e.contains("k.arr") && e.contains("cannot fit"), "{e}");
 }
 
+/// A u8 array whose bytes are all present but whose parsed size would be ~32× the file is
+/// refused by the element budget.
+#[test]
+fn arrays_beyond_the_element_budget_are_refused() {
+    let n = flashtree::gguf::parse::MAX_ARRAY_ELEMENTS as usize + 1;
+    let mut w = GgufWriter::new();
+    w.set("big", Value::U8(0));
+    let mut b = w.to_bytes(&[]).expect("writes");
+    // replace the u8 value by an array header + n bytes
+    let p = after_name(&b, "big");
+    b.truncate(p);
+    b.extend_from_slice(&9u32.to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes());
+    b.extend_from_slice(&(n as u64).to_le_bytes());
+    b.resize(b.len() + n, 1);
+    let e = err_of(&b);
+    assert!(e.contains("\"big\"") && e.contains("elements"), "{e}");
+}
+
 #[test]
 fn huge_string_length_is_refused() {
     let (mut b, _) = small_file();

@@ -60,6 +60,8 @@ pub enum GgufErrorKind {
     BadBool { key: String, found: u8 },
     #[error("key {key:?}: arrays nested deeper than {max}")]
     ArrayTooDeep { key: String, max: usize },
+    #[error("key {key:?}: metadata arrays would exceed {max} elements in all")]
+    TooManyArrayElements { key: String, max: u64 },
     #[error("duplicate metadata key {key:?}")]
     DuplicateKey { key: String },
     #[error("general.alignment = {found}, expected a non-zero power of two")]

@@ -61,10 +61,21 @@ pub struct GgufHeader {
     tensor_index: HashMap<String, usize>,
 }
 
+/// Most metadata array elements accepted in one file (all arrays together). A parsed element
+/// takes ~32 bytes of memory whatever its encoded size, so bounding by bytes left alone would
+/// let a large file of u8 arrays ask for 32× its size; real qwen35 files hold ≈ 0.75 M elements
+/// (tokens, token types, merges).
+pub const MAX_ARRAY_ELEMENTS: u64 = 1 << 24;
+
+/// Most tensors / key-values accepted (real files: ≈ 900 / ≈ 40), for the same reason.
+pub const MAX_TABLE_ENTRIES: u64 = 1 << 20;
+
 struct Cursor<'a> {
     bytes: &'a [u8],
     pos: usize,
     file: &'a Path,
+    /// Array elements still allowed (see [`MAX_ARRAY_ELEMENTS`]).
+    element_budget: u64,
 }
 
 impl<'a> Cursor<'a> {
@@ -182,6 +193,13 @@ impl<'a> Cursor<'a> {
                 self.check_count(count, elem.min_encoded_size(), &|| {
                     format!("array of key {key:?}")
                 })?;
+                if count > self.element_budget {
+                    return Err(self.err(GgufErrorKind::TooManyArrayElements {
+                        key: key.to_string(),
+                        max: MAX_ARRAY_ELEMENTS,
+                    }));
+                }
+                self.element_budget -= count;
                 let mut items = Vec::with_capacity(count as usize);
                 for _ in 0..count {
                     items.push(self.value(elem, key, depth + 1)?);
@@ -199,6 +217,7 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
         bytes,
         pos: 0,
         file,
+        element_budget: MAX_ARRAY_ELEMENTS,
     };
     let magic = c.array::<4>(&|| "magic".into())?;
     if magic != MAGIC {
@@ -214,6 +233,16 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
     let n_kv = c.u64(&|| "metadata count".into())?;
     // A key/value needs ≥ 8 (key length) + 4 (type) + 1 bytes; a tensor info ≥ 8 + 4 + 4 + 8.
     c.check_count(n_kv, 13, &|| "metadata key/values".into())?;
+    for (count, what) in [(n_kv, "metadata key/values"), (n_tensors, "tensors")] {
+        if count > MAX_TABLE_ENTRIES {
+            return Err(c.err(GgufErrorKind::CountTooLarge {
+                what: format!("{what} (at most {MAX_TABLE_ENTRIES} accepted)"),
+                count,
+                available: c.remaining(),
+                min_each: 1,
+            }));
+        }
+    }
 
     let mut metadata = Vec::with_capacity(n_kv as usize);
     let mut key_index = HashMap::with_capacity(n_kv as usize);
