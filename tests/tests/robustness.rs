@@ -215,6 +215,9 @@ fn huge_tensor_count_is_refused_before_allocating() {
     let (mut b, _) = small_file();
     b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
     let e = err_of(&b);
+    assert!(e.contains("tensors: more than the"), "{e}");
+    b[8..16].copy_from_slice(&1000u64.to_le_bytes()); // plausible count, but not in the file
+    let e = err_of(&b);
     assert!(
         e.contains("tensor infos") && e.contains("cannot fit"),
         "{e}"
@@ -226,6 +229,9 @@ fn huge_kv_count_is_refused_before_allocating() {
     let (mut b, _) = small_file();
     b[16..24].copy_from_slice(&(1u64 << 60).to_le_bytes());
     assert!(err_of(&b).contains("cannot fit"));
+    b[16..24].copy_from_slice(&((1u64 << 20) + 1).to_le_bytes());
+    let e = err_of(&b);
+    assert!(e.contains("cannot fit") || e.contains("more than"), "{e}");
 }
 
 #[test]

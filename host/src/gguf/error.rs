@@ -52,6 +52,8 @@ pub enum GgufErrorKind {
         available: u64,
         min_each: u64,
     },
+    #[error("{count} {what}: more than the {max} accepted")]
+    TableTooLarge { what: String, count: u64, max: u64 },
     #[error("{what}: string is not valid UTF-8")]
     BadUtf8 { what: String },
     #[error("key {key:?}: unknown metadata value type {found}, expected 0..=12")]

@@ -235,11 +235,10 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
     c.check_count(n_kv, 13, &|| "metadata key/values".into())?;
     for (count, what) in [(n_kv, "metadata key/values"), (n_tensors, "tensors")] {
         if count > MAX_TABLE_ENTRIES {
-            return Err(c.err(GgufErrorKind::CountTooLarge {
-                what: format!("{what} (at most {MAX_TABLE_ENTRIES} accepted)"),
+            return Err(c.err(GgufErrorKind::TableTooLarge {
+                what: what.into(),
                 count,
-                available: c.remaining(),
-                min_each: 1,
+                max: MAX_TABLE_ENTRIES,
             }));
         }
     }
