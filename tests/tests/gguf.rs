@@ -357,3 +357,72 @@ fn gguf_py_reads_the_tiny_synth_preset() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+mod roundtrip_props {
+    use flashtree::gguf::{parse_header, GgmlType, GgufWriter, Value, ValueType};
+    use proptest::prelude::*;
+
+    fn scalar() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<u8>().prop_map(Value::U8),
+            any::<i8>().prop_map(Value::I8),
+            any::<u16>().prop_map(Value::U16),
+            any::<i16>().prop_map(Value::I16),
+            any::<u32>().prop_map(Value::U32),
+            any::<i32>().prop_map(Value::I32),
+            any::<u64>().prop_map(Value::U64),
+            any::<i64>().prop_map(Value::I64),
+            (-1e30f32..1e30).prop_map(Value::F32),
+            (-1e300f64..1e300).prop_map(Value::F64),
+            any::<bool>().prop_map(Value::Bool),
+            ".{0,12}".prop_map(Value::String),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            3 => scalar(),
+            1 => prop::collection::vec(any::<i32>(), 0..8).prop_map(|v| Value::i32_array(v)),
+            1 => prop::collection::vec(".{0,6}", 0..8).prop_map(|v| Value::string_array(v)),
+            1 => prop::collection::vec(prop::collection::vec(any::<u8>(), 0..4), 0..4).prop_map(|v| Value::Array {
+                elem: ValueType::Array,
+                items: v.into_iter().map(|a| Value::Array { elem: ValueType::U8, items: a.into_iter().map(Value::U8).collect() }).collect(),
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Whatever metadata and tensor table the writer is given, the reader returns exactly
+        /// it: same keys in order, same values, same shapes, types and bytes.
+        #[test]
+        fn writer_then_reader_is_identity(
+            kvs in prop::collection::btree_map("[a-z]{1,8}(\\.[a-z]{1,8}){0,2}", value(), 0..12),
+            rows in prop::collection::vec(1u64..4, 0..5),
+            align_pow in 3u32..8,
+        ) {
+            let mut w = GgufWriter::new();
+            w.set_alignment(1 << align_pow).expect("power of two");
+            for (k, v) in &kvs {
+                w.set(k.clone(), v.clone());
+            }
+            let types = [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::BF16, GgmlType::Q6_K];
+            let mut data = Vec::new();
+            for (i, &r) in rows.iter().enumerate() {
+                let ty = types[i % types.len()];
+                w.add_tensor(format!("t{i}"), &[256, r], ty).expect("valid");
+                data.push((0..r as usize * ty.row_bytes(256).unwrap_or(0) as usize).map(|j| (j * 31 + i) as u8).collect::<Vec<u8>>());
+            }
+            let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+            let bytes = w.to_bytes(&refs).expect("writes");
+            let h = parse_header(&bytes, std::path::Path::new("rt.gguf")).expect("reads");
+            prop_assert_eq!(h.metadata.as_slice(), w.metadata());
+            prop_assert_eq!(h.alignment, 1u64 << align_pow);
+            for (i, d) in data.iter().enumerate() {
+                let r = h.tensor_range(&format!("t{i}")).expect("tensor");
+                prop_assert_eq!(&bytes[r], d.as_slice());
+            }
+        }
+    }
+}
