@@ -382,8 +382,8 @@ mod roundtrip_props {
     fn value() -> impl Strategy<Value = Value> {
         prop_oneof![
             3 => scalar(),
-            1 => prop::collection::vec(any::<i32>(), 0..8).prop_map(|v| Value::i32_array(v)),
-            1 => prop::collection::vec(".{0,6}", 0..8).prop_map(|v| Value::string_array(v)),
+            1 => prop::collection::vec(any::<i32>(), 0..8).prop_map(Value::i32_array),
+            1 => prop::collection::vec(".{0,6}", 0..8).prop_map(Value::string_array),
             1 => prop::collection::vec(prop::collection::vec(any::<u8>(), 0..4), 0..4).prop_map(|v| Value::Array {
                 elem: ValueType::Array,
                 items: v.into_iter().map(|a| Value::Array { elem: ValueType::U8, items: a.into_iter().map(Value::U8).collect() }).collect(),
