@@ -88,13 +88,14 @@ pub fn memory_plan(
 ) -> MemoryPlan {
     let attn_layers = c.attention_layers().len() as u64;
     let gdn_layers = (0..c.n_layer()).filter(|&i| c.is_recurrent(i)).count() as u64;
-    let values_per_token =
-        attn_layers * c.head_count_kv as u64 * (c.key_length + c.value_length) as u64;
+    let values_per_token = attn_layers
+        .saturating_mul(c.head_count_kv as u64)
+        .saturating_mul((c.key_length + c.value_length) as u64);
     let ctx = c.context_length as u64;
     let kv = KV_TYPES
         .iter()
         .map(|&(name, per32)| {
-            let bpt = values_per_token * per32 / 32;
+            let bpt = values_per_token.saturating_mul(per32) / 32;
             KvCost {
                 cache_type: name,
                 bytes_per_token: bpt,
@@ -102,15 +103,22 @@ pub fn memory_plan(
             }
         })
         .collect();
-    let state = gdn_layers
-        * c.ssm_time_step_rank as u64
-        * c.ssm_state_size as u64
-        * c.ssm_value_head_dim() as u64
-        * 4;
-    let conv = gdn_layers
-        * (c.ssm_conv_kernel as u64).saturating_sub(1)
-        * c.ssm_conv_channels() as u64
-        * 4;
+    let prod = |xs: &[u64]| xs.iter().fold(1u64, |a, &x| a.saturating_mul(x));
+    // f32 state [value heads, key dim, value dim] per GDN layer
+    let state = prod(&[
+        gdn_layers,
+        c.ssm_time_step_rank as u64,
+        c.ssm_state_size as u64,
+        c.ssm_value_head_dim() as u64,
+        4,
+    ]);
+    // f32 window of the last (kernel − 1) inputs of every conv channel per GDN layer
+    let conv = prod(&[
+        gdn_layers,
+        (c.ssm_conv_kernel as u64).saturating_sub(1),
+        c.ssm_conv_channels() as u64,
+        4,
+    ]);
     MemoryPlan {
         weights_bytes,
         context_length: ctx,

@@ -298,8 +298,8 @@ impl DraftConfig {
         let target_layer_ids = target_layers
             .iter()
             .map(|&l| {
-                usize::try_from(l - 1)
-                    .ok()
+                l.checked_sub(1)
+                    .and_then(|v| usize::try_from(v).ok())
                     .filter(|&v| (v as u64) < MAX_LAYERS)
             })
             .collect::<Option<Vec<_>>>()
