@@ -251,3 +251,48 @@ fn merges_are_recovered_from_tiktoken_ranks() {
         "ranks must be dense"
     );
 }
+
+/// The `safetensors` Python package reads the tiny draft (seed 1) with our names, dtypes,
+/// shapes and bytes (`synth_tiny_seed1_draft.safetensors-py.json`, written by
+/// `tools/fixtures/gguf/read_safetensors.py`).
+#[test]
+fn python_safetensors_reads_the_tiny_draft() {
+    fn fnv1a64(data: &[u8]) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in data {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+    let dir = tmp("st-py");
+    let out = flashtree::synth::tiny(&dir, 1).expect("synth");
+    let path = out.draft_dir.expect("draft").join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let table = flashtree::model::safetensors_io::read_safetensors(&bytes, &path).expect("parses");
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/gguf/synth_tiny_seed1_draft.safetensors-py.json");
+    let py: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).expect("fixture")).expect("json");
+    assert_eq!(py["metadata"]["format"], "pt");
+    let tensors = py["tensors"].as_array().expect("tensors");
+    assert_eq!(tensors.len(), table.tensors().len());
+    for (e, p) in table.tensors().iter().zip(tensors) {
+        assert_eq!(p["name"], e.name.as_str());
+        assert_eq!(p["dtype"], "BF16");
+        let shape: Vec<u64> = p["shape"]
+            .as_array()
+            .expect("shape")
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .collect();
+        assert_eq!(shape, e.shape, "{}", e.name);
+        assert_eq!(
+            p["fnv1a64"],
+            fnv1a64(table.data(&e.name).expect("data")),
+            "{}",
+            e.name
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
