@@ -216,6 +216,46 @@ impl GgufWriter {
         Ok(n)
     }
 
+    /// Splits into shards of at most `max_tensors` tensors each (gguf-py's layout): the first
+    /// shard keeps all metadata, every shard gets `split.no` (u16, 0-based), `split.count`
+    /// (u16) and `split.tensors.count` (i32). Write shard `i` to
+    /// [`super::split::shard_file_name`]`(stem, i + 1, n)`. One writer is returned unchanged
+    /// (no split keys) when everything fits in one shard.
+    pub fn split(&self, max_tensors: usize) -> Result<Vec<GgufWriter>, GgufError> {
+        if max_tensors == 0 {
+            return Err(writer_err("split: max_tensors must be at least 1".into()));
+        }
+        let chunks: Vec<&[TensorSpec]> = self.tensors.chunks(max_tensors).collect();
+        if chunks.len() <= 1 {
+            return Ok(vec![self.clone()]);
+        }
+        let n = chunks.len();
+        if n > u16::MAX as usize || self.tensors.len() > i32::MAX as usize {
+            return Err(writer_err(format!(
+                "split: {n} shards do not fit the u16 split.count"
+            )));
+        }
+        Ok(chunks
+            .into_iter()
+            .enumerate()
+            .map(|(i, ts)| {
+                let mut w = GgufWriter {
+                    metadata: if i == 0 {
+                        self.metadata.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    tensors: ts.to_vec(),
+                    alignment: self.alignment,
+                };
+                w.set("split.no", Value::U16(i as u16));
+                w.set("split.count", Value::U16(n as u16));
+                w.set("split.tensors.count", Value::I32(self.tensors.len() as i32));
+                w
+            })
+            .collect())
+    }
+
     /// Writes to a byte vector, taking each tensor's data from `data[i]` (tests, small files).
     pub fn to_bytes(&self, data: &[&[u8]]) -> io::Result<Vec<u8>> {
         let mut out = Vec::new();
