@@ -8,7 +8,6 @@
 use flashtree::gguf::{Gguf, GgufFile, GgufWriter, Value, ValueType};
 use flashtree_reference::quant::GgmlType;
 use serde_json::Value as Json;
-use std::io::Write as _;
 use std::path::PathBuf;
 
 fn fixture_dir() -> PathBuf {
@@ -256,4 +255,132 @@ fn writer_refuses_a_data_callback_that_writes_the_wrong_length() {
     let mut sink = Vec::new();
     let e = w.write(&mut sink, |_, _, out| out.write_all(&[1, 2, 3])).expect_err("short data");
     assert!(e.to_string().contains("w.f32"), "{e}");
+}
+
+/// gguf-py reads the tiny synthetic preset (seed 1): `synth_tiny_seed1.gguf-py.json` is
+/// `gen_gguf_fixtures.py read` of it, and it lists exactly our keys, values, tensors and bytes.
+/// (Regenerate after an intentional change to synth: `flashtree synth --preset tiny --seed 1`.)
+#[test]
+fn gguf_py_reads_the_tiny_synth_preset() {
+    let dir = std::env::temp_dir().join(format!("flashtree-gguf-tiny-{}", std::process::id()));
+    let out = flashtree::synth::tiny(&dir, 1).expect("synth");
+    let f = Gguf::open(&out.target).expect("opens");
+    let py = load_json("synth_tiny_seed1.gguf-py.json");
+    let meta = py["metadata"].as_array().expect("metadata");
+    assert_eq!(meta.len(), f.metadata.len());
+    for ((k, v), m) in f.metadata.iter().zip(meta) {
+        assert_eq!(m["key"], k.as_str());
+        assert_eq!(m["type"], v.value_type().name(), "{k}");
+        assert_eq!(m["value"], to_json(v, true), "{k}");
+    }
+    let tensors = py["tensors"].as_array().expect("tensors");
+    assert_eq!(tensors.len(), f.tensor_count());
+    for (t, p) in f.tensor_infos().zip(tensors) {
+        assert_eq!(p["name"], t.name.as_str());
+        assert_eq!(p["type"], t.ty.name());
+        assert_eq!(p["offset"], f.data_start + t.offset);
+        assert_eq!(
+            p["fnv1a64"],
+            fnv1a64(f.tensor_data(&t.name).expect("data")),
+            "{}",
+            t.name
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+mod roundtrip_props {
+    use flashtree::gguf::{parse_header, GgmlType, GgufWriter, Value, ValueType};
+    use proptest::prelude::*;
+
+    fn scalar() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<u8>().prop_map(Value::U8),
+            any::<i8>().prop_map(Value::I8),
+            any::<u16>().prop_map(Value::U16),
+            any::<i16>().prop_map(Value::I16),
+            any::<u32>().prop_map(Value::U32),
+            any::<i32>().prop_map(Value::I32),
+            any::<u64>().prop_map(Value::U64),
+            any::<i64>().prop_map(Value::I64),
+            (-1e30f32..1e30).prop_map(Value::F32),
+            (-1e300f64..1e300).prop_map(Value::F64),
+            any::<bool>().prop_map(Value::Bool),
+            ".{0,12}".prop_map(Value::String),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            3 => scalar(),
+            1 => prop::collection::vec(any::<i32>(), 0..8).prop_map(Value::i32_array),
+            1 => prop::collection::vec(".{0,6}", 0..8).prop_map(Value::string_array),
+            1 => prop::collection::vec(prop::collection::vec(any::<u8>(), 0..4), 0..4).prop_map(|v| Value::Array {
+                elem: ValueType::Array,
+                items: v.into_iter().map(|a| Value::Array { elem: ValueType::U8, items: a.into_iter().map(Value::U8).collect() }).collect(),
+            }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Whatever metadata and tensor table the writer is given, the reader returns exactly
+        /// it: same keys in order, same values, same shapes, types and bytes.
+        #[test]
+        fn writer_then_reader_is_identity(
+            kvs in prop::collection::btree_map("[a-z]{1,8}(\\.[a-z]{1,8}){0,2}", value(), 0..12),
+            rows in prop::collection::vec(1u64..4, 0..5),
+            align_pow in 3u32..8,
+        ) {
+            let mut w = GgufWriter::new();
+            w.set_alignment(1 << align_pow).expect("power of two");
+            for (k, v) in &kvs {
+                w.set(k.clone(), v.clone());
+            }
+            let types = [GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::BF16, GgmlType::Q6_K];
+            let mut data = Vec::new();
+            for (i, &r) in rows.iter().enumerate() {
+                let ty = types[i % types.len()];
+                w.add_tensor(format!("t{i}"), &[256, r], ty).expect("valid");
+                data.push((0..r as usize * ty.row_bytes(256).unwrap_or(0) as usize).map(|j| (j * 31 + i) as u8).collect::<Vec<u8>>());
+            }
+            let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+            let bytes = w.to_bytes(&refs).expect("writes");
+            let h = parse_header(&bytes, std::path::Path::new("rt.gguf")).expect("reads");
+            prop_assert_eq!(h.metadata.as_slice(), w.metadata());
+            prop_assert_eq!(h.alignment, 1u64 << align_pow);
+            for (i, d) in data.iter().enumerate() {
+                let r = h.tensor_range(&format!("t{i}")).expect("tensor");
+                prop_assert_eq!(&bytes[r], d.as_slice());
+            }
+        }
+    }
+}
+
+/// Splitting our writer the way gguf-py does (2 tensors per shard) reproduces gguf-py's three
+/// shards byte for byte, and the shards open as one model.
+#[test]
+fn writer_split_reproduces_gguf_py_shards() {
+    let src = GgufFile::open(fixture_dir().join("pywritten.gguf")).expect("opens");
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("testarch".into()));
+    w.set("test.u32", Value::U32(7));
+    let mut data = Vec::new();
+    for t in src.tensors.iter().take(5) {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty).expect("valid");
+        data.push(src.tensor_data(&t.name).expect("data"));
+    }
+    let shards = w.split(2).expect("splits");
+    assert_eq!(shards.len(), 3);
+    let mut k = 0;
+    for (i, s) in shards.iter().enumerate() {
+        let n = s.tensors().len();
+        let bytes = s.to_bytes(&data[k..k + n]).expect("writes");
+        k += n;
+        let want =
+            std::fs::read(fixture_dir().join(format!("pysplit-0000{}-of-00003.gguf", i + 1)))
+                .expect("fixture");
+        assert!(bytes == want, "shard {} differs from gguf-py's", i + 1);
+    }
 }

@@ -121,5 +121,5 @@ fn q4_k_worked_example_from_the_spec() {
     assert_eq!(x[1], -0.011_718_75);
     assert_eq!(x[32], 1.078_125);
     assert_eq!(x[165], 0.925_781_25);
-    assert_eq!(x[133], 4.660_156_25);
+    assert_eq!(x[133], 1193.0 / 256.0); // 4.66015625
 }

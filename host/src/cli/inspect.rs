@@ -1,6 +1,7 @@
 //! `flashtree inspect FILE|DIR [--json] [--draft DIR]`.
 
 use clap::Args;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 /// Show a model's architecture, hyperparameters, tensor types and memory plan.
@@ -21,12 +22,14 @@ pub fn run(args: InspectArgs) -> anyhow::Result<()> {
         (Some(d), true) => vec![crate::inspect::inspect_gguf(&args.path, Some(d))?],
         _ => crate::inspect::inspect_path(&args.path)?,
     };
+    // Written through a handle so that a closed pipe (`| head`) is an error, not a panic.
+    let mut out = std::io::stdout().lock();
     if args.json {
         let v: Vec<serde_json::Value> = reports.iter().map(|r| r.to_json()).collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
         for r in reports {
-            print!("{}", r.to_table());
+            write!(out, "{}", r.to_table())?;
         }
     }
     Ok(())

@@ -16,18 +16,22 @@ impl GgufFile {
     /// Opens and validates `path` (see [`parse_header`] for what is checked).
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
-        let io = |e: std::io::Error| GgufError { file: path.to_path_buf(), offset: None, kind: GgufErrorKind::Io(e) };
+        let io = |e: std::io::Error| GgufError {
+            file: path.to_path_buf(),
+            offset: None,
+            kind: Box::new(GgufErrorKind::Io(e)),
+        };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len < 24 {
             return Err(GgufError {
                 file: path.to_path_buf(),
                 offset: Some(0),
-                kind: GgufErrorKind::Truncated {
+                kind: Box::new(GgufErrorKind::Truncated {
                     what: "GGUF header (magic, version, counts)".into(),
                     needed: 24,
                     available: len,
-                },
+                }),
             });
         }
         // SAFETY: the map is read-only and private to this process. Another process truncating
@@ -59,7 +63,8 @@ impl GgufFile {
     pub fn data_of(&self, info: &TensorInfo) -> Option<&[u8]> {
         let start = self.header.data_start.checked_add(info.offset)?;
         let end = start.checked_add(info.nbytes)?;
-        self.map.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+        self.map
+            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
     }
 
     /// The whole mapped file.

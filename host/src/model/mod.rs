@@ -5,6 +5,7 @@
 //! * [`draft`]: the DFlash draft — `DraftConfig` + weights from a z-lab folder (`config.json` +
 //!   `model.safetensors`) or from a llama.cpp `dflash` GGUF (llamacpp-dflash.md §1).
 
+pub mod dflash_gguf;
 pub mod draft;
 pub mod error;
 pub mod inventory;

@@ -95,7 +95,7 @@ impl Qwen35Config {
         }
         let head_count = dim(h, &k("attention.head_count"), MAX_DIM)?;
         let head_count_kv = dim(h, &k("attention.head_count_kv"), MAX_DIM)?;
-        if head_count % head_count_kv != 0 {
+        if !head_count.is_multiple_of(head_count_kv) {
             return Err(ModelError::config(
                 &h.file,
                 &k("attention.head_count_kv"),
@@ -108,14 +108,14 @@ impl Qwen35Config {
         let ssm_group_count = dim(h, &k("ssm.group_count"), MAX_DIM)?;
         let ssm_time_step_rank = dim(h, &k("ssm.time_step_rank"), MAX_DIM)?;
         let ssm_inner_size = dim(h, &k("ssm.inner_size"), MAX_DIM)?;
-        if ssm_inner_size % ssm_time_step_rank != 0 {
+        if !ssm_inner_size.is_multiple_of(ssm_time_step_rank) {
             return Err(ModelError::config(
                 &h.file,
                 &k("ssm.inner_size"),
                 format!("{ssm_inner_size} is not a multiple of ssm.time_step_rank {ssm_time_step_rank}"),
             ));
         }
-        if ssm_time_step_rank % ssm_group_count != 0 {
+        if !ssm_time_step_rank.is_multiple_of(ssm_group_count) {
             return Err(ModelError::config(
                 &h.file,
                 &k("ssm.time_step_rank"),
@@ -148,7 +148,9 @@ impl Qwen35Config {
                     )),
                     Some(n) => n,
                 };
-                (0..block_count).map(|i| (i + 1) % n != 0).collect()
+                (0..block_count)
+                    .map(|i| !(i + 1).is_multiple_of(n))
+                    .collect()
             }
         };
         let vocab_size = match h.get("tokenizer.ggml.tokens") {

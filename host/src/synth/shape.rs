@@ -79,7 +79,7 @@ impl SynthShape {
 
     /// Whether layer `i` is Gated DeltaNet.
     pub fn is_recurrent(&self, i: usize) -> bool {
-        (i + 1) % self.interval != 0
+        !(i + 1).is_multiple_of(self.interval)
     }
 
     pub fn conv_channels(&self) -> usize {

@@ -118,14 +118,21 @@ impl GgmlType {
 
     /// Parses a ggml name, case-insensitively.
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        Self::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
     /// Elements per block.
     pub const fn block_size(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::Q8_1 => 32,
+            GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q5_0
+            | GgmlType::Q5_1
+            | GgmlType::Q8_0
+            | GgmlType::Q8_1 => 32,
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => 256,
         }
     }
@@ -152,7 +159,7 @@ impl GgmlType {
     /// multiple of the block size or the product overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size() as u64)
@@ -176,19 +183,37 @@ pub enum QuantError {
     #[error("{ty}: no (de)quantizer for this type (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q8_1)")]
     Unsupported { ty: GgmlType },
     #[error("{ty}: {elements} elements is not a multiple of the block size {block}")]
-    NotBlockMultiple { ty: GgmlType, elements: usize, block: usize },
+    NotBlockMultiple {
+        ty: GgmlType,
+        elements: usize,
+        block: usize,
+    },
     #[error("{ty}: {bytes} bytes given for {elements} elements, expected {expected}")]
-    LengthMismatch { ty: GgmlType, bytes: usize, elements: usize, expected: usize },
+    LengthMismatch {
+        ty: GgmlType,
+        bytes: usize,
+        elements: usize,
+        expected: usize,
+    },
 }
 
 fn check_lengths(ty: GgmlType, bytes: usize, elements: usize) -> Result<(), QuantError> {
     let block = ty.block_size();
-    if elements % block != 0 {
-        return Err(QuantError::NotBlockMultiple { ty, elements, block });
+    if !elements.is_multiple_of(block) {
+        return Err(QuantError::NotBlockMultiple {
+            ty,
+            elements,
+            block,
+        });
     }
     let expected = elements / block * ty.type_size();
     if bytes != expected {
-        return Err(QuantError::LengthMismatch { ty, bytes, elements, expected });
+        return Err(QuantError::LengthMismatch {
+            ty,
+            bytes,
+            elements,
+            expected,
+        });
     }
     Ok(())
 }
@@ -287,4 +312,49 @@ pub(crate) fn round_half_away(v: f32) -> f32 {
 /// `max |x|` over a slice (0 for an empty slice; NaN-free inputs assumed).
 pub(crate) fn amax(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// `y[o] = Σ_i W[o, i] · x[i]` (f64 accumulation) for a weight matrix stored as whole rows of
+/// `ty` blocks (`w` = `out` rows of `x.len()` elements each), dequantizing one row at a time:
+/// the oracle for quantized matmul kernels.
+pub fn gemv(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<Vec<f64>, QuantError> {
+    let row_bytes = ty
+        .row_bytes(x.len() as u64)
+        .ok_or(QuantError::NotBlockMultiple {
+            ty,
+            elements: x.len(),
+            block: ty.block_size(),
+        })? as usize;
+    if row_bytes == 0 || !w.len().is_multiple_of(row_bytes) {
+        return Err(QuantError::LengthMismatch {
+            ty,
+            bytes: w.len(),
+            elements: x.len(),
+            expected: row_bytes,
+        });
+    }
+    let mut row = vec![0.0f32; x.len()];
+    w.chunks_exact(row_bytes)
+        .map(|r| {
+            dequantize_into(ty, r, &mut row)?;
+            Ok(row.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Q8_0 row of 32 ones (d = 1/127 · 127) times x = 1..32 sums to 528 within f16 rounding.
+    #[test]
+    fn gemv_dequantizes_each_row() {
+        let w = quantize(GgmlType::Q8_0, &[1.0; 64]).expect("two rows of one block");
+        let x: Vec<f32> = (1..=32).map(|v| v as f32).collect();
+        let y = gemv(GgmlType::Q8_0, &w, &x).expect("shapes match");
+        assert_eq!(y.len(), 2);
+        let d = half::f16::from_f32(1.0 / 127.0).to_f32() as f64 * 127.0;
+        assert!((y[0] - 528.0 * d).abs() < 1e-9, "{y:?}");
+        assert!(gemv(GgmlType::Q8_0, &w[..30], &x).is_err());
+    }
 }
