@@ -9,7 +9,8 @@ use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2
 use flashtree_reference::quant::GgmlType;
 
 /// (in, out) as in the "in→out".
-const SHAPES: [(usize, usize); 6] = [(5120, 10240), (5120, 6144), (5120, 17408), (17408, 5120), (6144, 5120), (5120, 12288)];
+const SHAPES: [(usize, usize); 6] =
+    [(5120, 10240), (5120, 6144), (5120, 17408), (17408, 5120), (6144, 5120), (5120, 12288)];
 const NS: [usize; 5] = [1, 8, 16, 22, 32];
 
 fn weights(ty: GgmlType, out: usize, inp: usize, seed: u64) -> Vec<u8> {
@@ -69,7 +70,8 @@ fn main() {
         let note_l2 = if bytes < 2 * l2 { format!("{copies} copies rotated") } else { String::new() };
         let mut t1 = 0.0;
         for n in NS {
-            let secs = median_secs(&gpu, 20, |i| qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws));
+            let secs =
+                median_secs(&gpu, 20, |i| qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws));
             if n == 1 {
                 t1 = secs;
             }
@@ -80,7 +82,9 @@ fn main() {
                 g.throughput(Throughput::Bytes(bytes as u64));
                 g.bench_function(format!("{inp}->{out} n={n}"), |b| {
                     b.iter_custom(|iters| {
-                        event_duration(&gpu, iters, |i| qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws))
+                        event_duration(&gpu, iters, |i| {
+                            qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws)
+                        })
                     })
                 });
                 g.finish();

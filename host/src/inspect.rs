@@ -73,52 +73,30 @@ fn type_stats<'a>(
         bytes += b;
         params += e;
     }
-    let map = by_id
-        .into_values()
-        .map(|(t, s)| (t.name().to_string(), s))
-        .collect();
+    let map = by_id.into_values().map(|(t, s)| (t.name().to_string(), s)).collect();
     (map, n, bytes, params)
 }
 
 /// The memory plan of a qwen35 target.
-pub fn memory_plan(
-    c: &Qwen35Config,
-    weights_bytes: u64,
-    draft_weights_bytes: Option<u64>,
-) -> MemoryPlan {
+pub fn memory_plan(c: &Qwen35Config, weights_bytes: u64, draft_weights_bytes: Option<u64>) -> MemoryPlan {
     let attn_layers = c.attention_layers().len() as u64;
     let gdn_layers = (0..c.n_layer()).filter(|&i| c.is_recurrent(i)).count() as u64;
-    let values_per_token = attn_layers
-        .saturating_mul(c.head_count_kv as u64)
-        .saturating_mul((c.key_length + c.value_length) as u64);
+    let values_per_token =
+        attn_layers.saturating_mul(c.head_count_kv as u64).saturating_mul((c.key_length + c.value_length) as u64);
     let ctx = c.context_length as u64;
     let kv = KV_TYPES
         .iter()
         .map(|&(name, per32)| {
             let bpt = values_per_token.saturating_mul(per32) / 32;
-            KvCost {
-                cache_type: name,
-                bytes_per_token: bpt,
-                bytes_at_context: bpt.saturating_mul(ctx),
-            }
+            KvCost { cache_type: name, bytes_per_token: bpt, bytes_at_context: bpt.saturating_mul(ctx) }
         })
         .collect();
     let prod = |xs: &[u64]| xs.iter().fold(1u64, |a, &x| a.saturating_mul(x));
     // f32 state [value heads, key dim, value dim] per GDN layer
-    let state = prod(&[
-        gdn_layers,
-        c.ssm_time_step_rank as u64,
-        c.ssm_state_size as u64,
-        c.ssm_value_head_dim() as u64,
-        4,
-    ]);
+    let state =
+        prod(&[gdn_layers, c.ssm_time_step_rank as u64, c.ssm_state_size as u64, c.ssm_value_head_dim() as u64, 4]);
     // f32 window of the last (kernel − 1) inputs of every conv channel per GDN layer
-    let conv = prod(&[
-        gdn_layers,
-        (c.ssm_conv_kernel as u64).saturating_sub(1),
-        c.ssm_conv_channels() as u64,
-        4,
-    ]);
+    let conv = prod(&[gdn_layers, (c.ssm_conv_kernel as u64).saturating_sub(1), c.ssm_conv_channels() as u64, 4]);
     MemoryPlan {
         weights_bytes,
         context_length: ctx,
@@ -132,10 +110,7 @@ pub fn memory_plan(
 /// Inspects a GGUF file (any architecture; qwen35 gets the full plan).
 pub fn inspect_gguf(path: &Path, draft: Option<&Path>) -> Result<Report> {
     let g = Gguf::open(path)?;
-    let arch = g
-        .get_str("general.architecture")
-        .unwrap_or("<none>")
-        .to_string();
+    let arch = g.get_str("general.architecture").unwrap_or("<none>").to_string();
     let (tensor_types, tensor_count, tensor_bytes, parameters) =
         type_stats(g.tensor_infos().map(|t| (t.ty, t.nbytes, t.n_elements())));
     let mut hyper = Vec::new();
@@ -167,29 +142,16 @@ pub fn inspect_gguf(path: &Path, draft: Option<&Path>) -> Result<Report> {
                 "attention heads (q / kv × dim)".into(),
                 format!("{} / {} × {}", c.head_count, c.head_count_kv, c.key_length),
             ),
-            (
-                "rope".into(),
-                format!("{} dims, base {}", c.rope_dimension_count, c.rope_freq_base),
-            ),
+            ("rope".into(), format!("{} dims, base {}", c.rope_dimension_count, c.rope_freq_base)),
             (
                 "GDN heads (k / v × dim)".into(),
-                format!(
-                    "{} / {} × {}",
-                    c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size
-                ),
+                format!("{} / {} × {}", c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size),
             ),
             ("conv kernel".into(), c.ssm_conv_kernel.to_string()),
             ("vocabulary".into(), c.vocab_size.to_string()),
             ("context length".into(), c.context_length.to_string()),
             ("rms eps".into(), format!("{:e}", c.rms_norm_eps)),
-            (
-                "lm head".into(),
-                if c.has_output {
-                    "output.weight".into()
-                } else {
-                    "tied to token_embd".into()
-                },
-            ),
+            ("lm head".into(), if c.has_output { "output.weight".into() } else { "tied to token_embd".into() }),
         ];
         if let Some(ft) = c.file_type {
             hyper.push(("file type".into(), ft.to_string()));
@@ -226,10 +188,7 @@ fn draft_hyper(dm: &DraftModel) -> Vec<(String, String)> {
     vec![
         ("layers".into(), c.num_layers.to_string()),
         ("hidden size".into(), c.hidden_size.to_string()),
-        (
-            "attention heads (q / kv × dim)".into(),
-            format!("{} / {} × {}", c.num_heads, c.num_kv_heads, c.head_dim),
-        ),
+        ("attention heads (q / kv × dim)".into(), format!("{} / {} × {}", c.num_heads, c.num_kv_heads, c.head_dim)),
         ("feed-forward".into(), c.intermediate_size.to_string()),
         ("target layers".into(), format!("{:?}", c.target_layer_ids)),
         ("block size".into(), c.block_size.to_string()),
@@ -243,9 +202,7 @@ pub fn inspect_draft_dir(dir: &Path) -> Result<Report> {
     let dm = DraftModel::from_zlab_dir(dir)?;
     let inv = dm.config.tensor_inventory();
     let (tensor_types, tensor_count, tensor_bytes, parameters) = type_stats(
-        inv.iter()
-            .filter_map(|e| dm.tensor(&e.name))
-            .map(|t| (t.ty, t.data.len() as u64, t.ne.iter().product())),
+        inv.iter().filter_map(|e| dm.tensor(&e.name)).map(|t| (t.ty, t.data.len() as u64, t.ne.iter().product())),
     );
     Ok(Report {
         path: dir.to_path_buf(),
@@ -275,21 +232,14 @@ pub fn inspect_path(path: &Path) -> Result<Vec<Report>> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     entries.sort();
-    let drafts: Vec<&PathBuf> = entries
-        .iter()
-        .filter(|p| p.join("config.json").is_file())
-        .collect();
+    let drafts: Vec<&PathBuf> = entries.iter().filter(|p| p.join("config.json").is_file()).collect();
     let mut out = Vec::new();
     for p in &entries {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.ends_with(".gguf")
-            && crate::gguf::split::split_name(p).is_none_or(|(_, no, _)| no == 1)
-        {
+        if name.ends_with(".gguf") && crate::gguf::split::split_name(p).is_none_or(|(_, no, _)| no == 1) {
             let stem = name.split('-').next().unwrap_or_default();
             let draft = drafts.iter().find(|d| {
-                d.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(stem) && n.ends_with("-dflash"))
+                d.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(stem) && n.ends_with("-dflash"))
             });
             out.push(inspect_gguf(p, draft.map(|d| d.as_path()))?);
         }
@@ -341,28 +291,13 @@ impl Report {
             self.parameters,
             human_bytes(self.tensor_bytes)
         );
-        let _ = writeln!(
-            s,
-            "    {:<6} {:>7} {:>16} {:>28}",
-            "type", "count", "elements", "bytes"
-        );
+        let _ = writeln!(s, "    {:<6} {:>7} {:>16} {:>28}", "type", "count", "elements", "bytes");
         for (t, st) in &self.tensor_types {
-            let _ = writeln!(
-                s,
-                "    {:<6} {:>7} {:>16} {:>28}",
-                t,
-                st.count,
-                st.elements,
-                human_bytes(st.bytes)
-            );
+            let _ = writeln!(s, "    {:<6} {:>7} {:>16} {:>28}", t, st.count, st.elements, human_bytes(st.bytes));
         }
         if let Some(m) = &self.memory {
             let _ = writeln!(s, "  memory plan (one sequence):");
-            let _ = writeln!(
-                s,
-                "    weights                       {}",
-                human_bytes(m.weights_bytes)
-            );
+            let _ = writeln!(s, "    weights                       {}", human_bytes(m.weights_bytes));
             for kv in &m.kv {
                 let _ = writeln!(
                     s,
@@ -373,16 +308,8 @@ impl Report {
                     human_bytes(kv.bytes_at_context)
                 );
             }
-            let _ = writeln!(
-                s,
-                "    recurrent state (f32)         {}",
-                human_bytes(m.recurrent_state_bytes)
-            );
-            let _ = writeln!(
-                s,
-                "    conv windows (f32)            {}",
-                human_bytes(m.conv_state_bytes)
-            );
+            let _ = writeln!(s, "    recurrent state (f32)         {}", human_bytes(m.recurrent_state_bytes));
+            let _ = writeln!(s, "    conv windows (f32)            {}", human_bytes(m.conv_state_bytes));
             match m.draft_weights_bytes {
                 Some(d) => {
                     let _ = writeln!(s, "    draft weights                 {}", human_bytes(d));

@@ -279,12 +279,7 @@ fn gguf_py_reads_the_tiny_synth_preset() {
         assert_eq!(p["name"], t.name.as_str());
         assert_eq!(p["type"], t.ty.name());
         assert_eq!(p["offset"], f.data_start + t.offset);
-        assert_eq!(
-            p["fnv1a64"],
-            fnv1a64(f.tensor_data(&t.name).expect("data")),
-            "{}",
-            t.name
-        );
+        assert_eq!(p["fnv1a64"], fnv1a64(f.tensor_data(&t.name).expect("data")), "{}", t.name);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -378,9 +373,7 @@ fn writer_split_reproduces_gguf_py_shards() {
         let n = s.tensors().len();
         let bytes = s.to_bytes(&data[k..k + n]).expect("writes");
         k += n;
-        let want =
-            std::fs::read(fixture_dir().join(format!("pysplit-0000{}-of-00003.gguf", i + 1)))
-                .expect("fixture");
+        let want = std::fs::read(fixture_dir().join(format!("pysplit-0000{}-of-00003.gguf", i + 1))).expect("fixture");
         assert!(bytes == want, "shard {} differs from gguf-py's", i + 1);
     }
 }

@@ -15,10 +15,7 @@ fn inspect_reports_tiny_target_and_draft_consistently() {
     assert_eq!(t.architecture, "qwen35");
     assert_eq!(t.tensor_count, g.tensor_count());
     assert_eq!(t.tensor_bytes, g.tensor_bytes());
-    assert_eq!(
-        t.tensor_types.values().map(|s| s.count).sum::<usize>(),
-        g.tensor_count()
-    );
+    assert_eq!(t.tensor_types.values().map(|s| s.count).sum::<usize>(), g.tensor_count());
     let m = t.memory.as_ref().expect("qwen35 has a plan");
     // 1 attention layer × 1 kv head × (64 + 64) values × 2 bytes
     assert_eq!(m.kv[0].cache_type, "F16");
@@ -28,10 +25,7 @@ fn inspect_reports_tiny_target_and_draft_consistently() {
     assert_eq!(m.recurrent_state_bytes, 3 * 4 * 64 * 64 * 4);
     assert_eq!(m.draft_weights_bytes, Some(reports[1].tensor_bytes));
     let table = t.to_table();
-    assert!(
-        table.contains("Q4_K") && table.contains("KV cache TQ3_0"),
-        "{table}"
-    );
+    assert!(table.contains("Q4_K") && table.contains("KV cache TQ3_0"), "{table}");
     let j = t.to_json();
     assert_eq!(j["tensor_count"], t.tensor_count);
     assert_eq!(j["memory"]["kv"][0]["bytes_per_token"], 256);
@@ -47,8 +41,6 @@ fn human_bytes_shows_decimal_and_binary_units() {
 
 #[test]
 fn inspect_of_a_missing_path_is_an_error_naming_it() {
-    let e = inspect_path(std::path::Path::new("/nonexistent/model"))
-        .expect_err("missing")
-        .to_string();
+    let e = inspect_path(std::path::Path::new("/nonexistent/model")).expect_err("missing").to_string();
     assert!(e.contains("/nonexistent/model"), "{e}");
 }

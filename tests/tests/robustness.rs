@@ -10,12 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 fn fixture(name: &str) -> Vec<u8> {
-    std::fs::read(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("fixtures/gguf")
-            .join(name),
-    )
-    .expect("fixture")
+    std::fs::read(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/gguf").join(name)).expect("fixture")
 }
 
 /// The tiny synthetic target's header (tokenizer included) + first tensors, and its draft's
@@ -26,8 +21,7 @@ fn tiny_files() -> &'static (Vec<u8>, Vec<u8>) {
         let dir = std::env::temp_dir().join(format!("flashtree-robust-{}", std::process::id()));
         let out = flashtree::synth::tiny(&dir, 11).expect("tiny synth");
         let g = std::fs::read(&out.target).expect("target");
-        let st = std::fs::read(out.draft_dir.expect("draft").join("model.safetensors"))
-            .expect("safetensors");
+        let st = std::fs::read(out.draft_dir.expect("draft").join("model.safetensors")).expect("safetensors");
         let _ = std::fs::remove_dir_all(&dir);
         (g, st)
     })
@@ -41,11 +35,7 @@ fn exercise_gguf(bytes: &[u8]) {
     };
     for t in &h.tensors {
         let r = h.tensor_range(&t.name).expect("listed tensor has a range");
-        assert!(
-            r.end <= bytes.len(),
-            "range past end accepted for {}",
-            t.name
-        );
+        assert!(r.end <= bytes.len(), "range past end accepted for {}", t.name);
         let data = &bytes[r];
         let n = data.len().min(4 * t.ty.type_size());
         let n = n - n % t.ty.type_size();
@@ -71,15 +61,7 @@ fn mutation(max_pos: usize) -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (0..max_pos, 1u8..=255).prop_map(|(pos, xor)| Mutation::Flip { pos, xor }),
         (0..max_pos).prop_map(|len| Mutation::Truncate { len }),
-        (
-            0..max_pos,
-            prop_oneof![
-                Just(u64::MAX),
-                Just(1u64 << 62),
-                Just(u32::MAX as u64 + 1),
-                any::<u64>()
-            ]
-        )
+        (0..max_pos, prop_oneof![Just(u64::MAX), Just(1u64 << 62), Just(u32::MAX as u64 + 1), any::<u64>()])
             .prop_map(|(pos, value)| Mutation::Huge { pos, value }),
         (0..max_pos, prop::collection::vec(any::<u8>(), 1..16))
             .prop_map(|(pos, bytes)| Mutation::Splice { pos, bytes }),
@@ -145,12 +127,7 @@ proptest! {
 fn every_truncation_is_refused_without_panic() {
     let full = fixture("pywritten.gguf");
     let complete = parse_header(&full, Path::new("f.gguf")).expect("valid");
-    let needed = complete
-        .tensors
-        .iter()
-        .map(|t| complete.data_start + t.offset + t.nbytes)
-        .max()
-        .unwrap_or(0);
+    let needed = complete.tensors.iter().map(|t| complete.data_start + t.offset + t.nbytes).max().unwrap_or(0);
     for len in 0..full.len() {
         let r = parse_header(&full[..len], Path::new("f.gguf"));
         if (len as u64) < needed {
@@ -177,17 +154,11 @@ fn small_file() -> (Vec<u8>, GgufWriter) {
 fn after_name(bytes: &[u8], name: &str) -> usize {
     let mut pat = (name.len() as u64).to_le_bytes().to_vec();
     pat.extend_from_slice(name.as_bytes());
-    bytes
-        .windows(pat.len())
-        .rposition(|w| w == pat.as_slice())
-        .expect("name in header")
-        + pat.len()
+    bytes.windows(pat.len()).rposition(|w| w == pat.as_slice()).expect("name in header") + pat.len()
 }
 
 fn err_of(bytes: &[u8]) -> String {
-    parse_header(bytes, Path::new("bad.gguf"))
-        .expect_err("must be refused")
-        .to_string()
+    parse_header(bytes, Path::new("bad.gguf")).expect_err("must be refused").to_string()
 }
 
 /// Found by `cargo fuzz` (gguf_header): an empty tensor in a file that ends inside the
@@ -196,14 +167,10 @@ fn err_of(bytes: &[u8]) -> String {
 fn file_ending_inside_the_data_padding_is_refused() {
     let mut w = GgufWriter::new();
     w.set("k", Value::U8(0));
-    w.add_tensor("empty", &[0], GgmlType::F32)
-        .expect("empty tensor is valid");
+    w.add_tensor("empty", &[0], GgmlType::F32).expect("empty tensor is valid");
     let b = w.to_bytes(&[&[]]).expect("writes");
     let h = parse_header(&b, Path::new("ok.gguf")).expect("complete file is valid");
-    assert_eq!(
-        h.tensor_range("empty").expect("range"),
-        h.data_start as usize..h.data_start as usize
-    );
+    assert_eq!(h.tensor_range("empty").expect("range"), h.data_start as usize..h.data_start as usize);
     let cut = &b[..b.len() - 4];
     let e = err_of(cut);
     assert!(e.contains("data section"), "{e}");
@@ -218,10 +185,7 @@ fn huge_tensor_count_is_refused_before_allocating() {
     assert!(e.contains("tensors: more than the"), "{e}");
     b[8..16].copy_from_slice(&1000u64.to_le_bytes()); // plausible count, but not in the file
     let e = err_of(&b);
-    assert!(
-        e.contains("tensor infos") && e.contains("cannot fit"),
-        "{e}"
-    );
+    assert!(e.contains("tensor infos") && e.contains("cannot fit"), "{e}");
 }
 
 #[test]
@@ -276,10 +240,7 @@ fn huge_dims_are_refused_as_overflow() {
     let p = after_name(&b, "a") + 4;
     b[p + 8..p + 16].copy_from_slice(&(1u64 << 62).to_le_bytes()); // ne1
     let e = err_of(&b);
-    assert!(
-        e.contains("\"a\"") && (e.contains("overflows") || e.contains("past the end")),
-        "{e}"
-    );
+    assert!(e.contains("\"a\"") && (e.contains("overflows") || e.contains("past the end")), "{e}");
 }
 
 /// Found by `cargo fuzz` (gguf_header): a zero dimension must not hide an overflowing product
@@ -291,13 +252,8 @@ fn zero_dim_does_not_hide_an_overflowing_shape() {
     b[p..p + 4].copy_from_slice(&4u32.to_le_bytes()); // 4 dims now: 32, 2, then type, offset bytes reinterpreted
     let e = parse_header(&b, Path::new("z.gguf"));
     assert!(e.is_err());
-    assert!(
-        flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 40, 1 << 40], GgmlType::F32).is_err()
-    );
-    assert_eq!(
-        flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 20], GgmlType::F32),
-        Ok(0)
-    );
+    assert!(flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 40, 1 << 40], GgmlType::F32).is_err());
+    assert_eq!(flashtree::gguf::parse::tensor_nbytes(&[32, 0, 1 << 20], GgmlType::F32), Ok(0));
 }
 
 #[test]
@@ -315,10 +271,7 @@ fn overlapping_tensors_are_refused() {
     let p = after_name(&b, "b") + 4 + 8 + 4;
     b[p..p + 8].copy_from_slice(&32u64.to_le_bytes()); // inside a's 68 bytes, aligned
     let e = err_of(&b);
-    assert!(
-        e.contains("overlap") && e.contains("\"a\"") && e.contains("\"b\""),
-        "{e}"
-    );
+    assert!(e.contains("overlap") && e.contains("\"a\"") && e.contains("\"b\""), "{e}");
 }
 
 #[test]
@@ -351,10 +304,7 @@ fn unknown_tensor_type_is_refused() {
     let p = after_name(&b, "b") + 4 + 8;
     b[p..p + 4].copy_from_slice(&39u32.to_le_bytes()); // MXFP4: not supported here
     let e = err_of(&b);
-    assert!(
-        e.contains("\"b\"") && e.contains("unknown ggml type id 39"),
-        "{e}"
-    );
+    assert!(e.contains("\"b\"") && e.contains("unknown ggml type id 39"), "{e}");
 }
 
 #[test]
@@ -390,13 +340,8 @@ fn wrong_architecture_is_named() {
     w.set("general.architecture", Value::String("llama".into()));
     let b = w.to_bytes(&[]).expect("writes");
     let h = parse_header(&b, Path::new("llama.gguf")).expect("valid container");
-    let e = Qwen35Config::from_header(&h, None, true)
-        .expect_err("not qwen35")
-        .to_string();
-    assert!(
-        e.contains("llama.gguf") && e.contains("\"llama\"") && e.contains("qwen35"),
-        "{e}"
-    );
+    let e = Qwen35Config::from_header(&h, None, true).expect_err("not qwen35").to_string();
+    assert!(e.contains("llama.gguf") && e.contains("\"llama\"") && e.contains("qwen35"), "{e}");
 }
 
 #[test]
@@ -419,34 +364,16 @@ fn missing_and_mistyped_qwen35_keys_are_named() {
     };
     let b = rebuild("qwen35.ssm.inner_size", None);
     let hh = parse_header(&b, Path::new("m.gguf")).expect("valid");
-    let e = Qwen35Config::from_header(&hh, None, true)
-        .expect_err("missing key")
-        .to_string();
-    assert!(
-        e.contains("qwen35.ssm.inner_size") && e.contains("missing"),
-        "{e}"
-    );
-    let b = rebuild(
-        "",
-        Some(("qwen35.embedding_length", Value::String("5120".into()))),
-    );
+    let e = Qwen35Config::from_header(&hh, None, true).expect_err("missing key").to_string();
+    assert!(e.contains("qwen35.ssm.inner_size") && e.contains("missing"), "{e}");
+    let b = rebuild("", Some(("qwen35.embedding_length", Value::String("5120".into()))));
     let hh = parse_header(&b, Path::new("m.gguf")).expect("valid");
-    let e = Qwen35Config::from_header(&hh, None, true)
-        .expect_err("string dim")
-        .to_string();
-    assert!(
-        e.contains("qwen35.embedding_length") && e.contains("string"),
-        "{e}"
-    );
+    let e = Qwen35Config::from_header(&hh, None, true).expect_err("string dim").to_string();
+    assert!(e.contains("qwen35.embedding_length") && e.contains("string"), "{e}");
     let b = rebuild("", Some(("qwen35.attention.head_count_kv", Value::U16(3))));
     let hh = parse_header(&b, Path::new("m.gguf")).expect("valid");
-    let e = Qwen35Config::from_header(&hh, None, true)
-        .expect_err("3 ∤ 4")
-        .to_string();
-    assert!(
-        e.contains("head_count_kv") && e.contains("does not divide"),
-        "{e}"
-    );
+    let e = Qwen35Config::from_header(&hh, None, true).expect_err("3 ∤ 4").to_string();
+    assert!(e.contains("head_count_kv") && e.contains("does not divide"), "{e}");
 }
 
 #[test]
@@ -457,10 +384,7 @@ fn wrong_tensor_shape_names_tensor_found_and_expected() {
     let mut c = Qwen35Config::from_gguf(&g).expect("config");
     c.feed_forward_length = 768; // the file says 512
     let e = c.validate(&g).expect_err("shape mismatch").to_string();
-    assert!(
-        e.contains("blk.0.ffn_gate.weight") && e.contains("[256, 512]") && e.contains("[256, 768]"),
-        "{e}"
-    );
+    assert!(e.contains("blk.0.ffn_gate.weight") && e.contains("[256, 512]") && e.contains("[256, 768]"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -468,10 +392,7 @@ fn wrong_tensor_shape_names_tensor_found_and_expected() {
 fn safetensors_with_bad_header_is_refused_with_the_file_name() {
     let mut b = vec![0u8; 16];
     b[..8].copy_from_slice(&(u64::MAX).to_le_bytes());
-    let e = read_safetensors(&b, Path::new("x.safetensors"))
-        .err()
-        .expect("refused")
-        .to_string();
+    let e = read_safetensors(&b, Path::new("x.safetensors")).err().expect("refused").to_string();
     assert!(e.contains("x.safetensors"), "{e}");
     let json = br#"{"t":{"dtype":"BF16","shape":[1000000,1000000],"data_offsets":[0,4]}}"#;
     let mut b = (json.len() as u64).to_le_bytes().to_vec();
@@ -482,32 +403,22 @@ fn safetensors_with_bad_header_is_refused_with_the_file_name() {
     let mut b = (json.len() as u64).to_le_bytes().to_vec();
     b.extend_from_slice(json);
     b.extend_from_slice(&[0; 8]);
-    let e = read_safetensors(&b, Path::new("x.safetensors"))
-        .err()
-        .expect("dtype")
-        .to_string();
+    let e = read_safetensors(&b, Path::new("x.safetensors")).err().expect("dtype").to_string();
     assert!(e.contains("tensor t") && e.contains("I64"), "{e}");
 }
 
 #[test]
 fn draft_config_errors_name_the_key() {
     let p = Path::new("config.json");
-    let e = DraftConfig::from_zlab_json("{not json", p)
-        .expect_err("bad JSON")
-        .to_string();
+    let e = DraftConfig::from_zlab_json("{not json", p).expect_err("bad JSON").to_string();
     assert!(e.contains("invalid JSON"), "{e}");
     let base = r#"{"hidden_size":256,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":1,
         "intermediate_size":512,"rope_theta":1e7,"dflash_config":{"mask_token_id":5,"target_layer_ids":[0,2]}}"#;
     DraftConfig::from_zlab_json(base, p).expect("valid");
-    let e = DraftConfig::from_zlab_json(&base.replace("\"rope_theta\":1e7,", ""), p)
-        .expect_err("no theta")
-        .to_string();
+    let e = DraftConfig::from_zlab_json(&base.replace("\"rope_theta\":1e7,", ""), p).expect_err("no theta").to_string();
     assert!(e.contains("rope_theta"), "{e}");
-    let e = DraftConfig::from_zlab_json(
-        &base.replace("\"num_attention_heads\":4", "\"num_attention_heads\":-4"),
-        p,
-    )
-    .expect_err("negative")
-    .to_string();
+    let e = DraftConfig::from_zlab_json(&base.replace("\"num_attention_heads\":4", "\"num_attention_heads\":-4"), p)
+        .expect_err("negative")
+        .to_string();
     assert!(e.contains("num_attention_heads"), "{e}");
 }

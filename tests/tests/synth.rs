@@ -137,30 +137,18 @@ fn tiny_draft_roundtrips_through_the_dflash_gguf_layout() {
     let mut a = zlab.config.clone();
     let b = g.config.clone();
     a.max_position_embeddings = b.max_position_embeddings; // config.json has it too; equal anyway
-    assert_eq!(
-        a.vocab_size, b.vocab_size,
-        "vocab from the copied tokenizer"
-    );
+    assert_eq!(a.vocab_size, b.vocab_size, "vocab from the copied tokenizer");
     assert_eq!(a, b);
     for e in zlab.config.tensor_inventory() {
-        let (x, y) = (
-            zlab.tensor(&e.name).expect("z"),
-            g.tensor(&e.name).expect("g"),
-        );
+        let (x, y) = (zlab.tensor(&e.name).expect("z"), g.tensor(&e.name).expect("g"));
         assert_eq!(x.ne, y.ne, "{}", e.name);
         let dx = flashtree_reference::quant::dequantize(x.ty, x.data).expect("deq");
         let dy = flashtree_reference::quant::dequantize(y.ty, y.data).expect("deq");
         assert_eq!(dx, dy, "{}", e.name);
     }
     let h = Gguf::open(&path).expect("opens");
-    assert_eq!(
-        h.get_int_array("dflash.target_layers").expect("ids"),
-        vec![1, 3]
-    );
-    assert_eq!(
-        h.tensor("enc.output_norm.weight").expect("hidden norm").ty,
-        GgmlType::F32
-    );
+    assert_eq!(h.get_int_array("dflash.target_layers").expect("ids"), vec![1, 3]);
+    assert_eq!(h.tensor("enc.output_norm.weight").expect("hidden norm").ty, GgmlType::F32);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -172,9 +160,7 @@ fn merges_are_recovered_from_tiktoken_ranks() {
         const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         let mut s = String::new();
         for c in bytes.chunks(3) {
-            let n = (c[0] as u32) << 16
-                | (*c.get(1).unwrap_or(&0) as u32) << 8
-                | *c.get(2).unwrap_or(&0) as u32;
+            let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
             for i in 0..=c.len() {
                 s.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
             }
@@ -184,15 +170,8 @@ fn merges_are_recovered_from_tiktoken_ranks() {
         }
         s
     }
-    let mut lines: Vec<String> = (0..=255u8)
-        .map(|b| format!("{} {}", b64(&[b]), b))
-        .collect();
-    for (r, t) in [
-        (256, &b"ab"[..]),
-        (257, b" a"),
-        (258, b"abc"),
-        (259, b" ab"),
-    ] {
+    let mut lines: Vec<String> = (0..=255u8).map(|b| format!("{} {}", b64(&[b]), b)).collect();
+    for (r, t) in [(256, &b"ab"[..]), (257, b" a"), (258, b"abc"), (259, b" ab")] {
         lines.push(format!("{} {r}", b64(t)));
     }
     let v = flashtree::synth::vocab::qwen35_from_tiktoken(&lines.join("\n"), 300).expect("parses");
@@ -202,10 +181,7 @@ fn merges_are_recovered_from_tiktoken_ranks() {
     assert_eq!(v.tokens[260], "<|endoftext|>");
     assert_eq!(v.tokens[299], "[PAD299]");
     assert_eq!((v.bos, v.eos), (260, 262));
-    assert!(
-        flashtree::synth::vocab::qwen35_from_tiktoken("QQ== 1", 300).is_err(),
-        "ranks must be dense"
-    );
+    assert!(flashtree::synth::vocab::qwen35_from_tiktoken("QQ== 1", 300).is_err(), "ranks must be dense");
 }
 
 /// The `safetensors` Python package reads the tiny draft (seed 1) with our names, dtypes,
@@ -226,8 +202,8 @@ fn python_safetensors_reads_the_tiny_draft() {
     let path = out.draft_dir.expect("draft").join("model.safetensors");
     let bytes = std::fs::read(&path).expect("read");
     let table = flashtree::model::safetensors_io::read_safetensors(&bytes, &path).expect("parses");
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/gguf/synth_tiny_seed1_draft.safetensors-py.json");
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/gguf/synth_tiny_seed1_draft.safetensors-py.json");
     let py: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture).expect("fixture")).expect("json");
     assert_eq!(py["metadata"]["format"], "pt");
@@ -236,19 +212,9 @@ fn python_safetensors_reads_the_tiny_draft() {
     for (e, p) in table.tensors().iter().zip(tensors) {
         assert_eq!(p["name"], e.name.as_str());
         assert_eq!(p["dtype"], "BF16");
-        let shape: Vec<u64> = p["shape"]
-            .as_array()
-            .expect("shape")
-            .iter()
-            .filter_map(|v| v.as_u64())
-            .collect();
+        let shape: Vec<u64> = p["shape"].as_array().expect("shape").iter().filter_map(|v| v.as_u64()).collect();
         assert_eq!(shape, e.shape, "{}", e.name);
-        assert_eq!(
-            p["fnv1a64"],
-            fnv1a64(table.data(&e.name).expect("data")),
-            "{}",
-            e.name
-        );
+        assert_eq!(p["fnv1a64"], fnv1a64(table.data(&e.name).expect("data")), "{}", e.name);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

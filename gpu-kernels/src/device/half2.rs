@@ -6,7 +6,9 @@ use core::arch::asm;
 #[inline(always)]
 pub fn hsub2(a: u32, b: u32) -> u32 {
     let r: u32;
-    unsafe { asm!("sub.rn.f16x2 {0}, {1}, {2};", out(reg32) r, in(reg32) a, in(reg32) b, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("sub.rn.f16x2 {0}, {1}, {2};", out(reg32) r, in(reg32) a, in(reg32) b, options(pure, nomem, nostack))
+    };
     r
 }
 
@@ -14,7 +16,9 @@ pub fn hsub2(a: u32, b: u32) -> u32 {
 #[inline(always)]
 pub fn hmul2(a: u32, b: u32) -> u32 {
     let r: u32;
-    unsafe { asm!("mul.rn.f16x2 {0}, {1}, {2};", out(reg32) r, in(reg32) a, in(reg32) b, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("mul.rn.f16x2 {0}, {1}, {2};", out(reg32) r, in(reg32) a, in(reg32) b, options(pure, nomem, nostack))
+    };
     r
 }
 

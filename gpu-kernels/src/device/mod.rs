@@ -6,9 +6,9 @@
 
 pub mod atomic;
 pub mod convert;
-pub mod half2;
 pub mod cp_async;
 pub mod fence;
+pub mod half2;
 pub mod index;
 pub mod load;
 pub mod math;

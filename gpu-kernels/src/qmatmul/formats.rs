@@ -15,7 +15,6 @@ use kernel_abi::qmm_format;
 
 use crate::device::half2::{and_or, hfma2, hmul2, hsub2, prmt};
 
-
 /// 16 bytes at a 16-byte-aligned shared-memory address.
 #[inline(always)]
 unsafe fn rd16(p: *const u8) -> [u32; 4] {
@@ -228,7 +227,6 @@ pub struct Q6kLane {
 
 pub struct Q6K;
 
-
 impl Format for Q6K {
     const ELEMS: u32 = qmm_format::Q6_K.0;
     const BYTES: u32 = qmm_format::Q6_K.1;
@@ -322,10 +320,7 @@ impl Format for Q8_0 {
     #[inline(always)]
     unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q8_0Lane {
         let t8 = 8 * t as usize;
-        Q8_0Lane {
-            qs: [ld8_a2(row_g.add(2 + t8)), ld8_a2(row_g8.add(2 + t8))],
-            d: [rd2(row_g), rd2(row_g8)],
-        }
+        Q8_0Lane { qs: [ld8_a2(row_g.add(2 + t8)), ld8_a2(row_g8.add(2 + t8))], d: [rd2(row_g), rd2(row_g8)] }
     }
 
     #[inline(always)]
@@ -349,12 +344,7 @@ pub struct HalfLane {
 
 #[inline(always)]
 unsafe fn load_half(row_g: *const u8, row_g8: *const u8, t: u32) -> HalfLane {
-    HalfLane {
-        v: [
-            rd16(row_g.add(16 * t as usize)),
-            rd16(row_g8.add(16 * t as usize)),
-        ],
-    }
+    HalfLane { v: [rd16(row_g.add(16 * t as usize)), rd16(row_g8.add(16 * t as usize))] }
 }
 
 /// `(e0, e2)` and `(e1, e3)` of step `h` from words `(e0,e1), (e2,e3)`.

@@ -35,41 +35,22 @@ pub struct SynthArgs {
 pub fn run(args: SynthArgs) -> Result<()> {
     let (mut shape, draft, name) = match args.preset.as_str() {
         "tiny" => (SynthShape::tiny(), DraftShape::tiny(), "tiny"),
-        "qwen3.5-27b" => (
-            SynthShape::qwen35_27b(),
-            DraftShape::qwen35_27b(),
-            "qwen3.5-27b",
-        ),
+        "qwen3.5-27b" => (SynthShape::qwen35_27b(), DraftShape::qwen35_27b(), "qwen3.5-27b"),
         other => bail!("--preset {other:?}: expected `tiny` or `qwen3.5-27b`"),
     };
     let Some(mix) = QuantMix::parse(&args.quant) else {
-        bail!(
-            "--quant {:?}: expected q4_k_m, q8_0, bf16 or f32",
-            args.quant
-        );
+        bail!("--quant {:?}: expected q4_k_m, q8_0, bf16 or f32", args.quant);
     };
     let mut draft = draft;
     let mut name = name.to_string();
     if let Some(l) = args.layers {
         if l == 0 || !l.is_multiple_of(shape.interval) {
-            bail!(
-                "--layers {l}: expected a positive multiple of the full-attention interval {}",
-                shape.interval
-            );
+            bail!("--layers {l}: expected a positive multiple of the full-attention interval {}", shape.interval);
         }
         shape.n_layer = l;
         name = format!("{name}-{l}l");
-        if draft
-            .target_layer_ids
-            .as_ref()
-            .is_some_and(|ids| ids.iter().any(|&i| i >= l))
-            || l < 8
-        {
-            draft.target_layer_ids = Some(
-                (0..draft.n_layer)
-                    .map(|i| i * (l - 1) / draft.n_layer.max(1))
-                    .collect(),
-            );
+        if draft.target_layer_ids.as_ref().is_some_and(|ids| ids.iter().any(|&i| i >= l)) || l < 8 {
+            draft.target_layer_ids = Some((0..draft.n_layer).map(|i| i * (l - 1) / draft.n_layer.max(1)).collect());
         }
     }
     let t0 = std::time::Instant::now();
@@ -82,17 +63,9 @@ pub fn run(args: SynthArgs) -> Result<()> {
         name,
         tiktoken: args.tiktoken,
     })?;
-    println!(
-        "wrote {} ({} bytes)",
-        out.target.display(),
-        out.target_bytes
-    );
+    println!("wrote {} ({} bytes)", out.target.display(), out.target_bytes);
     if let Some(d) = &out.draft_dir {
-        println!(
-            "wrote {} ({} bytes of safetensors)",
-            d.display(),
-            out.draft_bytes
-        );
+        println!("wrote {} ({} bytes of safetensors)", d.display(), out.draft_bytes);
     }
     println!("in {:.1} s", t0.elapsed().as_secs_f64());
     Ok(())

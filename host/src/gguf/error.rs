@@ -40,18 +40,9 @@ pub enum GgufErrorKind {
     #[error("unsupported GGUF version {found}, expected 2 or 3")]
     BadVersion { found: u32 },
     #[error("file ends early: {what} needs {needed} bytes, {available} left")]
-    Truncated {
-        what: String,
-        needed: u64,
-        available: u64,
-    },
+    Truncated { what: String, needed: u64, available: u64 },
     #[error("{what}: count {count} cannot fit in the {available} bytes left (each needs at least {min_each})")]
-    CountTooLarge {
-        what: String,
-        count: u64,
-        available: u64,
-        min_each: u64,
-    },
+    CountTooLarge { what: String, count: u64, available: u64, min_each: u64 },
     #[error("{count} {what}: more than the {max} accepted")]
     TableTooLarge { what: String, count: u64, max: u64 },
     #[error("{what}: string is not valid UTF-8")]
@@ -69,59 +60,27 @@ pub enum GgufErrorKind {
     #[error("general.alignment = {found}, expected a non-zero power of two")]
     BadAlignment { found: u64 },
     #[error("tensor {name:?}: {n_dims} dimensions, at most {max} allowed")]
-    TooManyDims {
-        name: String,
-        n_dims: u32,
-        max: usize,
-    },
+    TooManyDims { name: String, n_dims: u32, max: usize },
     #[error("tensor name {name:?} is {len} bytes, at most {max} allowed")]
-    NameTooLong {
-        name: String,
-        len: usize,
-        max: usize,
-    },
+    NameTooLong { name: String, len: usize, max: usize },
     #[error("duplicate tensor name {name:?}")]
     DuplicateTensor { name: String },
     #[error("tensor {name:?}: unknown ggml type id {found}")]
     UnknownType { name: String, found: u32 },
     #[error("tensor {name:?}: shape {dims:?} of {ty} is invalid: {why}")]
-    BadShape {
-        name: String,
-        dims: Vec<u64>,
-        ty: String,
-        why: String,
-    },
+    BadShape { name: String, dims: Vec<u64>, ty: String, why: String },
     #[error("tensor {name:?}: offset {offset} is not a multiple of the alignment {alignment}")]
-    MisalignedTensor {
-        name: String,
-        offset: u64,
-        alignment: u64,
-    },
+    MisalignedTensor { name: String, offset: u64, alignment: u64 },
     #[error("tensor {name:?}: data [{start}, {end}) runs past the end of the data section ({data_len} bytes)")]
-    TensorPastEnd {
-        name: String,
-        start: u64,
-        end: u64,
-        data_len: u64,
-    },
+    TensorPastEnd { name: String, start: u64, end: u64, data_len: u64 },
     #[error("tensors {first:?} and {second:?} overlap (data [{first_start}, {first_end}) and [{second_start}, …))")]
-    OverlappingTensors {
-        first: String,
-        second: String,
-        first_start: u64,
-        first_end: u64,
-        second_start: u64,
-    },
+    OverlappingTensors { first: String, second: String, first_start: u64, first_end: u64, second_start: u64 },
     #[error("no tensor named {name:?}")]
     NoSuchTensor { name: String },
     #[error("missing metadata key {key:?}")]
     MissingKey { key: String },
     #[error("key {key:?}: found {found}, expected {expected}")]
-    WrongKeyType {
-        key: String,
-        found: String,
-        expected: String,
-    },
+    WrongKeyType { key: String, found: String, expected: String },
     #[error("split: {0}")]
     Split(String),
     #[error("writer: {0}")]

@@ -80,11 +80,7 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn err(&self, kind: GgufErrorKind) -> GgufError {
-        GgufError {
-            file: self.file.to_path_buf(),
-            offset: Some(self.pos as u64),
-            kind: Box::new(kind),
-        }
+        GgufError { file: self.file.to_path_buf(), offset: Some(self.pos as u64), kind: Box::new(kind) }
     }
 
     fn remaining(&self) -> u64 {
@@ -93,11 +89,7 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: u64, what: &dyn Fn() -> String) -> Result<&'a [u8], GgufError> {
         if n > self.remaining() {
-            return Err(self.err(GgufErrorKind::Truncated {
-                what: what(),
-                needed: n,
-                available: self.remaining(),
-            }));
+            return Err(self.err(GgufErrorKind::Truncated { what: what(), needed: n, available: self.remaining() }));
         }
         let s = &self.bytes[self.pos..self.pos + n as usize];
         self.pos += n as usize;
@@ -133,12 +125,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Checks that `count` items of at least `min_each` bytes can still fit.
-    fn check_count(
-        &self,
-        count: u64,
-        min_each: u64,
-        what: &dyn Fn() -> String,
-    ) -> Result<(), GgufError> {
+    fn check_count(&self, count: u64, min_each: u64, what: &dyn Fn() -> String) -> Result<(), GgufError> {
         if count.saturating_mul(min_each) > self.remaining() {
             return Err(self.err(GgufErrorKind::CountTooLarge {
                 what: what(),
@@ -167,37 +154,24 @@ impl<'a> Cursor<'a> {
                 let b = self.array::<1>(&what)?[0];
                 if b > 1 {
                     self.pos -= 1;
-                    return Err(self.err(GgufErrorKind::BadBool {
-                        key: key.to_string(),
-                        found: b,
-                    }));
+                    return Err(self.err(GgufErrorKind::BadBool { key: key.to_string(), found: b }));
                 }
                 Value::Bool(b == 1)
             }
             ValueType::String => Value::String(self.string(&what)?),
             ValueType::Array => {
                 if depth >= MAX_ARRAY_DEPTH {
-                    return Err(self.err(GgufErrorKind::ArrayTooDeep {
-                        key: key.to_string(),
-                        max: MAX_ARRAY_DEPTH,
-                    }));
+                    return Err(self.err(GgufErrorKind::ArrayTooDeep { key: key.to_string(), max: MAX_ARRAY_DEPTH }));
                 }
                 let tag = self.u32(&|| format!("array element type of key {key:?}"))?;
-                let elem = ValueType::from_id(tag).ok_or_else(|| {
-                    self.err(GgufErrorKind::BadValueType {
-                        key: key.to_string(),
-                        found: tag,
-                    })
-                })?;
+                let elem = ValueType::from_id(tag)
+                    .ok_or_else(|| self.err(GgufErrorKind::BadValueType { key: key.to_string(), found: tag }))?;
                 let count = self.u64(&|| format!("array length of key {key:?}"))?;
-                self.check_count(count, elem.min_encoded_size(), &|| {
-                    format!("array of key {key:?}")
-                })?;
+                self.check_count(count, elem.min_encoded_size(), &|| format!("array of key {key:?}"))?;
                 if count > self.element_budget {
-                    return Err(self.err(GgufErrorKind::TooManyArrayElements {
-                        key: key.to_string(),
-                        max: MAX_ARRAY_ELEMENTS,
-                    }));
+                    return Err(
+                        self.err(GgufErrorKind::TooManyArrayElements { key: key.to_string(), max: MAX_ARRAY_ELEMENTS })
+                    );
                 }
                 self.element_budget -= count;
                 let mut items = Vec::with_capacity(count as usize);
@@ -213,12 +187,7 @@ impl<'a> Cursor<'a> {
 /// Parses the header of a GGUF file held in `bytes` (the whole file: tensor extents are checked
 /// against `bytes.len()`). `file` is used in error messages only.
 pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> {
-    let mut c = Cursor {
-        bytes,
-        pos: 0,
-        file,
-        element_budget: MAX_ARRAY_ELEMENTS,
-    };
+    let mut c = Cursor { bytes, pos: 0, file, element_budget: MAX_ARRAY_ELEMENTS };
     let magic = c.array::<4>(&|| "magic".into())?;
     if magic != MAGIC {
         c.pos = 0;
@@ -235,11 +204,7 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
     c.check_count(n_kv, 13, &|| "metadata key/values".into())?;
     for (count, what) in [(n_kv, "metadata key/values"), (n_tensors, "tensors")] {
         if count > MAX_TABLE_ENTRIES {
-            return Err(c.err(GgufErrorKind::TableTooLarge {
-                what: what.into(),
-                count,
-                max: MAX_TABLE_ENTRIES,
-            }));
+            return Err(c.err(GgufErrorKind::TableTooLarge { what: what.into(), count, max: MAX_TABLE_ENTRIES }));
         }
     }
 
@@ -249,12 +214,8 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
         let key_pos = c.pos;
         let key = c.string(&|| format!("key #{i}"))?;
         let tag = c.u32(&|| format!("value type of key {key:?}"))?;
-        let ty = ValueType::from_id(tag).ok_or_else(|| {
-            c.err(GgufErrorKind::BadValueType {
-                key: key.clone(),
-                found: tag,
-            })
-        })?;
+        let ty = ValueType::from_id(tag)
+            .ok_or_else(|| c.err(GgufErrorKind::BadValueType { key: key.clone(), found: tag }))?;
         let value = c.value(ty, &key, 0)?;
         if key_index.insert(key.clone(), metadata.len()).is_some() {
             c.pos = key_pos;
@@ -271,51 +232,28 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
         let name = c.string(&|| format!("name of tensor #{i}"))?;
         if name.len() > MAX_NAME_LEN {
             c.pos = info_pos;
-            return Err(c.err(GgufErrorKind::NameTooLong {
-                len: name.len(),
-                name,
-                max: MAX_NAME_LEN,
-            }));
+            return Err(c.err(GgufErrorKind::NameTooLong { len: name.len(), name, max: MAX_NAME_LEN }));
         }
         let n_dims = c.u32(&|| format!("dimension count of tensor {name:?}"))?;
         if n_dims as usize > MAX_DIMS {
-            return Err(c.err(GgufErrorKind::TooManyDims {
-                name,
-                n_dims,
-                max: MAX_DIMS,
-            }));
+            return Err(c.err(GgufErrorKind::TooManyDims { name, n_dims, max: MAX_DIMS }));
         }
         let mut dims = Vec::with_capacity(n_dims as usize);
         for d in 0..n_dims {
             dims.push(c.u64(&|| format!("dimension {d} of tensor {name:?}"))?);
         }
         let type_id = c.u32(&|| format!("type of tensor {name:?}"))?;
-        let ty = GgmlType::from_id(type_id).ok_or_else(|| {
-            c.err(GgufErrorKind::UnknownType {
-                name: name.clone(),
-                found: type_id,
-            })
-        })?;
+        let ty = GgmlType::from_id(type_id)
+            .ok_or_else(|| c.err(GgufErrorKind::UnknownType { name: name.clone(), found: type_id }))?;
         let offset = c.u64(&|| format!("offset of tensor {name:?}"))?;
         let nbytes = tensor_nbytes(&dims, ty).map_err(|why| {
-            c.err(GgufErrorKind::BadShape {
-                name: name.clone(),
-                dims: dims.clone(),
-                ty: ty.name().to_string(),
-                why,
-            })
+            c.err(GgufErrorKind::BadShape { name: name.clone(), dims: dims.clone(), ty: ty.name().to_string(), why })
         })?;
         if tensor_index.insert(name.clone(), tensors.len()).is_some() {
             c.pos = info_pos;
             return Err(c.err(GgufErrorKind::DuplicateTensor { name }));
         }
-        tensors.push(TensorInfo {
-            name,
-            dims,
-            ty,
-            offset,
-            nbytes,
-        });
+        tensors.push(TensorInfo { name, dims, ty, offset, nbytes });
     }
 
     let alignment = match key_index.get("general.alignment") {
@@ -323,17 +261,13 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
         Some(&i) => {
             let v = &metadata[i].1;
             match v.as_integer() {
-                Some(a) if a > 0 && a <= u32::MAX as i128 && (a as u64).is_power_of_two() => {
-                    a as u64
-                }
+                Some(a) if a > 0 && a <= u32::MAX as i128 && (a as u64).is_power_of_two() => a as u64,
                 _ => {
                     return Err(GgufError {
                         file: file.to_path_buf(),
                         offset: None,
                         kind: Box::new(match v.as_integer() {
-                            Some(a) => GgufErrorKind::BadAlignment {
-                                found: a.clamp(0, u64::MAX as i128) as u64,
-                            },
+                            Some(a) => GgufErrorKind::BadAlignment { found: a.clamp(0, u64::MAX as i128) as u64 },
                             None => GgufErrorKind::WrongKeyType {
                                 key: "general.alignment".into(),
                                 found: v.type_description(),
@@ -352,9 +286,7 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
             file: file.to_path_buf(),
             offset: Some(end_of_infos),
             kind: Box::new(GgufErrorKind::Truncated {
-                what: format!(
-                    "padding before the data section (which starts at byte {data_start})"
-                ),
+                what: format!("padding before the data section (which starts at byte {data_start})"),
                 needed: data_start - end_of_infos,
                 available: bytes.len() as u64 - end_of_infos,
             }),
@@ -362,18 +294,10 @@ pub fn parse_header(bytes: &[u8], file: &Path) -> Result<GgufHeader, GgufError> 
     }
     let data_len = (bytes.len() as u64).saturating_sub(data_start);
 
-    let err = |kind| GgufError {
-        file: file.to_path_buf(),
-        offset: None,
-        kind: Box::new(kind),
-    };
+    let err = |kind| GgufError { file: file.to_path_buf(), offset: None, kind: Box::new(kind) };
     for t in &tensors {
         if !t.offset.is_multiple_of(alignment) {
-            return Err(err(GgufErrorKind::MisalignedTensor {
-                name: t.name.clone(),
-                offset: t.offset,
-                alignment,
-            }));
+            return Err(err(GgufErrorKind::MisalignedTensor { name: t.name.clone(), offset: t.offset, alignment }));
         }
         let end = t.offset.checked_add(t.nbytes);
         if end.is_none_or(|e| e > data_len) {
@@ -425,26 +349,16 @@ pub fn tensor_nbytes(dims: &[u64], ty: GgmlType) -> Result<u64, String> {
             .ok_or_else(|| "element count overflows i64".to_string())?;
     }
     let ne0 = dims.first().copied().unwrap_or(1);
-    let row = ty.row_bytes(ne0).ok_or_else(|| {
-        format!(
-            "ne0 = {ne0} is not a multiple of the {} block size {}",
-            ty.name(),
-            ty.block_size()
-        )
-    })?;
+    let row = ty
+        .row_bytes(ne0)
+        .ok_or_else(|| format!("ne0 = {ne0} is not a multiple of the {} block size {}", ty.name(), ty.block_size()))?;
     let rows: u64 = dims.iter().skip(1).product();
-    row.checked_mul(rows)
-        .filter(|&b| b <= i64::MAX as u64)
-        .ok_or_else(|| "byte size overflows i64".to_string())
+    row.checked_mul(rows).filter(|&b| b <= i64::MAX as u64).ok_or_else(|| "byte size overflows i64".to_string())
 }
 
 impl GgufHeader {
     fn key_err(&self, kind: GgufErrorKind) -> GgufError {
-        GgufError {
-            file: self.file.clone(),
-            offset: None,
-            kind: Box::new(kind),
-        }
+        GgufError { file: self.file.clone(), offset: None, kind: Box::new(kind) }
     }
 
     /// The value of `key`, if present.
@@ -454,11 +368,7 @@ impl GgufHeader {
 
     /// The value of `key`, or an error naming the file and key.
     pub fn require(&self, key: &str) -> Result<&Value, GgufError> {
-        self.get(key).ok_or_else(|| {
-            self.key_err(GgufErrorKind::MissingKey {
-                key: key.to_string(),
-            })
-        })
+        self.get(key).ok_or_else(|| self.key_err(GgufErrorKind::MissingKey { key: key.to_string() }))
     }
 
     fn wrong(&self, key: &str, v: &Value, expected: &str) -> GgufError {
@@ -469,19 +379,13 @@ impl GgufHeader {
             Value::String(s) => format!("string {:?}", s.chars().take(40).collect::<String>()),
             other => format!("{} {:?}", other.type_description(), other),
         };
-        self.key_err(GgufErrorKind::WrongKeyType {
-            key: key.to_string(),
-            found,
-            expected: expected.to_string(),
-        })
+        self.key_err(GgufErrorKind::WrongKeyType { key: key.to_string(), found, expected: expected.to_string() })
     }
 
     /// An integer key of any width, as u64 (negative values are an error).
     pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
         let v = self.require(key)?;
-        v.as_integer()
-            .and_then(|i| u64::try_from(i).ok())
-            .ok_or_else(|| self.wrong(key, v, "a non-negative integer"))
+        v.as_integer().and_then(|i| u64::try_from(i).ok()).ok_or_else(|| self.wrong(key, v, "a non-negative integer"))
     }
 
     /// An integer key of any width that fits in u32.
@@ -495,9 +399,7 @@ impl GgufHeader {
     /// A float key (F32/F64; integers accepted), as f32.
     pub fn get_f32(&self, key: &str) -> Result<f32, GgufError> {
         let v = self.require(key)?;
-        v.as_float()
-            .map(|f| f as f32)
-            .ok_or_else(|| self.wrong(key, v, "a float"))
+        v.as_float().map(|f| f as f32).ok_or_else(|| self.wrong(key, v, "a float"))
     }
 
     pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
@@ -519,11 +421,7 @@ impl GgufHeader {
     pub fn get_int_array(&self, key: &str) -> Result<Vec<i64>, GgufError> {
         let v = self.require(key)?;
         v.as_array()
-            .and_then(|a| {
-                a.iter()
-                    .map(|x| x.as_integer().and_then(|i| i64::try_from(i).ok()))
-                    .collect()
-            })
+            .and_then(|a| a.iter().map(|x| x.as_integer().and_then(|i| i64::try_from(i).ok())).collect())
             .ok_or_else(|| self.wrong(key, v, "an array of integers"))
     }
 
@@ -559,11 +457,8 @@ impl GgufHeader {
 
     /// Absolute byte range of tensor `name` in the file.
     pub fn tensor_range(&self, name: &str) -> Result<std::ops::Range<usize>, GgufError> {
-        let t = self.tensor(name).ok_or_else(|| {
-            self.key_err(GgufErrorKind::NoSuchTensor {
-                name: name.to_string(),
-            })
-        })?;
+        let t =
+            self.tensor(name).ok_or_else(|| self.key_err(GgufErrorKind::NoSuchTensor { name: name.to_string() }))?;
         // In range by construction (parse_header checked offset + nbytes ≤ data_len).
         let start = (self.data_start + t.offset) as usize;
         Ok(start..start + t.nbytes as usize)

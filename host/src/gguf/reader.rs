@@ -63,8 +63,7 @@ impl GgufFile {
     pub fn data_of(&self, info: &TensorInfo) -> Option<&[u8]> {
         let start = self.header.data_start.checked_add(info.offset)?;
         let end = start.checked_add(info.nbytes)?;
-        self.map
-            .get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
+        self.map.get(usize::try_from(start).ok()?..usize::try_from(end).ok()?)
     }
 
     /// The whole mapped file.

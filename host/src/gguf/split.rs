@@ -37,11 +37,7 @@ pub fn shard_file_name(stem: &str, no: u32, count: u32) -> String {
 }
 
 fn split_err(file: &Path, msg: String) -> GgufError {
-    GgufError {
-        file: file.to_path_buf(),
-        offset: None,
-        kind: Box::new(GgufErrorKind::Split(msg)),
-    }
+    GgufError { file: file.to_path_buf(), offset: None, kind: Box::new(GgufErrorKind::Split(msg)) }
 }
 
 impl Gguf {
@@ -51,16 +47,11 @@ impl Gguf {
         let paths: Vec<PathBuf> = match split_name(path) {
             Some((stem, _, count)) if count >= 1 => {
                 let dir = path.parent().unwrap_or(Path::new(""));
-                (1..=count)
-                    .map(|i| dir.join(shard_file_name(&stem, i, count)))
-                    .collect()
+                (1..=count).map(|i| dir.join(shard_file_name(&stem, i, count))).collect()
             }
             _ => vec![path.to_path_buf()],
         };
-        let shards = paths
-            .iter()
-            .map(GgufFile::open)
-            .collect::<Result<Vec<_>, _>>()?;
+        let shards = paths.iter().map(GgufFile::open).collect::<Result<Vec<_>, _>>()?;
         Gguf::from_shards(shards)
     }
 
@@ -97,9 +88,7 @@ impl Gguf {
                 if tc as usize != total {
                     return Err(split_err(
                         s.path(),
-                        format!(
-                            "split.tensors.count = {tc}, but the {n} shards hold {total} tensors"
-                        ),
+                        format!("split.tensors.count = {tc}, but the {n} shards hold {total} tensors"),
                     ));
                 }
             }
@@ -112,19 +101,13 @@ impl Gguf {
                     return Err(GgufError {
                         file: s.path().clone(),
                         offset: None,
-                        kind: Box::new(GgufErrorKind::DuplicateTensor {
-                            name: t.name.clone(),
-                        }),
+                        kind: Box::new(GgufErrorKind::DuplicateTensor { name: t.name.clone() }),
                     });
                 }
                 order.push((si, ti));
             }
         }
-        Ok(Gguf {
-            shards,
-            order,
-            by_name,
-        })
+        Ok(Gguf { shards, order, by_name })
     }
 
     /// The shards, in order.
@@ -149,9 +132,7 @@ impl Gguf {
 
     /// The tensor named `name` in any shard.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.by_name
-            .get(name)
-            .map(|&(s, t)| &self.shards[s].tensors[t])
+        self.by_name.get(name).map(|&(s, t)| &self.shards[s].tensors[t])
     }
 
     /// The raw bytes of tensor `name` (zero-copy from its shard's map).
@@ -161,9 +142,7 @@ impl Gguf {
             None => Err(GgufError {
                 file: self.path().to_path_buf(),
                 offset: None,
-                kind: Box::new(GgufErrorKind::NoSuchTensor {
-                    name: name.to_string(),
-                }),
+                kind: Box::new(GgufErrorKind::NoSuchTensor { name: name.to_string() }),
             }),
         }
     }

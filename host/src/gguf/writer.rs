@@ -27,11 +27,7 @@ pub struct GgufWriter {
 }
 
 fn writer_err(msg: String) -> GgufError {
-    GgufError {
-        file: "<gguf writer>".into(),
-        offset: None,
-        kind: Box::new(GgufErrorKind::Writer(msg)),
-    }
+    GgufError { file: "<gguf writer>".into(), offset: None, kind: Box::new(GgufErrorKind::Writer(msg)) }
 }
 
 impl GgufWriter {
@@ -54,9 +50,7 @@ impl GgufWriter {
     /// Sets the data alignment (a power of two) and the `general.alignment` key.
     pub fn set_alignment(&mut self, alignment: u32) -> Result<(), GgufError> {
         if alignment == 0 || !alignment.is_power_of_two() {
-            return Err(writer_err(format!(
-                "alignment {alignment} is not a power of two"
-            )));
+            return Err(writer_err(format!("alignment {alignment} is not a power of two")));
         }
         self.set("general.alignment", Value::U32(alignment));
         Ok(())
@@ -68,35 +62,20 @@ impl GgufWriter {
     }
 
     /// Declares a tensor (appended to the table).
-    pub fn add_tensor(
-        &mut self,
-        name: impl Into<String>,
-        dims: &[u64],
-        ty: GgmlType,
-    ) -> Result<(), GgufError> {
+    pub fn add_tensor(&mut self, name: impl Into<String>, dims: &[u64], ty: GgmlType) -> Result<(), GgufError> {
         let name = name.into();
         if name.len() > MAX_NAME_LEN {
-            return Err(writer_err(format!(
-                "tensor name {name:?} longer than {MAX_NAME_LEN} bytes"
-            )));
+            return Err(writer_err(format!("tensor name {name:?} longer than {MAX_NAME_LEN} bytes")));
         }
         if dims.len() > MAX_DIMS {
-            return Err(writer_err(format!(
-                "tensor {name:?}: {} dims, at most {MAX_DIMS}",
-                dims.len()
-            )));
+            return Err(writer_err(format!("tensor {name:?}: {} dims, at most {MAX_DIMS}", dims.len())));
         }
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(writer_err(format!("duplicate tensor name {name:?}")));
         }
-        let nbytes = tensor_nbytes(dims, ty)
-            .map_err(|why| writer_err(format!("tensor {name:?} {dims:?} {ty}: {why}")))?;
-        self.tensors.push(TensorSpec {
-            name,
-            dims: dims.to_vec(),
-            ty,
-            nbytes,
-        });
+        let nbytes =
+            tensor_nbytes(dims, ty).map_err(|why| writer_err(format!("tensor {name:?} {dims:?} {ty}: {why}")))?;
+        self.tensors.push(TensorSpec { name, dims: dims.to_vec(), ty, nbytes });
         Ok(())
     }
 
@@ -106,9 +85,7 @@ impl GgufWriter {
     }
 
     fn alignment(&self) -> u64 {
-        self.alignment
-            .filter(|a| a.is_power_of_two())
-            .unwrap_or(DEFAULT_ALIGNMENT)
+        self.alignment.filter(|a| a.is_power_of_two()).unwrap_or(DEFAULT_ALIGNMENT)
     }
 
     /// Offsets (relative to the data section) of every tensor, in table order.
@@ -177,18 +154,12 @@ impl GgufWriter {
         let a = self.alignment();
         let zeros = vec![0u8; a as usize];
         for (i, t) in self.tensors.iter().enumerate() {
-            let mut counter = CountingWriter {
-                inner: &mut *w,
-                count: 0,
-            };
+            let mut counter = CountingWriter { inner: &mut *w, count: 0 };
             data(i, t, &mut counter)?;
             if counter.count != t.nbytes {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!(
-                        "tensor {:?}: wrote {} bytes, expected {}",
-                        t.name, counter.count, t.nbytes
-                    ),
+                    format!("tensor {:?}: wrote {} bytes, expected {}", t.name, counter.count, t.nbytes),
                 ));
             }
             let pad = (t.nbytes.div_ceil(a) * a - t.nbytes) as usize;
@@ -204,11 +175,8 @@ impl GgufWriter {
         path: &Path,
         data: impl FnMut(usize, &TensorSpec, &mut dyn Write) -> io::Result<()>,
     ) -> Result<u64, GgufError> {
-        let io_err = |e: io::Error| GgufError {
-            file: path.to_path_buf(),
-            offset: None,
-            kind: Box::new(GgufErrorKind::Io(e)),
-        };
+        let io_err =
+            |e: io::Error| GgufError { file: path.to_path_buf(), offset: None, kind: Box::new(GgufErrorKind::Io(e)) };
         let f = std::fs::File::create(path).map_err(io_err)?;
         let mut bw = io::BufWriter::with_capacity(1 << 20, f);
         let n = self.write(&mut bw, data).map_err(io_err)?;
@@ -231,20 +199,14 @@ impl GgufWriter {
         }
         let n = chunks.len();
         if n > u16::MAX as usize || self.tensors.len() > i32::MAX as usize {
-            return Err(writer_err(format!(
-                "split: {n} shards do not fit the u16 split.count"
-            )));
+            return Err(writer_err(format!("split: {n} shards do not fit the u16 split.count")));
         }
         Ok(chunks
             .into_iter()
             .enumerate()
             .map(|(i, ts)| {
                 let mut w = GgufWriter {
-                    metadata: if i == 0 {
-                        self.metadata.clone()
-                    } else {
-                        Vec::new()
-                    },
+                    metadata: if i == 0 { self.metadata.clone() } else { Vec::new() },
                     tensors: ts.to_vec(),
                     alignment: self.alignment,
                 };
@@ -259,9 +221,7 @@ impl GgufWriter {
     /// Writes to a byte vector, taking each tensor's data from `data[i]` (tests, small files).
     pub fn to_bytes(&self, data: &[&[u8]]) -> io::Result<Vec<u8>> {
         let mut out = Vec::new();
-        self.write(&mut out, |i, _, w| {
-            w.write_all(data.get(i).copied().unwrap_or_default())
-        })?;
+        self.write(&mut out, |i, _, w| w.write_all(data.get(i).copied().unwrap_or_default()))?;
         Ok(out)
     }
 }

@@ -116,9 +116,7 @@ pub struct QmmWorkspace {
 impl QmmWorkspace {
     pub fn new(gpu: &Gpu, max_in: usize, max_out: usize) -> Result<Self, GpuError> {
         let n_pad = QMM_MAX_N as usize;
-        let x = n_pad
-            .checked_mul(max_in)
-            .ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
+        let x = n_pad.checked_mul(max_in).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
         let partial = 16usize
             .checked_mul(n_pad)
             .and_then(|v| v.checked_mul(max_out))
@@ -151,13 +149,16 @@ pub fn qmm(
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
-    let (prefix, (elems, bytes, per_stage)) =
-        qmm_format(ty).ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
+    let (prefix, (elems, bytes, per_stage)) = qmm_format(ty)
+        .ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
     if n == 0 || n > QMM_MAX_N as usize {
         return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
     }
-    if out == 0 || inp == 0 || inp % elems as usize != 0 {
-        return Err(GpuError::shape("qmm", format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}")));
+    if out == 0 || inp == 0 || !inp.is_multiple_of(elems as usize) {
+        return Err(GpuError::shape(
+            "qmm",
+            format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}"),
+        ));
     }
     if inp > ws.max_in || out > ws.max_out {
         return Err(GpuError::shape(
@@ -182,7 +183,8 @@ pub fn qmm(
     }
     let tiles = n.div_ceil(8);
     let n_pad = 8 * tiles;
-    let to_u32 = |v: usize, what: &str| u32::try_from(v).map_err(|_| GpuError::shape("qmm", format!("{what} too large")));
+    let to_u32 =
+        |v: usize, what: &str| u32::try_from(v).map_err(|_| GpuError::shape("qmm", format!("{what} too large")));
     let pp = Param(QmmPrepParams { n: n as u32, n_pad: n_pad as u32, in_features: to_u32(inp, "in")? });
     let f = gpu.function("qmm_prep_x")?;
     let mut b = gpu.stream().launch_builder(&f);

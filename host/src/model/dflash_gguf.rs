@@ -10,11 +10,7 @@ use anyhow::{Context, Result};
 use std::path::Path;
 
 /// Writes `draft` to `out` in the `dflash` layout; `target` supplies `tokenizer.*` keys.
-pub fn write_dflash_gguf(
-    draft: &DraftModel,
-    target: Option<&GgufHeader>,
-    out: &Path,
-) -> Result<u64> {
+pub fn write_dflash_gguf(draft: &DraftModel, target: Option<&GgufHeader>, out: &Path) -> Result<u64> {
     let c = &draft.config;
     let mut w = GgufWriter::new();
     let u = |x: usize| Value::U32(x as u32);
@@ -29,21 +25,12 @@ pub fn write_dflash_gguf(
     w.set("dflash.attention.head_count", u(c.num_heads));
     w.set("dflash.attention.head_count_kv", u(c.num_kv_heads));
     w.set("dflash.rope.freq_base", Value::F32(c.rope_theta));
-    w.set(
-        "dflash.attention.layer_norm_rms_epsilon",
-        Value::F32(c.rms_norm_eps),
-    );
+    w.set("dflash.attention.layer_norm_rms_epsilon", Value::F32(c.rms_norm_eps));
     w.set("dflash.attention.key_length", u(c.head_dim));
     w.set("dflash.attention.value_length", u(c.head_dim));
     w.set("dflash.block_size", u(c.block_size));
-    w.set(
-        "dflash.target_layers",
-        Value::i32_array(c.target_layer_ids.iter().map(|&i| i as i32 + 1)),
-    );
-    w.set(
-        "dflash.rope.dimension_sections",
-        Value::i32_array([c.head_dim as i32 / 2, 0, 0, 0]),
-    );
+    w.set("dflash.target_layers", Value::i32_array(c.target_layer_ids.iter().map(|&i| i as i32 + 1)));
+    w.set("dflash.rope.dimension_sections", Value::i32_array([c.head_dim as i32 / 2, 0, 0, 0]));
     if let Some(causal) = c.causal {
         w.set("dflash.attention.causal", Value::Bool(causal));
     }
@@ -59,9 +46,7 @@ pub fn write_dflash_gguf(
     let inv = c.tensor_inventory();
     let mut sources = Vec::new();
     for e in &inv {
-        let t = draft
-            .tensor(&e.name)
-            .with_context(|| format!("draft tensor {} missing", e.name))?;
+        let t = draft.tensor(&e.name).with_context(|| format!("draft tensor {} missing", e.name))?;
         let ty = if t.ne.len() < 2 { GgmlType::F32 } else { t.ty };
         w.add_tensor(zlab_to_gguf_name(&e.name), t.ne, ty)?;
         sources.push((t, ty));
@@ -71,8 +56,7 @@ pub fn write_dflash_gguf(
         if ty == t.ty {
             sink.write_all(t.data)
         } else {
-            let x = flashtree_reference::quant::dequantize(t.ty, t.data)
-                .map_err(std::io::Error::other)?;
+            let x = flashtree_reference::quant::dequantize(t.ty, t.data).map_err(std::io::Error::other)?;
             let b = flashtree_reference::quant::quantize(ty, &x).map_err(std::io::Error::other)?;
             sink.write_all(&b)
         }

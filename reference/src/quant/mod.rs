@@ -118,21 +118,14 @@ impl GgmlType {
 
     /// Parses a ggml name, case-insensitively.
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        Self::ALL
-            .into_iter()
-            .find(|t| t.name().eq_ignore_ascii_case(name))
+        Self::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
     }
 
     /// Elements per block.
     pub const fn block_size(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0
-            | GgmlType::Q4_1
-            | GgmlType::Q5_0
-            | GgmlType::Q5_1
-            | GgmlType::Q8_0
-            | GgmlType::Q8_1 => 32,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 | GgmlType::Q8_1 => 32,
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_K => 256,
         }
     }
@@ -183,37 +176,19 @@ pub enum QuantError {
     #[error("{ty}: no (de)quantizer for this type (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, Q8_1)")]
     Unsupported { ty: GgmlType },
     #[error("{ty}: {elements} elements is not a multiple of the block size {block}")]
-    NotBlockMultiple {
-        ty: GgmlType,
-        elements: usize,
-        block: usize,
-    },
+    NotBlockMultiple { ty: GgmlType, elements: usize, block: usize },
     #[error("{ty}: {bytes} bytes given for {elements} elements, expected {expected}")]
-    LengthMismatch {
-        ty: GgmlType,
-        bytes: usize,
-        elements: usize,
-        expected: usize,
-    },
+    LengthMismatch { ty: GgmlType, bytes: usize, elements: usize, expected: usize },
 }
 
 fn check_lengths(ty: GgmlType, bytes: usize, elements: usize) -> Result<(), QuantError> {
     let block = ty.block_size();
     if !elements.is_multiple_of(block) {
-        return Err(QuantError::NotBlockMultiple {
-            ty,
-            elements,
-            block,
-        });
+        return Err(QuantError::NotBlockMultiple { ty, elements, block });
     }
     let expected = elements / block * ty.type_size();
     if bytes != expected {
-        return Err(QuantError::LengthMismatch {
-            ty,
-            bytes,
-            elements,
-            expected,
-        });
+        return Err(QuantError::LengthMismatch { ty, bytes, elements, expected });
     }
     Ok(())
 }
@@ -318,20 +293,13 @@ pub(crate) fn amax(x: &[f32]) -> f32 {
 /// `ty` blocks (`w` = `out` rows of `x.len()` elements each), dequantizing one row at a time:
 /// the oracle for quantized matmul kernels.
 pub fn gemv(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<Vec<f64>, QuantError> {
-    let row_bytes = ty
-        .row_bytes(x.len() as u64)
-        .ok_or(QuantError::NotBlockMultiple {
-            ty,
-            elements: x.len(),
-            block: ty.block_size(),
-        })? as usize;
+    let row_bytes = ty.row_bytes(x.len() as u64).ok_or(QuantError::NotBlockMultiple {
+        ty,
+        elements: x.len(),
+        block: ty.block_size(),
+    })? as usize;
     if row_bytes == 0 || !w.len().is_multiple_of(row_bytes) {
-        return Err(QuantError::LengthMismatch {
-            ty,
-            bytes: w.len(),
-            elements: x.len(),
-            expected: row_bytes,
-        });
+        return Err(QuantError::LengthMismatch { ty, bytes: w.len(), elements: x.len(), expected: row_bytes });
     }
     let mut row = vec![0.0f32; x.len()];
     w.chunks_exact(row_bytes)

@@ -140,11 +140,29 @@ fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> 
             }
             let tol = bound * 1.01 + gamma * abs + 1e-30;
             let got = y[col * c.out + o] as f64;
-            prop_assert!(got.is_finite(), "{:?} [{}, {}] y[{}, {}] = {} (not written?)", c.ty, c.out, c.inp, col, o, got);
+            prop_assert!(
+                got.is_finite(),
+                "{:?} [{}, {}] y[{}, {}] = {} (not written?)",
+                c.ty,
+                c.out,
+                c.inp,
+                col,
+                o,
+                got
+            );
             prop_assert!(
                 (got - want).abs() <= tol,
                 "{:?} [{}, {}] n={} y[{}, {}] = {} vs {} (err {:e} > {:e})",
-                c.ty, c.out, c.inp, n, col, o, got, want, (got - want).abs(), tol
+                c.ty,
+                c.out,
+                c.inp,
+                n,
+                col,
+                o,
+                got,
+                want,
+                (got - want).abs(),
+                tol
             );
         }
     }
