@@ -134,7 +134,9 @@ export FLASHTREE_REQUIRE_GPU=1
 
 run_tests() {
   echo "== GPU tests"
-  "$here/bin/gpu-tests" --test-threads=4 2>&1 | tee "$out/gpu-tests.log"
+  # One thread: a run with 4 test threads once crashed (SIGSEGV) on a fresh machine while a
+  # compiler ran beside it; not reproduced since (see docs/perf/qmatmul.md). Investigate before raising.
+  "$here/bin/gpu-tests" --test-threads=1 2>&1 | tee "$out/gpu-tests.log"
 }
 
 run_benches() {
