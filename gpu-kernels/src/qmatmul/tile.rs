@@ -130,32 +130,60 @@ unsafe fn qmm<F: Format, const T: usize>(
         let off_g8 = (rg8 * row_bytes + b as usize * F::BYTES as usize) & 15;
         let sg = slot.add(g as usize * rs + off_g);
         let sg8 = slot.add((g as usize + 8) * rs + off_g8);
-        let mut bb = b;
-        while bb < b_end {
-            let boff = ((bb - b) * F::BYTES) as usize;
+        // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
+        // before any of its math, so their latency overlaps instead of stalling every unit.
+        const MAX_STAGE_UNITS: usize = 8;
+        let stage_units = (F::PER_STAGE * units) as usize;
+        let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
+        let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
+        if T == 1 && g < p.n {
+            let mut i = 0;
+            while i < MAX_STAGE_UNITS {
+                if i < stage_units && b + i as u32 / units < b_end {
+                    let at = g as usize * k + (b * units) as usize * 32 + i * 32 + 8 * t as usize;
+                    if F::BF16 {
+                        xs[i] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
+                        xls[i] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
+                    } else {
+                        xs[i] = ld_nc_v4(xh.add(at) as *const U32x4).0;
+                    }
+                }
+                i += 1;
+            }
+        }
+        unroll_stage_blocks::<F>(|i_blk| {
+            let bb = b + i_blk;
+            if bb >= b_end {
+                return;
+            }
+            let boff = (i_blk * F::BYTES) as usize;
             let lanedata = F::load(sg.add(boff), sg8.add(boff), t);
             unroll_units::<F>(|u| {
                 let unit = (bb * units + u) as usize;
                 // B fragments of both k16 steps for every tile: column = 8·tile + g.
                 let mut xf = [[0u32; 4]; T];
                 let mut xl = [[0u32; 4]; T];
-                let mut tile = 0;
-                while tile < T {
-                    let col = 8 * tile + g as usize;
-                    let at = col * k + unit * 32 + 8 * t as usize;
-                    // Padding columns (c ≥ n) are zeros in x: skip their loads (keeps x traffic
-                    // proportional to n; the fragment values are the same either way).
-                    if col >= p.n as usize {
+                if T == 1 {
+                    let xi = (i_blk * units + u) as usize;
+                    xf[0] = xs[xi];
+                    xl[0] = xls[xi];
+                } else {
+                    let mut tile = 0;
+                    while tile < T {
+                        let col = 8 * tile + g as usize;
+                        let at = col * k + unit * 32 + 8 * t as usize;
+                        // Padding columns (c ≥ n) are zeros in x: skip their loads (x traffic
+                        // stays proportional to n; the fragment values are the same either way).
+                        if col < p.n as usize {
+                            if F::BF16 {
+                                xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
+                                xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
+                            } else {
+                                xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
+                            }
+                        }
                         tile += 1;
-                        continue;
                     }
-                    if F::BF16 {
-                        xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
-                        xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
-                    } else {
-                        xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
-                    }
-                    tile += 1;
                 }
                 let mut step = |h: u32| {
                     let a = F::frag(&lanedata, u, h);
@@ -175,8 +203,7 @@ unsafe fn qmm<F: Format, const T: usize>(
                 step(0);
                 step(1);
             });
-            bb += 1;
-        }
+        });
         sync_warp();
         st += 1;
     }
@@ -272,6 +299,31 @@ fn unroll_units<F: Format>(mut f: impl FnMut(u32)) {
             while u < F::ELEMS / 32 {
                 f(u);
                 u += 1;
+            }
+        }
+    }
+}
+
+/// Calls `f(i)` for each block `i` of a stage, `i` a compile-time constant at each call.
+#[inline(always)]
+fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
+    match F::PER_STAGE {
+        1 => f(0),
+        2 => {
+            f(0);
+            f(1);
+        }
+        4 => {
+            f(0);
+            f(1);
+            f(2);
+            f(3);
+        }
+        _ => {
+            let mut i = 0;
+            while i < F::PER_STAGE {
+                f(i);
+                i += 1;
             }
         }
     }
