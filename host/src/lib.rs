@@ -5,3 +5,6 @@ pub mod cli;
 pub mod convert;
 pub mod gguf;
 pub mod gpu;
+pub mod inspect;
+pub mod model;
+pub mod synth;

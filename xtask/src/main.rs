@@ -12,6 +12,7 @@ mod irfix;
 mod linker;
 mod ptx;
 mod ptxas;
+mod synth;
 
 use std::process::ExitCode;
 
@@ -27,6 +28,7 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "ptx" => ptx::PtxOptions::parse(rest).and_then(|o| ptx::build(&o).map(|_| ())),
         "gpu-bundle" => bundle::run(rest),
+        "synth" => synth::run(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
             Ok(())

@@ -1,4 +1,6 @@
-//! Command-line subcommands: each module has a clap `Args` struct and a `run` function.
+//! CLI subcommands implemented as library modules (clap `Args` + `run`), wired into `main.rs`.
 
 pub mod convert;
+pub mod inspect;
 pub mod logits;
+pub mod synth;

@@ -1,0 +1,17 @@
+//! Model configurations read from files, and the tensor inventories checked on load.
+//!
+//! * [`qwen35`]: the target — `Qwen35Config` from GGUF metadata (qwen35-architecture.md §13) and
+//!   the expected tensor table (§12), validated against the file.
+//! * [`draft`]: the DFlash draft — `DraftConfig` + weights from a z-lab folder (`config.json` +
+//!   `model.safetensors`) or from a llama.cpp `dflash` GGUF (llamacpp-dflash.md §1).
+
+pub mod draft;
+pub mod error;
+pub mod inventory;
+pub mod qwen35;
+pub mod safetensors_io;
+
+pub use draft::{DraftConfig, DraftModel};
+pub use error::ModelError;
+pub use inventory::{ExpectedTensor, TensorRole};
+pub use qwen35::Qwen35Config;
