@@ -303,3 +303,24 @@ fn corrupt_safetensors_and_configs_are_errors_naming_the_file() {
     let err = flashtree::convert::dflash::parse_config(&d).expect_err("rope_theta must not be defaulted");
     assert!(err.contains("rope_theta"), "{err}");
 }
+
+#[test]
+fn synthetic_tiny_q4_k_m_target_and_draft_load_into_the_reference_and_run() {
+    // Cross-check with the synth preset (Q4_K/Q5_K/Q6_K mix written by another module): the GGUF
+    // loader dequantizes every type and the forward gives finite logits; the draft folder loads.
+    let dir = std::env::temp_dir().join(format!("flashtree-convert-synth-{}", std::process::id()));
+    let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
+    let w = load_qwen35(&out.target).unwrap_or_else(|e| panic!("{e}"));
+    let (logits, _) = logits_of(&w, &[1, 2, 3, 4, 5], &[]);
+    assert!(logits.iter().flatten().all(|x| x.is_finite()), "finite logits");
+    if let Some(d) = out.draft_dir.as_deref() {
+        let (cfg, draft) = load_zlab(d).unwrap_or_else(|e| panic!("{e}"));
+        let feats = vec![vec![0.5f32; draft.fc.cols]; 3];
+        let block: Vec<u32> = std::iter::once(1)
+            .chain(std::iter::repeat_n(cfg.hparams.mask_token_id, cfg.hparams.block_size - 1))
+            .collect();
+        let o = draft.forward(&w.token_embd, w.lm_head(), &feats, 0, &block, 3).expect("draft");
+        assert!(o.logits.iter().flatten().all(|x| x.is_finite()));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
