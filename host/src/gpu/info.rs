@@ -14,6 +14,26 @@ pub struct DeviceInfo {
     pub l2_bytes: i32,
     /// Driver API version as reported by `cuDriverGetVersion` (e.g. 13000 → CUDA 13.0).
     pub driver_cuda_version: i32,
+    /// Kernel-module version from `/proc/driver/nvidia/version` (e.g. `580.159.04`), if readable.
+    pub driver_version: Option<String>,
+}
+
+/// The NVIDIA kernel module's version from `/proc/driver/nvidia/version` (Linux), if present.
+pub fn nvidia_driver_version() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    parse_driver_version(&text)
+}
+
+/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue …` → `580.159.04`.
+fn parse_driver_version(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.starts_with("NVRM version"))?;
+    let after = line.split("Kernel Module").nth(1).unwrap_or(line);
+    after
+        .split_whitespace()
+        .find(|w| {
+            w.split('.').count() >= 2 && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(str::to_string)
 }
 
 impl DeviceInfo {
@@ -31,6 +51,7 @@ impl DeviceInfo {
             total_memory: ctx.total_mem().while_(|| "reading total memory".into())?,
             l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
             driver_cuda_version: v,
+            driver_version: nvidia_driver_version(),
         })
     }
 }
@@ -43,5 +64,17 @@ impl std::fmt::Display for DeviceInfo {
         writeln!(f, "memory:         {:.1} GiB", self.total_memory as f64 / (1u64 << 30) as f64)?;
         writeln!(f, "L2 cache:       {:.1} MiB", self.l2_bytes as f64 / (1u64 << 20) as f64)?;
         write!(f, "driver CUDA:    {}.{}", self.driver_cuda_version / 1000, (self.driver_cuda_version % 1000) / 10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_kernel_module_version_line() {
+        let t = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Oct  7 10:00:00 UTC 2026\nGCC version:  gcc 12\n";
+        assert_eq!(parse_driver_version(t).as_deref(), Some("580.159.04"));
+        assert_eq!(parse_driver_version("nothing here"), None);
     }
 }
