@@ -63,7 +63,13 @@ impl std::fmt::Display for DeviceInfo {
         writeln!(f, "SMs:            {}", self.sms)?;
         writeln!(f, "memory:         {:.1} GiB", self.total_memory as f64 / (1u64 << 30) as f64)?;
         writeln!(f, "L2 cache:       {:.1} MiB", self.l2_bytes as f64 / (1u64 << 20) as f64)?;
-        write!(f, "driver CUDA:    {}.{}", self.driver_cuda_version / 1000, (self.driver_cuda_version % 1000) / 10)
+        write!(
+            f,
+            "driver:         {} (CUDA {}.{})",
+            self.driver_version.as_deref().unwrap_or("version unknown"),
+            self.driver_cuda_version / 1000,
+            (self.driver_cuda_version % 1000) / 10
+        )
     }
 }
 
