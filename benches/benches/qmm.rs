@@ -37,6 +37,7 @@ fn weights(ty: GgmlType, out: usize, inp: usize, seed: u64) -> Vec<u8> {
         // Half types: keep every value finite and modest (exponent field forced small).
         GgmlType::F16 => v.chunks_exact_mut(2).for_each(|h| h[1] = (h[1] & 0x83) | 0x20),
         GgmlType::BF16 => v.chunks_exact_mut(2).for_each(|h| h[1] = (h[1] & 0x80) | 0x3c),
+        GgmlType::F32 => v.chunks_exact_mut(4).for_each(|f| f[3] = (f[3] & 0x80) | 0x3c),
         _ => {}
     }
     v
@@ -48,7 +49,9 @@ fn main() {
     let l2 = l2_bytes(&gpu);
     let mut c = criterion();
     let mut cases: Vec<(GgmlType, usize, usize)> = Vec::new();
-    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::BF16, GgmlType::F16] {
+    for ty in
+        [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::BF16, GgmlType::F16, GgmlType::F32]
+    {
         for (inp, out) in SHAPES {
             cases.push((ty, inp, out));
         }

@@ -99,6 +99,7 @@ pub mod qmm_format {
     pub const Q8_0: (u32, u32, u32) = (32, 34, 4);
     pub const F16: (u32, u32, u32) = (32, 64, 2);
     pub const BF16: (u32, u32, u32) = (32, 64, 2);
+    pub const F32: (u32, u32, u32) = (32, 128, 1);
 }
 
 /// Shared-memory bytes per row per stage: the stage's blocks plus 16 bytes of alignment slack

@@ -13,6 +13,7 @@
 
 use kernel_abi::qmm_format;
 
+use crate::device::convert::pack_bf16x2;
 use crate::device::half2::{and_or, hfma2, hmul2, hsub2, prmt};
 
 /// 16 bytes at a 16-byte-aligned shared-memory address.
@@ -393,5 +394,75 @@ impl Format for Bf16 {
     #[inline(always)]
     fn frag(l: &HalfLane, _u: u32, h: u32) -> [u32; 4] {
         half_frag(l, h)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// F32 weights (32-element blocks of 128 bytes): split as W = hi + lo, both bf16, and multiplied
+// with x = hi + lo as hi·hi + hi·lo + lo·hi (the lo·lo term, ≤ 2^-18 |W x|, is dropped).
+// Error ≤ 2^-15 |W| |x| per product.
+
+#[derive(Clone, Copy)]
+pub struct F32Lane {
+    /// `[row][h]`: elements `8t + 4h .. +4` as f32 bits.
+    v: [[[u32; 4]; 2]; 2],
+}
+
+pub struct F32W;
+
+/// bf16 `hi` and `lo` parts of an f32 (`hi = rn(x)`, `lo = rn(x − hi)`), as f32 values.
+#[inline(always)]
+fn split(x: u32) -> (f32, f32) {
+    let xf = f32::from_bits(x);
+    let hi = f32::from_bits((crate::device::convert::f32_to_bf16(xf) as u32) << 16);
+    (hi, xf - hi)
+}
+
+impl F32W {
+    /// `(hi, lo)` A fragments of step `h`: per row, pairs `(e0, e2)` and `(e1, e3)`.
+    #[inline(always)]
+    fn frags(l: &F32Lane, h: u32) -> ([u32; 4], [u32; 4]) {
+        let mut hi = [0u32; 4];
+        let mut lo = [0u32; 4];
+        let mut r = 0;
+        while r < 2 {
+            let e = l.v[r][h as usize];
+            let (h0, l0) = split(e[0]);
+            let (h1, l1) = split(e[1]);
+            let (h2, l2) = split(e[2]);
+            let (h3, l3) = split(e[3]);
+            hi[r] = pack_bf16x2(h0, h2);
+            hi[r + 2] = pack_bf16x2(h1, h3);
+            lo[r] = pack_bf16x2(l0, l2);
+            lo[r + 2] = pack_bf16x2(l1, l3);
+            r += 1;
+        }
+        (hi, lo)
+    }
+}
+
+impl Format for F32W {
+    const ELEMS: u32 = qmm_format::F32.0;
+    const BYTES: u32 = qmm_format::F32.1;
+    const PER_STAGE: u32 = qmm_format::F32.2;
+    const BF16: bool = true;
+    type Lane = F32Lane;
+
+    #[inline(always)]
+    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> F32Lane {
+        let o = 32 * t as usize;
+        F32Lane {
+            v: [[rd16(row_g.add(o)), rd16(row_g.add(o + 16))], [rd16(row_g8.add(o)), rd16(row_g8.add(o + 16))]],
+        }
+    }
+
+    #[inline(always)]
+    fn frag(l: &F32Lane, _u: u32, h: u32) -> [u32; 4] {
+        Self::frags(l, h).0
+    }
+
+    #[inline(always)]
+    fn frag_lo(l: &F32Lane, _u: u32, h: u32) -> Option<[u32; 4]> {
+        Some(Self::frags(l, h).1)
     }
 }

@@ -20,7 +20,7 @@
 
 use kernel_abi::{qmm_row_stride, QmmParams, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES};
 
-use super::formats::{Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::cp_async::{cp_async_16, cp_async_commit, cp_async_wait};
 use crate::device::fence::fence_gpu;
 use crate::device::load::{ld_cg_f32, ld_nc_v4, U32x4};
@@ -187,6 +187,7 @@ unsafe fn qmm<F: Format, const T: usize>(
                 }
                 let mut step = |h: u32| {
                     let a = F::frag(&lanedata, u, h);
+                    let a_lo = F::frag_lo(&lanedata, u, h);
                     let mut tile = 0;
                     while tile < T {
                         let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
@@ -194,6 +195,9 @@ unsafe fn qmm<F: Format, const T: usize>(
                             let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
                             mma_bf16_16816(&mut acc[tile], a, bf);
                             mma_bf16_16816(&mut acc[tile], a, bl);
+                            if let Some(alo) = a_lo {
+                                mma_bf16_16816(&mut acc[tile], alo, bf);
+                            }
                         } else {
                             mma_f16_16816(&mut acc[tile], a, bf);
                         }
@@ -357,3 +361,4 @@ qmm_kernels!(Q6K => qmm_q6k_nt1 = 1, qmm_q6k_nt2 = 2, qmm_q6k_nt3 = 3, qmm_q6k_n
 qmm_kernels!(Q8_0 => qmm_q8_0_nt1 = 1, qmm_q8_0_nt2 = 2, qmm_q8_0_nt3 = 3, qmm_q8_0_nt4 = 4);
 qmm_kernels!(F16 => qmm_f16_nt1 = 1, qmm_f16_nt2 = 2, qmm_f16_nt3 = 3, qmm_f16_nt4 = 4);
 qmm_kernels!(Bf16 => qmm_bf16_nt1 = 1, qmm_bf16_nt2 = 2, qmm_bf16_nt3 = 3, qmm_bf16_nt4 = 4);
+qmm_kernels!(F32W => qmm_f32_nt1 = 1, qmm_f32_nt2 = 2, qmm_f32_nt3 = 3, qmm_f32_nt4 = 4);

@@ -96,6 +96,7 @@ pub fn qmm_format(ty: GgmlType) -> Option<(&'static str, (u32, u32, u32))> {
         GgmlType::Q8_0 => ("qmm_q8_0", f::Q8_0),
         GgmlType::F16 => ("qmm_f16", f::F16),
         GgmlType::BF16 => ("qmm_bf16", f::BF16),
+        GgmlType::F32 => ("qmm_f32", f::F32),
         _ => return None,
     })
 }
@@ -226,7 +227,12 @@ pub fn qmm(
         ("qmm_bf16", 1) => "qmm_bf16_nt1",
         ("qmm_bf16", 2) => "qmm_bf16_nt2",
         ("qmm_bf16", 3) => "qmm_bf16_nt3",
-        (_, _) => "qmm_bf16_nt4",
+        ("qmm_f32", 1) => "qmm_f32_nt1",
+        ("qmm_f32", 2) => "qmm_f32_nt2",
+        ("qmm_f32", 3) => "qmm_f32_nt3",
+        ("qmm_f32", _) => "qmm_f32_nt4",
+        ("qmm_bf16", _) => "qmm_bf16_nt4",
+        (other, _) => return Err(GpuError::shape("qmm", format!("no kernel for {other}"))),
     };
     let f = gpu.function(name)?;
     let smem = qmm_smem_bytes(bytes, per_stage);

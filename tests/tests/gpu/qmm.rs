@@ -3,9 +3,10 @@
 //!
 //! Error budget (derived in `gpu-kernels/src/qmatmul/{mod,formats}.rs`), per output `(c, o)`:
 //! * x → f16 after an exact power-of-two scaling: `|Δx_i| ≤ 2^-11 |x_i| + 2^-24 max|x|`
-//!   (bf16 hi + lo for BF16 weights: `≤ 2^-17 |x_i|`);
+//!   (bf16 hi + lo for BF16 and F32 weights: `≤ 2^-17 |x_i|`);
 //! * quantized weights → f16 as `fma(q, d·sc, −dmin·m)` with f16-rounded scales:
-//!   `|Δw_i| ≤ 2^-10 M_i`, `M_i = |d·sc·q_i| + |dmin·m|` (F16 / BF16 weights: exact);
+//!   `|Δw_i| ≤ 2^-10 M_i`, `M_i = |d·sc·q_i| + |dmin·m|` (F16 / BF16 weights: exact; F32 weights split
+//!   into bf16 hi + lo with the lo·lo product dropped: `≤ 2^-15 |w_i|`);
 //! * f32 tensor-core accumulation, sequential over `in/16` steps plus the split partials:
 //!   `γ_{in/16 + 24}` with `u = 2^-23` (truncating adders) times `Σ|w x|`.
 //!
@@ -17,8 +18,8 @@ use flashtree_reference::quant::{self, k_scales, GgmlType};
 use flashtree_tests::gpu::gpu_or_skip;
 use proptest::prelude::*;
 
-const TYPES: [GgmlType; 6] =
-    [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16];
+const TYPES: [GgmlType; 7] =
+    [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32];
 
 struct Rng(u64);
 impl Rng {
@@ -41,7 +42,7 @@ impl Rng {
 /// scales; float types from random values.
 fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8> {
     match ty {
-        GgmlType::F16 | GgmlType::BF16 => {
+        GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 => {
             let v: Vec<f32> = (0..out * inp).map(|_| rng.unit() * 0.1).collect();
             quant::quantize(ty, &v).expect("quantize float weights")
         }
@@ -119,7 +120,10 @@ fn run(gpu: &Gpu, c: &Case, x: &[f32], n: usize) -> Vec<f32> {
 fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
     let m = magnitudes(c.ty, &c.raw, &c.w);
     let (wq, xrel) = match c.ty {
-        GgmlType::F16 | GgmlType::BF16 => (0.0, if c.ty == GgmlType::BF16 { 2f64.powi(-17) } else { 2f64.powi(-11) }),
+        GgmlType::F16 => (0.0, 2f64.powi(-11)),
+        GgmlType::BF16 => (0.0, 2f64.powi(-17)),
+        // W and x both split into bf16 hi + lo; the lo·lo product is dropped.
+        GgmlType::F32 => (2f64.powi(-15), 2f64.powi(-16)),
         _ => (2f64.powi(-10), 2f64.powi(-11)),
     };
     let steps = c.inp / 16 + 24;
