@@ -451,9 +451,7 @@ impl Format for F32W {
     #[inline(always)]
     unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> F32Lane {
         let o = 32 * t as usize;
-        F32Lane {
-            v: [[rd16(row_g.add(o)), rd16(row_g.add(o + 16))], [rd16(row_g8.add(o)), rd16(row_g8.add(o + 16))]],
-        }
+        F32Lane { v: [[rd16(row_g.add(o)), rd16(row_g.add(o + 16))], [rd16(row_g8.add(o)), rd16(row_g8.add(o + 16))]] }
     }
 
     #[inline(always)]
