@@ -6,6 +6,7 @@ use super::dflash::{weights_from_named, DFlashConfig};
 use super::qwen35::weights_from_gguf_tensors;
 use super::{ConvertError, TensorF32};
 use crate::gguf::{Gguf, GgufError};
+use crate::model::draft::zlab_to_gguf_name;
 use flashtree_reference::model::dflash::{DFlashHparams, DFlashWeights};
 use flashtree_reference::model::{Qwen35Hparams, Qwen35Weights};
 use flashtree_reference::quant::dequantize;
@@ -169,37 +170,9 @@ pub fn load_dflash(path: &Path) -> Result<(DFlashConfig, DFlashWeights), Convert
         use_sliding_window: window.is_some(),
     };
     let w = weights_from_named(&cfg, &mut |zlab| {
-        let gguf = zlab_to_gguf_name(zlab).map_or_else(|| zlab.to_string(), |(n, _)| n);
+        let gguf = zlab_to_gguf_name(zlab);
         read_tensor(&file, &gguf)?
             .ok_or_else(|| ConvertError::Missing { name: gguf, looked: file.path().display().to_string() })
     })?;
     Ok((cfg, w))
-}
-
-/// z-lab tensor name → (llama.cpp `dflash` GGUF name, layer) (llamacpp-dflash.md §1.3);
-/// `None` for a name that is not a DFlash tensor.
-pub fn zlab_to_gguf_name(zlab: &str) -> Option<(String, Option<usize>)> {
-    match zlab {
-        "fc.weight" => return Some(("fc.weight".into(), None)),
-        "hidden_norm.weight" => return Some(("enc.output_norm.weight".into(), None)),
-        "norm.weight" => return Some(("output_norm.weight".into(), None)),
-        _ => {}
-    }
-    let (idx, sub) = zlab.strip_prefix("layers.").and_then(|r| r.split_once('.'))?;
-    let il: usize = idx.parse().ok()?;
-    let g = match sub {
-        "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "self_attn.q_norm.weight" => "attn_q_norm.weight",
-        "self_attn.k_norm.weight" => "attn_k_norm.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        _ => return None,
-    };
-    Some((format!("blk.{il}.{g}"), Some(il)))
 }

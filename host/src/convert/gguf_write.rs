@@ -2,7 +2,6 @@
 //! Tensors are streamed: each one is read, transformed and quantized while it is written.
 
 use super::dflash::DFlashConfig;
-use super::gguf_load::zlab_to_gguf_name;
 use super::hf_config::HfQwen35Config;
 use super::out_type::{tensor_type, OutType};
 use super::qwen35::{apply_transform, plan_tensor, strip_prefix, TensorPlan};
@@ -10,6 +9,7 @@ use super::safetensors::SafeTensors;
 use super::tokenizer;
 use super::ConvertError;
 use crate::gguf::{GgufWriter, Value};
+use crate::model::draft::zlab_gguf_name;
 use flashtree_reference::quant::{quantize, GgmlType};
 use std::io::Write;
 use std::path::Path;
@@ -145,7 +145,7 @@ pub fn convert_dflash(
     for (fi, f) in files.iter().enumerate() {
         for (name, info) in f.tensors() {
             let bare = name.strip_prefix("model.").unwrap_or(name);
-            let (gguf, layer) = zlab_to_gguf_name(bare)
+            let (gguf, layer) = zlab_gguf_name(bare)
                 .ok_or_else(|| ConvertError::Tensor { name: name.clone(), why: "not a DFlash draft tensor".into() })?;
             if layer.is_some_and(|l| l >= cfg.n_layer) {
                 return Err(ConvertError::Tensor {

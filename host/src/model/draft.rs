@@ -61,34 +61,37 @@ pub struct DraftTensor<'a> {
     pub data: &'a [u8],
 }
 
-/// The llama.cpp `dflash` GGUF name of a z-lab tensor name.
-pub fn zlab_to_gguf_name(name: &str) -> String {
-    match name {
-        "fc.weight" => return "fc.weight".into(),
-        "hidden_norm.weight" => return "enc.output_norm.weight".into(),
-        "norm.weight" => return "output_norm.weight".into(),
+/// z-lab tensor name → (llama.cpp `dflash` GGUF name, layer) (llamacpp-dflash.md §1.3);
+/// `None` for a name that is not a DFlash tensor.
+pub fn zlab_gguf_name(zlab: &str) -> Option<(String, Option<usize>)> {
+    match zlab {
+        "fc.weight" => return Some(("fc.weight".into(), None)),
+        "hidden_norm.weight" => return Some(("enc.output_norm.weight".into(), None)),
+        "norm.weight" => return Some(("output_norm.weight".into(), None)),
         _ => {}
     }
-    if let Some(rest) = name.strip_prefix("layers.") {
-        if let Some((i, sub)) = rest.split_once('.') {
-            let g = match sub {
-                "input_layernorm.weight" => "attn_norm.weight",
-                "post_attention_layernorm.weight" => "ffn_norm.weight",
-                "self_attn.q_proj.weight" => "attn_q.weight",
-                "self_attn.k_proj.weight" => "attn_k.weight",
-                "self_attn.v_proj.weight" => "attn_v.weight",
-                "self_attn.o_proj.weight" => "attn_output.weight",
-                "self_attn.q_norm.weight" => "attn_q_norm.weight",
-                "self_attn.k_norm.weight" => "attn_k_norm.weight",
-                "mlp.gate_proj.weight" => "ffn_gate.weight",
-                "mlp.up_proj.weight" => "ffn_up.weight",
-                "mlp.down_proj.weight" => "ffn_down.weight",
-                other => other,
-            };
-            return format!("blk.{i}.{g}");
-        }
-    }
-    name.to_string()
+    let (idx, sub) = zlab.strip_prefix("layers.").and_then(|r| r.split_once('.'))?;
+    let il: usize = idx.parse().ok()?;
+    let g = match sub {
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_norm.weight" => "attn_q_norm.weight",
+        "self_attn.k_norm.weight" => "attn_k_norm.weight",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        _ => return None,
+    };
+    Some((format!("blk.{il}.{g}"), Some(il)))
+}
+
+/// The llama.cpp `dflash` GGUF name of a z-lab tensor name (the name itself if it is not one).
+pub fn zlab_to_gguf_name(name: &str) -> String {
+    zlab_gguf_name(name).map_or_else(|| name.to_string(), |(n, _)| n)
 }
 
 /// Default target layer ids when a config omits them (z-lab `build_target_layer_ids`): one
