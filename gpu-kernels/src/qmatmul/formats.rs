@@ -357,33 +357,18 @@ fn half_frag(l: &HalfLane, h: u32) -> [u32; 4] {
     [prmt(g0, g1, 0x5410), prmt(r0, r1, 0x5410), prmt(g0, g1, 0x7632), prmt(r0, r1, 0x7632)]
 }
 
-pub struct F16;
+/// F16 (`BF16 = false`) or BF16 (`BF16 = true`) weights: the same lane layout and fragments,
+/// fed to the f16 or the bf16 tensor-core product.
+pub struct Half<const BF16: bool>;
 
-impl Format for F16 {
-    const ELEMS: u32 = qmm_format::F16.0;
-    const BYTES: u32 = qmm_format::F16.1;
-    const PER_STAGE: u32 = qmm_format::F16.2;
-    const BF16: bool = false;
-    type Lane = HalfLane;
+pub type F16 = Half<false>;
+pub type Bf16 = Half<true>;
 
-    #[inline(always)]
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> HalfLane {
-        load_half(row_g, row_g8, t)
-    }
-
-    #[inline(always)]
-    fn frag(l: &HalfLane, _u: u32, h: u32) -> [u32; 4] {
-        half_frag(l, h)
-    }
-}
-
-pub struct Bf16;
-
-impl Format for Bf16 {
-    const ELEMS: u32 = qmm_format::BF16.0;
-    const BYTES: u32 = qmm_format::BF16.1;
-    const PER_STAGE: u32 = qmm_format::BF16.2;
-    const BF16: bool = true;
+impl<const B: bool> Format for Half<B> {
+    const ELEMS: u32 = if B { qmm_format::BF16.0 } else { qmm_format::F16.0 };
+    const BYTES: u32 = if B { qmm_format::BF16.1 } else { qmm_format::F16.1 };
+    const PER_STAGE: u32 = if B { qmm_format::BF16.2 } else { qmm_format::F16.2 };
+    const BF16: bool = B;
     type Lane = HalfLane;
 
     #[inline(always)]

@@ -140,26 +140,32 @@ unsafe fn finish_row(acc: f32, split: u32, row: u32, part: u32, out: u32, y: *mu
     }
 }
 
-/// GEMV, BF16 weights `[out, in]`, f32 `x[in]` → f32 `y[out]`.
-#[no_mangle]
-#[link_section = "nvvm:maxntid=256;minctasm=1"]
-pub unsafe extern "ptx-kernel" fn gemv_bf16(w: *const u16, x: *const f32, y: *mut f32, p: GemvParams) {
+/// The GEMV body for BF16 (`BF16 = true`, 8 weights per 16-byte chunk) or F32 weights (4 per
+/// chunk); rows whose length is not a whole number of chunks take the scalar path.
+#[inline(always)]
+unsafe fn gemv<const BF16: bool>(w: *const u8, x: *const f32, y: *mut f32, p: GemvParams) {
+    let (per_chunk, elem_bytes) = if BF16 { (8, 2) } else { (4, 4) };
     let split = p.split.max(1);
     let (row, part) = row_and_part(split);
     let lane = lane_id() as usize;
     let k = p.in_features as usize;
     let mut acc = 0.0f32;
     if row < p.out_features {
-        let wr = w.add(row as usize * k);
+        let wr = w.add(row as usize * k * elem_bytes);
         let first = lane + 32 * part as usize;
         let stride = 32 * split as usize;
-        acc = if k % 8 == 0 {
-            row_chunks(wr as *const U32x4, k / 8, first, stride, x, dot_bf16_chunk)
+        acc = if k % per_chunk == 0 {
+            let dot = if BF16 { dot_bf16_chunk } else { dot_f32_chunk };
+            row_chunks(wr as *const U32x4, k / per_chunk, first, stride, x, dot)
         } else {
             let mut acc = 0.0f32;
             let mut i = first;
             while i < k {
-                let wv = f32::from_bits((ld_nc_u16(wr.add(i)) as u32) << 16);
+                let wv = if BF16 {
+                    f32::from_bits((ld_nc_u16((wr as *const u16).add(i)) as u32) << 16)
+                } else {
+                    ld_nc_f32((wr as *const f32).add(i))
+                };
                 acc = fma(wv, ld_nc_f32(x.add(i)), acc);
                 i += stride;
             }
@@ -169,30 +175,16 @@ pub unsafe extern "ptx-kernel" fn gemv_bf16(w: *const u16, x: *const f32, y: *mu
     finish_row(acc, split, row, part, p.out_features, y);
 }
 
+/// GEMV, BF16 weights `[out, in]`, f32 `x[in]` → f32 `y[out]`.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+pub unsafe extern "ptx-kernel" fn gemv_bf16(w: *const u16, x: *const f32, y: *mut f32, p: GemvParams) {
+    gemv::<true>(w as *const u8, x, y, p)
+}
+
 /// GEMV, F32 weights `[out, in]`, f32 `x[in]` → f32 `y[out]`.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
 pub unsafe extern "ptx-kernel" fn gemv_f32(w: *const f32, x: *const f32, y: *mut f32, p: GemvParams) {
-    let split = p.split.max(1);
-    let (row, part) = row_and_part(split);
-    let lane = lane_id() as usize;
-    let k = p.in_features as usize;
-    let mut acc = 0.0f32;
-    if row < p.out_features {
-        let wr = w.add(row as usize * k);
-        let first = lane + 32 * part as usize;
-        let stride = 32 * split as usize;
-        acc = if k % 4 == 0 {
-            row_chunks(wr as *const U32x4, k / 4, first, stride, x, dot_f32_chunk)
-        } else {
-            let mut acc = 0.0f32;
-            let mut i = first;
-            while i < k {
-                acc = fma(ld_nc_f32(wr.add(i)), ld_nc_f32(x.add(i)), acc);
-                i += stride;
-            }
-            acc
-        };
-    }
-    finish_row(acc, split, row, part, p.out_features, y);
+    gemv::<false>(w as *const u8, x, y, p)
 }

@@ -216,7 +216,8 @@ unsafe fn qmm<F: Format, const T: usize>(
     // Lane holds D[g][2t, 2t+1] (acc[.][0..2]) and D[g+8][2t, 2t+1] (acc[.][2..4]).
     let out = p.out_features as usize;
     let rows = [row0 + g, row0 + g + 8];
-    if ksplit == 1 {
+    // Calls `f(value, col, row)` for each of this lane's outputs that exists.
+    let for_each_output = |f: &mut dyn FnMut(f32, usize, usize)| {
         let mut tile = 0;
         while tile < T {
             let mut j = 0;
@@ -224,30 +225,21 @@ unsafe fn qmm<F: Format, const T: usize>(
                 let col = (8 * tile + 2 * t as usize + (j % 2)) as u32;
                 let row = rows[j / 2];
                 if col < p.n && row < p.out_features {
-                    *y.add(col as usize * out + row as usize) = acc[tile][j] * *xscale.add(col as usize);
+                    f(acc[tile][j], col as usize, row as usize);
                 }
                 j += 1;
             }
             tile += 1;
         }
+    };
+    if ksplit == 1 {
+        for_each_output(&mut |v, col, row| *y.add(col * out + row) = v * *xscale.add(col));
         return;
     }
 
     // Split K: publish this split's partials, then the last block of the row group reduces.
     let plane = p.n_pad as usize * out;
-    let mut tile = 0;
-    while tile < T {
-        let mut j = 0;
-        while j < 4 {
-            let col = (8 * tile + 2 * t as usize + (j % 2)) as u32;
-            let row = rows[j / 2];
-            if col < p.n && row < p.out_features {
-                *partial.add(split as usize * plane + col as usize * out + row as usize) = acc[tile][j];
-            }
-            j += 1;
-        }
-        tile += 1;
-    }
+    for_each_output(&mut |v, col, row| *partial.add(split as usize * plane + col * out + row) = v);
     fence_gpu();
     sync_threads();
     let flag = QMM_IS_LAST.as_mut_ptr();
