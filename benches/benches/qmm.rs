@@ -4,7 +4,7 @@
 //! 2× L2 are rotated over several copies so every call streams from device memory.
 
 use criterion::Throughput;
-use flashtree::gpu::qmatmul::{qmm, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm, qmm_prepare, qmm_prepared, QmmWorkspace};
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 use flashtree_reference::quant::GgmlType;
 
@@ -71,15 +71,25 @@ fn main() {
         let dx = gpu.upload(&x).unwrap();
         let mut dy = gpu.zeros::<f32>(32 * out).unwrap();
         let note_l2 = if bytes < 2 * l2 { format!("{copies} copies rotated") } else { String::new() };
-        let mut t1 = 0.0;
+        let (mut t1, mut m1) = (0.0, 0.0);
+        let pairs = matches!(ty, GgmlType::BF16 | GgmlType::F32);
         for n in NS {
+            // Whole call: activation prep + matmul.
             let secs =
                 median_secs(&gpu, 20, |i| qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws));
+            // Matmul alone on prepared activations (the prep is shared by every matmul that reads
+            // the same input: q/k/v, gate/up).
+            qmm_prepare(&gpu, &dx, n, inp, pairs, &mut ws).unwrap();
+            let mm =
+                median_secs(&gpu, 20, |i| qmm_prepared(&gpu, ty, &ws_bufs[i % copies], out, inp, n, &mut dy, &mut ws));
             if n == 1 {
                 t1 = secs;
+                m1 = mm;
             }
             let note = format!("t(n)/t(1) = {:.2} {note_l2}", secs / t1);
             report("qmm", &format!("{ty:?} {inp}->{out} n={n}"), bytes as f64, secs, ceiling, &note);
+            let note = format!("matmul only; t(n)/t(1) = {:.2} {note_l2}", mm / m1);
+            report("qmm-mm", &format!("{ty:?} {inp}->{out} n={n}"), bytes as f64, mm, ceiling, &note);
             if ty == GgmlType::Q4_K && inp == 5120 && out == 17408 && (n == 1 || n == 22) {
                 let mut g = c.benchmark_group("qmm/q4_k");
                 g.throughput(Throughput::Bytes(bytes as u64));

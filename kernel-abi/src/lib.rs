@@ -118,9 +118,15 @@ pub const fn qmm_smem_bytes(block_bytes: u32, per_stage: u32) -> u32 {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QmmPrepParams {
     pub n: u32,
+    /// Columns of the unit-sum array `S[unit][n_pad]`.
     pub n_pad: u32,
     pub in_features: u32,
+    /// Non-zero: also write the bf16 hi + lo pair (BF16 and F32 weights need it).
+    pub pairs: u32,
 }
+
+/// Elements of one column written by one block of `qmm_prep_x` (grid `(n, ⌈in / this⌉)`).
+pub const QMM_PREP_CHUNK: u32 = 1024;
 
 /// K splits of the `qmm_*` kernels for `out_features` rows of `blocks_per_row` weight blocks:
 /// the smallest power of two giving ≥ 512 blocks of 128 rows, at most 16, and keeping at least

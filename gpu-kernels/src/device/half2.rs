@@ -54,3 +54,14 @@ pub fn and_or(a: u32, b: u32, c: u32) -> u32 {
     };
     r
 }
+
+/// `lop3.b32 d, a, b, c, 0x6A`: `(a & b) ^ c` in one instruction.
+#[inline(always)]
+pub fn and_xor(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("lop3.b32 {0}, {1}, {2}, {3}, 0x6A;", out(reg32) r, in(reg32) a, in(reg32) b, in(reg32) c,
+             options(pure, nomem, nostack))
+    };
+    r
+}

@@ -89,3 +89,12 @@ pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
     asm!("ld.global.cg.f32 {0}, [{1}];", out(reg32) r, in(reg64) p, options(readonly, nostack));
     r
 }
+
+/// `ld.global.nc.v2.f32` (read-only path), 8-byte aligned.
+#[inline(always)]
+pub unsafe fn ld_nc_v2_f32(p: *const f32) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    asm!("ld.global.nc.v2.f32 {{{0},{1}}}, [{2}];", out(reg32) a, out(reg32) b, in(reg64) p,
+         options(pure, readonly, nostack));
+    [a, b]
+}

@@ -46,3 +46,13 @@ pub fn div_rn(a: f32, b: f32) -> f32 {
     unsafe { asm!("div.rn.f32 {0}, {1}, {2};", out(reg32) r, in(reg32) a, in(reg32) b, options(pure, nomem, nostack)) };
     r
 }
+
+/// `fma.rn.f32` as an ordered (non-`pure`) statement (see `mma::mma_f16_16816_ordered`).
+#[inline(always)]
+pub fn fma_ordered(a: f32, b: f32, c: f32) -> f32 {
+    let r: f32;
+    unsafe {
+        asm!("fma.rn.f32 {0}, {1}, {2}, {3};", out(reg32) r, in(reg32) a, in(reg32) b, in(reg32) c, options(nomem, nostack))
+    };
+    r
+}

@@ -67,3 +67,16 @@ pub fn dp4a_s32(a: u32, b: u32, c: i32) -> i32 {
     };
     r
 }
+
+/// [`mma_f16_16816`] as an ordered (non-`pure`) statement: LLVM keeps it in program order with
+/// other ordered statements, so a loop of "mma, then consume the result" does not get all its
+/// products hoisted to the top (which keeps every unit's result live at once).
+#[inline(always)]
+pub fn mma_f16_16816_ordered(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
+    unsafe {
+        asm!("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{0},{1},{2},{3}}}, {{{4},{5},{6},{7}}}, {{{8},{9}}}, {{{0},{1},{2},{3}}};",
+             inout(reg32) d[0], inout(reg32) d[1], inout(reg32) d[2], inout(reg32) d[3],
+             in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
+             in(reg32) b[0], in(reg32) b[1], options(nomem, nostack));
+    }
+}

@@ -7,14 +7,26 @@
 //! as k-slots `2t, 2t+1, 2t+8, 2t+9` — the same order `qmm_prep_x` stores x in, so
 //! `Σ_k A[r, k] · B[k, c]` is the dot product of row `r` with column `c` over the unit.
 //!
-//! Quantized weights are dequantized into f16: `w = fma(q, d·sc, −dmin·m)` with `d·sc` and
-//! `dmin·m` rounded to f16 (`mul.rn.f16x2`) and one more rounding in the fma, so
-//! `|ŵ − w| ≤ 2^-10 (|d·sc·q| + |dmin·m|)` (f16 subnormals add ≤ 2^-25 absolute).
+//! Two ways to feed the tensor cores:
+//!
+//! * **Offset formats** (Q4_K, Q5_K, Q8_0: one scale per 32-element unit): the A fragment holds
+//!   the raw quant plus a constant, `OFF + q'` (an exact small integer in f16, built with one
+//!   `lop3` per two weights: the bits go straight into the mantissa of the f16 `1024`), the unit's
+//!   product `P = Σ_k (OFF + q'_k)·x̂_k` is taken in f32 from a zero accumulator, and the unit adds
+//!   `scale·P + bias·S` to the row's f32 sum, where `S = Σ_k x̂_k` (from `qmm_prep_x`) and
+//!   `(scale, bias)` are exact-ish f32 per row and unit: for `w = a·q' − b`, `scale = a` and
+//!   `bias = −(OFF·a + b)`. No weight is ever rounded; the error is the f32 arithmetic on
+//!   `P` (magnitude ≤ `(OFF + max q')·Σ|x̂|`), on `S` and in the two fmas — bound in
+//!   `tests/tests/gpu/qmm.rs`.
+//! * **Scaled formats** (Q6_K: one scale per 16 elements, which a k16 step of this lane layout
+//!   straddles; F16, BF16, F32): weights become f16/bf16 values in the fragment. Q6_K:
+//!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so
+//!   `|ŵ − w| ≤ 2^-10 |w|` (f16 subnormals add ≤ 2^-25 absolute).
 
 use kernel_abi::qmm_format;
 
 use crate::device::convert::pack_bf16x2;
-use crate::device::half2::{and_or, hfma2, hmul2, hsub2, prmt};
+use crate::device::half2::{and_or, hmul2, hsub2, prmt};
 
 /// 16 bytes at a 16-byte-aligned shared-memory address.
 #[inline(always)]
@@ -34,10 +46,33 @@ unsafe fn rd2(p: *const u8) -> u32 {
     (p as *const u16).read() as u32
 }
 
-/// 8 bytes at a 2-byte-aligned shared-memory address, as two words.
+/// 8 bytes at a 2-byte-aligned shared-memory address, as two words: three aligned 4-byte
+/// reads and two byte permutes (the 2 bytes past the 8 are inside the row's stage slack).
 #[inline(always)]
 unsafe fn ld8_a2(p: *const u8) -> [u32; 2] {
-    [rd2(p) | (rd2(p.add(2)) << 16), rd2(p.add(4)) | (rd2(p.add(6)) << 16)]
+    let a = (p as usize & !3) as *const u32;
+    let sel = 0x3210 + (p as usize & 2) as u32 * 0x1111;
+    let (w0, w1, w2) = (a.read(), a.add(1).read(), a.add(2).read());
+    [prmt(w0, w1, sel), prmt(w1, w2, sel)]
+}
+
+/// Moves bit `from` of `v` to bit `to` (a compile-time pair after inlining).
+#[inline(always)]
+fn move_bit(v: u32, from: u32, to: u32) -> u32 {
+    if from >= to {
+        v >> (from - to)
+    } else {
+        v << (to - from)
+    }
+}
+
+/// The f32 value of byte `j` (0..4) of `v`, exactly: `(2^23 + byte) − 2^23` with the byte put
+/// into the mantissa of `2^23` by one `prmt` (no int→float conversion unit).
+#[inline(always)]
+fn byte_f32_times(v: u32, j: u32, scale: f32, minus_2p23_scale: f32) -> f32 {
+    let bits = prmt(v, 0x4B00_0000, 0x7440 | j);
+    // (2^23 + byte)·scale − 2^23·scale = byte·scale, exact when that product fits f32.
+    crate::device::math::fma(f32::from_bits(bits), scale, minus_2p23_scale)
 }
 
 /// f16x2 `(1024, 1024)`: `0x6400 | q` is the f16 `1024 + q` for `q < 1024`.
@@ -65,6 +100,13 @@ pub trait Format {
     fn frag_lo(_l: &Self::Lane, _u: u32, _h: u32) -> Option<[u32; 4]> {
         None
     }
+    /// Offset format: `frag` gives `OFF + q'`, and the unit adds `scale·P + bias·S`.
+    const OFFSET: bool = false;
+    /// `([scale_g, scale_g8], [bias_g, bias_g8])` of unit `u` (offset formats only).
+    #[inline(always)]
+    fn unit_scales(_l: &Self::Lane, _u: u32) -> ([f32; 2], [f32; 2]) {
+        ([0.0; 2], [0.0; 2])
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -82,32 +124,44 @@ pub struct Q4kLane {
 
 pub struct Q4K;
 
-/// `(d·sc, −dmin·m)` of sub-block `j` of a K-quant header, as two broadcast f16x2 words.
+/// Bytes of the 6-bit scales (`sc`) and mins (`m`) of sub-blocks `4·(j/4) .. +4` of a K-quant
+/// header (words 1..3 = the 12 scale bytes), one per byte.
 #[inline(always)]
-fn k_scale_pair(hdr: &[u32; 4], j: u32) -> (u32, u32) {
+fn k_scale_bytes(hdr: &[u32; 4], j: u32) -> (u32, u32) {
     let (w1, w2, w3) = (hdr[1], hdr[2], hdr[3]);
-    let (sc4, m4) = if j < 4 {
+    if j < 4 {
         (w1 & 0x3f3f_3f3f, w2 & 0x3f3f_3f3f)
     } else {
         (and_or(w3, 0x0f0f_0f0f, (w1 >> 2) & 0x3030_3030), and_or(w3 >> 4, 0x0f0f_0f0f, (w2 >> 2) & 0x3030_3030))
-    };
-    let shift = 8 * (j % 4);
-    let sc = (sc4 >> shift) & 0xff;
-    let m = (m4 >> shift) & 0xff;
-    // (1024 + sc, 1024 + m) − 1024 = (sc, m) exactly; × (d, −dmin).
-    let scm = hsub2((sc | (m << 16)) | MAGIC_1024, MAGIC_1024);
-    let prod = hmul2(scm, hdr[0] ^ 0x8000_0000);
-    (prmt(prod, prod, 0x1010), prmt(prod, prod, 0x3232))
+    }
 }
 
-/// Four 4-bit quants (bits `shift..shift+4` of each byte of `v`) → two f16x2 of
-/// `d·sc·q − dmin·m`: `(e0, e2)` and `(e1, e3)`.
+/// `(scale, bias)` of sub-block `j` of a Q4_K/Q5_K row: `w = d·sc·q − dmin·m`. Even `j` (low
+/// nibbles) has `A = 1024 + q`; odd `j` (high nibbles, masked in place) has `A = 1024 + 16·q`.
+/// `d·sc` and `dmin·m` are exact in f32 (11-bit × 6-bit); the bias sum rounds once.
 #[inline(always)]
-fn nibbles_to_f16(v: u32, shift: u32, dsc: u32, ndm: u32) -> (u32, u32) {
-    let v = v >> shift;
-    let a = hsub2(and_or(v, 0x000f_000f, MAGIC_1024), MAGIC_1024);
-    let b = hsub2(and_or(v >> 8, 0x000f_000f, MAGIC_1024), MAGIC_1024);
-    (hfma2(a, dsc, ndm), hfma2(b, dsc, ndm))
+fn k_unit_scales(hdr: &[u32; 4], j: u32) -> (f32, f32) {
+    let d = crate::device::convert::f16_to_f32(hdr[0] as u16);
+    let dmin = crate::device::convert::f16_to_f32((hdr[0] >> 16) as u16);
+    let (sc4, m4) = k_scale_bytes(hdr, j);
+    let dsc = byte_f32_times(sc4, j % 4, d, -8_388_608.0 * d);
+    let dmm = byte_f32_times(m4, j % 4, dmin, -8_388_608.0 * dmin);
+    if j % 2 == 0 {
+        (dsc, crate::device::math::fma(-1024.0, dsc, -dmm))
+    } else {
+        (dsc * 0.0625, crate::device::math::fma(-64.0, dsc, -dmm))
+    }
+}
+
+/// The nibble mask of sub-block `j` inside a quant byte (low nibble for even `j`, high for odd),
+/// per f16 half.
+#[inline(always)]
+const fn nibble_mask(j: u32) -> u32 {
+    if j % 2 == 0 {
+        0x000f_000f
+    } else {
+        0x00f0_00f0
+    }
 }
 
 impl Format for Q4K {
@@ -115,6 +169,7 @@ impl Format for Q4K {
     const BYTES: u32 = qmm_format::Q4_K.1;
     const PER_STAGE: u32 = qmm_format::Q4_K.2;
     const BF16: bool = false;
+    const OFFSET: bool = true;
     type Lane = Q4kLane;
 
     #[inline(always)]
@@ -134,15 +189,25 @@ impl Format for Q4K {
         l
     }
 
+    /// `A = 1024 + q` (even `u`) or `1024 + 16·q` (odd `u`): one `lop3` per f16x2.
     #[inline(always)]
     fn frag(l: &Q4kLane, u: u32, h: u32) -> [u32; 4] {
         let c = (u / 2) as usize;
-        let shift = 4 * (u % 2);
-        let (dsc0, ndm0) = k_scale_pair(&l.hdr[0], u);
-        let (dsc1, ndm1) = k_scale_pair(&l.hdr[1], u);
-        let (a0, a2) = nibbles_to_f16(l.qs[0][c][h as usize], shift, dsc0, ndm0);
-        let (a1, a3) = nibbles_to_f16(l.qs[1][c][h as usize], shift, dsc1, ndm1);
-        [a0, a1, a2, a3]
+        let mask = nibble_mask(u);
+        let (v0, v1) = (l.qs[0][c][h as usize], l.qs[1][c][h as usize]);
+        [
+            and_or(v0, mask, MAGIC_1024),
+            and_or(v1, mask, MAGIC_1024),
+            and_or(v0 >> 8, mask, MAGIC_1024),
+            and_or(v1 >> 8, mask, MAGIC_1024),
+        ]
+    }
+
+    #[inline(always)]
+    fn unit_scales(l: &Q4kLane, u: u32) -> ([f32; 2], [f32; 2]) {
+        let (s0, b0) = k_unit_scales(&l.hdr[0], u);
+        let (s1, b1) = k_unit_scales(&l.hdr[1], u);
+        ([s0, s1], [b0, b1])
     }
 }
 
@@ -165,6 +230,7 @@ impl Format for Q5K {
     const BYTES: u32 = qmm_format::Q5_K.1;
     const PER_STAGE: u32 = qmm_format::Q5_K.2;
     const BF16: bool = false;
+    const OFFSET: bool = true;
     type Lane = Q5kLane;
 
     #[inline(always)]
@@ -185,25 +251,35 @@ impl Format for Q5K {
         l
     }
 
+    /// As Q4_K with the 5th bit (bit `u` of each qh byte) moved into the f16 mantissa next to
+    /// the nibble: `A = 1024 + q` (even `u`) or `1024 + 16·q` (odd `u`), `q < 32`.
     #[inline(always)]
     fn frag(l: &Q5kLane, u: u32, h: u32) -> [u32; 4] {
         let c = (u / 2) as usize;
-        let shift = 4 * (u % 2);
+        let mask = nibble_mask(u);
+        // Target bit of the 5th bit in each f16 half: 4 (even u) or 8 (odd u).
+        let to = if u % 2 == 0 { 4 } else { 8 };
+        let hb = 0x0001_0001u32 << to;
         let mut out = [0u32; 4];
         let mut r = 0;
         while r < 2 {
-            let (dsc, ndm) = k_scale_pair(&l.hdr[r], u);
-            let v = (l.qs[r][c][h as usize] >> shift) & 0x0f0f_0f0f;
-            // 5th bits: bit u of each qh byte, moved to bit 4.
-            let hb = ((l.qh[r][h as usize] >> u) & 0x0101_0101) << 4;
-            let q = v | hb;
-            let a = hsub2(and_or(q, 0x001f_001f, MAGIC_1024), MAGIC_1024);
-            let b = hsub2(and_or(q >> 8, 0x001f_001f, MAGIC_1024), MAGIC_1024);
-            out[r] = hfma2(a, dsc, ndm);
-            out[r + 2] = hfma2(b, dsc, ndm);
+            let v = l.qs[r][c][h as usize];
+            let qh = l.qh[r][h as usize];
+            // Bytes 0 and 2: qh bits u and 16 + u; bytes 1 and 3: bits 8 + u and 24 + u.
+            let hi02 = and_or(move_bit(qh, u, to), hb, MAGIC_1024);
+            let hi13 = and_or(move_bit(qh, u + 8, to), hb, MAGIC_1024);
+            out[r] = and_or(v, mask, hi02);
+            out[r + 2] = and_or(v >> 8, mask, hi13);
             r += 1;
         }
         out
+    }
+
+    #[inline(always)]
+    fn unit_scales(l: &Q5kLane, u: u32) -> ([f32; 2], [f32; 2]) {
+        let (s0, b0) = k_unit_scales(&l.hdr[0], u);
+        let (s1, b1) = k_unit_scales(&l.hdr[1], u);
+        ([s0, s1], [b0, b1])
     }
 }
 
@@ -301,14 +377,11 @@ pub struct Q8_0Lane {
 
 pub struct Q8_0;
 
-/// Four signed bytes (in the order b0, b2 | b1, b3) → two f16x2 of `q`.
+/// f16x2 `1024 + (q + 128)` of signed bytes 0 and 2 of `v`: `(v & 0x00ff00ff) ^ 0x64806480`
+/// sets the f16 exponent of 1024 and flips the sign bit of the byte (`q ^ 0x80 = q + 128`).
 #[inline(always)]
-fn i8x4_to_f16(v: u32) -> (u32, u32) {
-    // (1024 + (q ^ 0x80)) − (1024 + 128) = q, exact.
-    let x = v ^ 0x8080_8080;
-    let a = hsub2(and_or(x, 0x00ff_00ff, MAGIC_1024), 0x6480_6480);
-    let b = hsub2(and_or(x >> 8, 0x00ff_00ff, MAGIC_1024), 0x6480_6480);
-    (a, b)
+fn i8_pair_offset(v: u32) -> u32 {
+    crate::device::half2::and_xor(v, 0x00ff_00ff, 0x6480_6480)
 }
 
 impl Format for Q8_0 {
@@ -316,6 +389,7 @@ impl Format for Q8_0 {
     const BYTES: u32 = qmm_format::Q8_0.1;
     const PER_STAGE: u32 = qmm_format::Q8_0.2;
     const BF16: bool = false;
+    const OFFSET: bool = true;
     type Lane = Q8_0Lane;
 
     #[inline(always)]
@@ -324,13 +398,19 @@ impl Format for Q8_0 {
         Q8_0Lane { qs: [ld8_a2(row_g.add(2 + t8)), ld8_a2(row_g8.add(2 + t8))], d: [rd2(row_g), rd2(row_g8)] }
     }
 
+    /// `A = 1152 + q`.
     #[inline(always)]
     fn frag(l: &Q8_0Lane, _u: u32, h: u32) -> [u32; 4] {
-        let (a0, a2) = i8x4_to_f16(l.qs[0][h as usize]);
-        let (a1, a3) = i8x4_to_f16(l.qs[1][h as usize]);
-        let d0 = l.d[0] | (l.d[0] << 16);
-        let d1 = l.d[1] | (l.d[1] << 16);
-        [hmul2(a0, d0), hmul2(a1, d1), hmul2(a2, d0), hmul2(a3, d1)]
+        let (v0, v1) = (l.qs[0][h as usize], l.qs[1][h as usize]);
+        [i8_pair_offset(v0), i8_pair_offset(v1), i8_pair_offset(v0 >> 8), i8_pair_offset(v1 >> 8)]
+    }
+
+    /// `w = d·q = d·A − 1152·d`.
+    #[inline(always)]
+    fn unit_scales(l: &Q8_0Lane, _u: u32) -> ([f32; 2], [f32; 2]) {
+        let d0 = crate::device::convert::f16_to_f32(l.d[0] as u16);
+        let d1 = crate::device::convert::f16_to_f32(l.d[1] as u16);
+        ([d0, d1], [-1152.0 * d0, -1152.0 * d1])
     }
 }
 

@@ -12,7 +12,9 @@
 //! the column is also written as a pair of bf16 (`x̂ = hi + lo + r`, `|r| ≤ 2^-16 |x̂|`), used
 //! with bf16 tensor-core products. Inside each 32-element block the elements are stored in
 //! the fragment order of `mma.m16n8k16` (see [`prep::position_in_block`]), so one 16-byte load
-//! gives a lane the B fragments of two k16 steps.
+//! gives a lane the B fragments of two k16 steps. It also writes the f32 sum of each 32-element
+//! unit of `x̂` (`S[unit][c]`), which the offset weight formats need (see [`formats`]). Columns
+//! `c ≥ n` of a launch's last tile are never written nor read.
 //!
 //! # Batch invariance
 //!

@@ -1,17 +1,21 @@
 //! `qmm_prep_x`: activations f32 `[n, in]` → the tensor-core input format (see the module doc).
 //!
-//! Launch: one 256-thread block per padded column (`grid = n_pad`). Pass 1: `max |x|` over the
-//! column (order-independent, so deterministic). Pass 2: every element scaled by the exact
-//! power of two `1 / s_c`, rounded to f16 (and to bf16 hi + lo) and stored at its fragment
-//! position. Columns `c ≥ n` are written as zeros with `s_c = 1`.
-//! Traffic: reads `n·in·4` bytes twice (the second time from L1/L2), writes `n_pad·in·6` bytes.
+//! Launch: grid `(n, ⌈in / 1024⌉)`, 256 threads. Block `(c, b)` first finds `max |x[c, :]|`
+//! over the whole column (every block of the column reads it, 16-byte loads, mostly L2 hits;
+//! the max is order-independent, so every block gets the same scale), then writes its 1024
+//! elements (32 units of 32, four per warp, lane `i` = element `i`): scaled by the exact power
+//! of two `1 / s_c`, rounded to f16 at its fragment position, optionally also as bf16 hi + lo,
+//! and the unit sum `S[unit][c] = Σ_i f16(x̂_i)` (f32, butterfly order — fixed, so it is the same
+//! for every launch). Padding columns `c ≥ n` are not written: the matmul never reads them.
+//! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
 
-use kernel_abi::QmmPrepParams;
+use kernel_abi::{QmmPrepParams, QMM_PREP_CHUNK as PREP_CHUNK};
 
-use crate::device::convert::{f32_to_bf16, f32_to_f16};
+use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::device::load::{ld_nc_v4, U32x4};
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
-use crate::device::warp::shfl_xor_u32;
+use crate::device::warp::{shfl_xor_f32, shfl_xor_u32};
 use crate::device::*;
 
 /// Where element `e` (0..32) of a 32-element block is stored: lane `t = e / 8` of a fragment
@@ -50,26 +54,37 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     xb_hi: *mut u16,
     xb_lo: *mut u16,
     xscale: *mut f32,
+    xsum: *mut f32,
     p: QmmPrepParams,
 ) {
     let c = block_x();
-    if c >= p.n_pad {
+    if c >= p.n {
         return;
     }
     let k = p.in_features as usize;
-    let t = thread_x();
+    let t = thread_x() as usize;
     let base = c as usize * k;
-    let real = c < p.n;
-    // Pass 1: max |x| (as bits: for non-negative floats the integer order is the float order;
-    // NaN bits sort above +inf, so a NaN column gets a NaN scale and NaN results).
+    // Pass 1: max |x| over the column (as bits: for non-negative floats the integer order is the
+    // float order; NaN bits sort above +inf, so a NaN column gets a NaN scale and NaN results).
+    // `in` is a multiple of 32, so the column is whole 16-byte vectors.
+    let col = x.add(base) as *const U32x4;
+    let vecs = k / 4;
     let mut m = 0u32;
-    if real {
-        let mut i = t as usize;
-        while i < k {
-            let a = (*x.add(base + i)).to_bits() & 0x7fff_ffff;
-            m = m.max(a);
-            i += block_dim_x() as usize;
+    let mut i = t;
+    while i + 3 * 256 < vecs {
+        let (a, b) = (ld_nc_v4(col.add(i)).0, ld_nc_v4(col.add(i + 256)).0);
+        let (c, d) = (ld_nc_v4(col.add(i + 512)).0, ld_nc_v4(col.add(i + 768)).0);
+        let mut e = 0;
+        while e < 4 {
+            m = m.max(a[e] & 0x7fff_ffff).max(b[e] & 0x7fff_ffff).max(c[e] & 0x7fff_ffff).max(d[e] & 0x7fff_ffff);
+            e += 1;
         }
+        i += 4 * 256;
+    }
+    while i < vecs {
+        let a = ld_nc_v4(col.add(i)).0;
+        m = m.max(a[0] & 0x7fff_ffff).max(a[1] & 0x7fff_ffff).max(a[2] & 0x7fff_ffff).max(a[3] & 0x7fff_ffff);
+        i += 256;
     }
     let mut s = 16;
     while s > 0 {
@@ -83,8 +98,8 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     sync_threads();
     let mut m = 0u32;
     let mut w = 0;
-    while w < block_dim_x() / 32 {
-        m = m.max(*maxes.add(w as usize));
+    while w < 8 {
+        m = m.max(*maxes.add(w));
         w += 1;
     }
     // s_c = 2^(E - 14) where E = floor(log2(max)), so max / s_c ∈ [2^14, 2^15).
@@ -95,21 +110,37 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
         let k2 = (e - 14).clamp(-126, 127);
         (pow2(k2), pow2((-k2).clamp(-126, 127)))
     };
-    if t == 0 {
+    if t == 0 && block_y() == 0 {
         *xscale.add(c as usize) = scale;
     }
-    // Pass 2: scale, round, permute.
-    let mut i = t as usize;
-    while i < k {
-        let v = if real { *x.add(base + i) * inv } else { 0.0 };
-        let h = f32_to_f16(v);
-        let hi = f32_to_bf16(v);
-        let lo = f32_to_bf16(v - f32::from_bits((hi as u32) << 16));
-        let blk = i & !31;
-        let dst = base + blk + position_in_block((i & 31) as u32) as usize;
-        *xh.add(dst) = h;
-        *xb_hi.add(dst) = hi;
-        *xb_lo.add(dst) = lo;
-        i += block_dim_x() as usize;
+    // Pass 2: this block's units, four per warp; lane = element.
+    let lane = lane_id();
+    let units = k / 32;
+    let mut j = 0;
+    while j < 4 {
+        let unit = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4 + j;
+        if unit < units {
+            let e = unit * 32 + lane as usize;
+            let v = *x.add(base + e) * inv;
+            let h = f32_to_f16(v);
+            let dst = base + unit * 32 + position_in_block(lane) as usize;
+            *xh.add(dst) = h;
+            if p.pairs != 0 {
+                let hi = f32_to_bf16(v);
+                let lo = f32_to_bf16(v - f32::from_bits((hi as u32) << 16));
+                *xb_hi.add(dst) = hi;
+                *xb_lo.add(dst) = lo;
+            }
+            let mut sum = f16_to_f32(h);
+            let mut s = 1;
+            while s < 32 {
+                sum += shfl_xor_f32(sum, s);
+                s <<= 1;
+            }
+            if lane == 0 {
+                *xsum.add(unit * p.n_pad as usize + c as usize) = sum;
+            }
+        }
+        j += 1;
     }
 }

@@ -8,8 +8,11 @@
 //! is consumed: the bytes in flight do not cost registers). Lane `(g, t)` reads its part of
 //! rows `g` and `g + 8` from the stage (see [`super::formats`]) and, for each 32-element unit
 //! and each tile of 8 columns, loads 16 bytes of prepared x (two k16 steps of B fragments) and
-//! issues `mma.m16n8k16` into f32 accumulators. The 8 warps of a block read the same x, so x
-//! is served from L1.
+//! issues `mma.m16n8k16`. Scaled formats accumulate straight into the f32 accumulators; offset
+//! formats (Q4_K, Q5_K, Q8_0) take the unit's product `P` from a zero accumulator and add
+//! `scale·P + bias·S` (two f32 fmas per output, `S` = the unit sums of x̂ from `qmm_prep_x`),
+//! in program order (`*_ordered` statements, so every unit's `P` is not kept live at once). The
+//! 8 warps of a block read the same x, so x is served from L1.
 //!
 //! With `ksplit > 1`, each block writes its partial sums to `partial[s][c][o]`, and the last
 //! block of a row group to finish (an atomic counter per row group, reset by that block) adds
@@ -23,8 +26,9 @@ use kernel_abi::{qmm_row_stride, QmmParams, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WAR
 use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::cp_async::{cp_async_16, cp_async_commit, cp_async_wait};
 use crate::device::fence::fence_gpu;
-use crate::device::load::{ld_cg_f32, ld_nc_v4, U32x4};
-use crate::device::mma::{mma_bf16_16816, mma_f16_16816};
+use crate::device::load::{ld_cg_f32, ld_nc_v2_f32, ld_nc_v4, U32x4};
+use crate::device::math::fma_ordered;
+use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered};
 use crate::device::shared::{dynamic_smem, smem_addr, Shared};
 use crate::device::sync::{sync_threads, sync_warp};
 use crate::device::*;
@@ -40,6 +44,7 @@ unsafe fn qmm<F: Format, const T: usize>(
     xb_hi: *const u16,
     xb_lo: *const u16,
     xscale: *const f32,
+    xsum: *const f32,
     partial: *mut f32,
     counters: *mut u32,
     y: *mut f32,
@@ -71,17 +76,19 @@ unsafe fn qmm<F: Format, const T: usize>(
     // the row and its base pointer are fixed per lane, so they are computed once here.
     let cpr = rs / 16;
     const MAX_CHUNKS_PER_LANE: usize = 8;
-    let mut chunk_row_base = [w; MAX_CHUNKS_PER_LANE];
+    // Row indices and columns as u32 (the row pointer is recomputed per issue: registers are
+    // what limits these kernels, one multiply-add per chunk is not).
+    let mut chunk_row = [0u32; MAX_CHUNKS_PER_LANE];
     let mut chunk_dst = [0u32; MAX_CHUNKS_PER_LANE];
-    let mut chunk_col = [0usize; MAX_CHUNKS_PER_LANE];
+    let mut chunk_col = [0u32; MAX_CHUNKS_PER_LANE];
     let chunks_per_lane = (16 * cpr).div_ceil(32);
     let mut j = 0;
     while j < MAX_CHUNKS_PER_LANE {
         let idx = lane as usize + 32 * j;
         let r = (idx / cpr).min(15);
         let row = (warp_row0 + r).min(last_row as usize);
-        chunk_row_base[j] = w.add(row * row_bytes);
-        chunk_col[j] = idx % cpr;
+        chunk_row[j] = row as u32;
+        chunk_col[j] = (idx % cpr) as u32;
         chunk_dst[j] = smem_addr(ring.add(r * rs + 16 * (idx % cpr)));
         j += 1;
     }
@@ -96,9 +103,10 @@ unsafe fn qmm<F: Format, const T: usize>(
         while j < MAX_CHUNKS_PER_LANE && j < chunks_per_lane {
             // Chunks past 16 rows × cpr (the last lanes of the last round) copy nothing.
             let valid = (lane as usize + 32 * j) < 16 * cpr;
-            let start = chunk_row_base[j] as usize + b as usize * F::BYTES as usize;
-            let end = chunk_row_base[j] as usize + b_end as usize * F::BYTES as usize;
-            let src = (start & !15) + 16 * chunk_col[j];
+            let row_base = w as usize + chunk_row[j] as usize * row_bytes;
+            let start = row_base + b as usize * F::BYTES as usize;
+            let end = row_base + b_end as usize * F::BYTES as usize;
+            let src = (start & !15) + 16 * chunk_col[j] as usize;
             if valid && src < end {
                 cp_async_16(chunk_dst[j] + slot, src as *const u8);
             }
@@ -136,6 +144,17 @@ unsafe fn qmm<F: Format, const T: usize>(
         let stage_units = (F::PER_STAGE * units) as usize;
         let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
         let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
+        let mut ss = [[0f32; 2]; MAX_STAGE_UNITS];
+        if T == 1 && F::OFFSET && 2 * t < p.n {
+            let mut i = 0;
+            while i < MAX_STAGE_UNITS {
+                if i < stage_units && b + i as u32 / units < b_end {
+                    let unit = (b * units) as usize + i;
+                    ss[i] = ld_nc_v2_f32(xsum.add(unit * p.n_pad as usize + 2 * t as usize));
+                }
+                i += 1;
+            }
+        }
         if T == 1 && g < p.n {
             let mut i = 0;
             while i < MAX_STAGE_UNITS {
@@ -172,8 +191,8 @@ unsafe fn qmm<F: Format, const T: usize>(
                     while tile < T {
                         let col = 8 * tile + g as usize;
                         let at = col * k + unit * 32 + 8 * t as usize;
-                        // Padding columns (c ≥ n) are zeros in x: skip their loads (x traffic
-                        // stays proportional to n; the fragment values are the same either way).
+                        // Padding columns (c ≥ n) are never loaded (`qmm_prep_x` does not write
+                        // them): their fragments stay zero and x traffic stays proportional to n.
                         if col < p.n as usize {
                             if F::BF16 {
                                 xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
@@ -184,6 +203,42 @@ unsafe fn qmm<F: Format, const T: usize>(
                         }
                         tile += 1;
                     }
+                }
+                if F::OFFSET {
+                    // P = Σ (OFF + q')·x̂ over the unit from a zero accumulator, then
+                    // acc += scale·P + bias·S per (row, column).
+                    let mut pu = [[0.0f32; 4]; T];
+                    let mut h = 0;
+                    while h < 2 {
+                        let a = F::frag(&lanedata, u, h);
+                        let mut tile = 0;
+                        while tile < T {
+                            let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
+                            mma_f16_16816_ordered(&mut pu[tile], a, bf);
+                            tile += 1;
+                        }
+                        h += 1;
+                    }
+                    let (scale, bias) = F::unit_scales(&lanedata, u);
+                    let mut tile = 0;
+                    while tile < T {
+                        let sums = if T == 1 {
+                            ss[(i_blk * units + u) as usize]
+                        } else if 8 * tile + 2 * (t as usize) < p.n as usize {
+                            ld_nc_v2_f32(xsum.add(unit * p.n_pad as usize + 8 * tile + 2 * t as usize))
+                        } else {
+                            [0.0; 2]
+                        };
+                        let mut j = 0;
+                        while j < 4 {
+                            let r = j / 2;
+                            let a = fma_ordered(scale[r], pu[tile][j], acc[tile][j]);
+                            acc[tile][j] = fma_ordered(bias[r], sums[j % 2], a);
+                            j += 1;
+                        }
+                        tile += 1;
+                    }
+                    return;
                 }
                 let mut step = |h: u32| {
                     let a = F::frag(&lanedata, u, h);
@@ -325,32 +380,46 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
     }
 }
 
+/// Register budgets: `minctasm=2` caps a thread at 128 registers (two 256-thread blocks per SM,
+/// which is also what the shared-memory ring allows); with three or four tiles the K-quant
+/// kernels need more than that and get `minctasm=1` (they spill at 128).
 macro_rules! qmm_kernels {
-    ($fmt:ty => $($name:ident = $t:literal),+) => {
+    ($fmt:ty => $($name:ident = $t:literal @ $sect:literal),+) => {
         $(
             #[no_mangle]
-            #[link_section = "nvvm:maxntid=256;minctasm=1"]
+            #[link_section = $sect]
             pub unsafe extern "ptx-kernel" fn $name(
                 w: *const u8,
                 xh: *const u16,
                 xb_hi: *const u16,
                 xb_lo: *const u16,
                 xscale: *const f32,
+                xsum: *const f32,
                 partial: *mut f32,
                 counters: *mut u32,
                 y: *mut f32,
                 p: QmmParams,
             ) {
-                qmm::<$fmt, $t>(w, xh, xb_hi, xb_lo, xscale, partial, counters, y, p)
+                qmm::<$fmt, $t>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
             }
         )+
     };
 }
 
-qmm_kernels!(Q4K => qmm_q4k_nt1 = 1, qmm_q4k_nt2 = 2, qmm_q4k_nt3 = 3, qmm_q4k_nt4 = 4);
-qmm_kernels!(Q5K => qmm_q5k_nt1 = 1, qmm_q5k_nt2 = 2, qmm_q5k_nt3 = 3, qmm_q5k_nt4 = 4);
-qmm_kernels!(Q6K => qmm_q6k_nt1 = 1, qmm_q6k_nt2 = 2, qmm_q6k_nt3 = 3, qmm_q6k_nt4 = 4);
-qmm_kernels!(Q8_0 => qmm_q8_0_nt1 = 1, qmm_q8_0_nt2 = 2, qmm_q8_0_nt3 = 3, qmm_q8_0_nt4 = 4);
-qmm_kernels!(F16 => qmm_f16_nt1 = 1, qmm_f16_nt2 = 2, qmm_f16_nt3 = 3, qmm_f16_nt4 = 4);
-qmm_kernels!(Bf16 => qmm_bf16_nt1 = 1, qmm_bf16_nt2 = 2, qmm_bf16_nt3 = 3, qmm_bf16_nt4 = 4);
-qmm_kernels!(F32W => qmm_f32_nt1 = 1, qmm_f32_nt2 = 2, qmm_f32_nt3 = 3, qmm_f32_nt4 = 4);
+macro_rules! qmm_family {
+    ($fmt:ty => $n1:ident, $n2:ident, $n3:ident, $n4:ident; wide = $wide:literal) => {
+        qmm_kernels!($fmt =>
+            $n1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+            $n2 = 2 @ "nvvm:maxntid=256;minctasm=2",
+            $n3 = 3 @ $wide,
+            $n4 = 4 @ $wide);
+    };
+}
+
+qmm_family!(Q4K => qmm_q4k_nt1, qmm_q4k_nt2, qmm_q4k_nt3, qmm_q4k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
+qmm_family!(Q5K => qmm_q5k_nt1, qmm_q5k_nt2, qmm_q5k_nt3, qmm_q5k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
+qmm_family!(Q6K => qmm_q6k_nt1, qmm_q6k_nt2, qmm_q6k_nt3, qmm_q6k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
+qmm_family!(Q8_0 => qmm_q8_0_nt1, qmm_q8_0_nt2, qmm_q8_0_nt3, qmm_q8_0_nt4; wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(F16 => qmm_f16_nt1, qmm_f16_nt2, qmm_f16_nt3, qmm_f16_nt4; wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(Bf16 => qmm_bf16_nt1, qmm_bf16_nt2, qmm_bf16_nt3, qmm_bf16_nt4; wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(F32W => qmm_f32_nt1, qmm_f32_nt2, qmm_f32_nt3, qmm_f32_nt4; wide = "nvvm:maxntid=256;minctasm=2");

@@ -83,7 +83,9 @@ pub fn gemv_f32(
 // Tensor-core path: 1…32 tokens, every weight type (`qmm_*` kernels).
 
 use flashtree_reference::quant::GgmlType;
-use kernel_abi::{qmm_ksplit, qmm_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS};
+use kernel_abi::{
+    qmm_ksplit, qmm_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+};
 
 /// Kernel name prefix and block geometry `(elements, bytes)` of a weight type on the
 /// tensor-core path.
@@ -108,10 +110,13 @@ pub struct QmmWorkspace {
     xb_hi: CudaSlice<u16>,
     xb_lo: CudaSlice<u16>,
     xscale: CudaSlice<f32>,
+    xsum: CudaSlice<f32>,
     partial: CudaSlice<f32>,
     counters: CudaSlice<u32>,
     max_in: usize,
     max_out: usize,
+    /// What the activation buffers hold now: `(n, in, with bf16 pairs)`.
+    prepared: Option<(usize, usize, bool)>,
 }
 
 impl QmmWorkspace {
@@ -127,17 +132,29 @@ impl QmmWorkspace {
             xb_hi: gpu.zeros(x)?,
             xb_lo: gpu.zeros(x)?,
             xscale: gpu.zeros(n_pad)?,
+            xsum: gpu.zeros(n_pad * max_in.div_ceil(32).max(1))?,
             partial: gpu.zeros(partial)?,
             counters: gpu.zeros(max_out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1))?,
             max_in,
             max_out,
+            prepared: None,
         })
     }
 }
 
+/// Whether weights of `ty` need the bf16 hi + lo activation pair (BF16 and F32 weights).
+fn needs_pairs(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::BF16 | GgmlType::F32)
+}
+
+fn to_u32(v: usize, what: &str) -> Result<u32, GpuError> {
+    u32::try_from(v).map_err(|_| GpuError::shape("qmm", format!("{what} too large")))
+}
+
 /// `y[c, o] = Σ_i W[o, i] · x[c, i]` for `c < n ≤ 32`, W `[out, in]` of type `ty` (raw GGUF
 /// bytes, rows contiguous), x `[n, in]` f32, y `[n, out]` f32. Column `c` of y is bitwise the
-/// same for every `n` (see `gpu-kernels/src/qmatmul/mod.rs`).
+/// same for every `n` (see `gpu-kernels/src/qmatmul/mod.rs`). Equivalent to
+/// [`qmm_prepare`] then [`qmm_prepared`].
 #[allow(clippy::too_many_arguments)]
 pub fn qmm(
     gpu: &Gpu,
@@ -146,6 +163,67 @@ pub fn qmm(
     out: usize,
     inp: usize,
     x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    let (_, (elems, _, _)) = qmm_format(ty)
+        .ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
+    if out == 0 || inp == 0 || !inp.is_multiple_of(elems as usize) {
+        return Err(GpuError::shape(
+            "qmm",
+            format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}"),
+        ));
+    }
+    qmm_prepare(gpu, x, n, inp, needs_pairs(ty), ws)?;
+    qmm_prepared(gpu, ty, w, out, inp, n, y, ws)
+}
+
+/// Converts `x [n, in]` into the workspace's activation format (`qmm_prep_x`), once for any
+/// number of [`qmm_prepared`] products with the same input. `pairs`: also the bf16 hi + lo
+/// pair that BF16 and F32 weights need.
+pub fn qmm_prepare(
+    gpu: &Gpu,
+    x: &CudaSlice<f32>,
+    n: usize,
+    inp: usize,
+    pairs: bool,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    if n == 0 || n > QMM_MAX_N as usize {
+        return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+    }
+    if inp == 0 || !inp.is_multiple_of(32) || inp > ws.max_in {
+        return Err(GpuError::shape(
+            "qmm",
+            format!("in = {inp}: must be a positive multiple of 32 within the workspace ({})", ws.max_in),
+        ));
+    }
+    if x.len() < n * inp {
+        return Err(GpuError::shape("qmm", format!("x needs {} values (has {})", n * inp, x.len())));
+    }
+    ws.prepared = None;
+    let pp =
+        Param(QmmPrepParams { n: n as u32, n_pad: QMM_MAX_N, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+    let f = gpu.function("qmm_prep_x")?;
+    let mut b = gpu.stream().launch_builder(&f);
+    b.arg(x).arg(&mut ws.xh).arg(&mut ws.xb_hi).arg(&mut ws.xb_lo).arg(&mut ws.xscale).arg(&mut ws.xsum).arg(&pp);
+    let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
+    let cfg = LaunchConfig { grid_dim: (n as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    unsafe { b.launch(cfg) }.while_(|| "launching qmm_prep_x".into())?;
+    ws.prepared = Some((n, inp, pairs));
+    Ok(())
+}
+
+/// `y = W · x` for the activations last converted by [`qmm_prepare`] (same `n` and `in`, and
+/// with the bf16 pair for BF16/F32 weights — checked).
+#[allow(clippy::too_many_arguments)]
+pub fn qmm_prepared(
+    gpu: &Gpu,
+    ty: GgmlType,
+    w: &CudaSlice<u8>,
+    out: usize,
+    inp: usize,
     n: usize,
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
@@ -167,39 +245,39 @@ pub fn qmm(
             format!("[{out}, {inp}] exceeds the workspace ([{}, {}])", ws.max_out, ws.max_in),
         ));
     }
+    match ws.prepared {
+        Some((pn, pin, pairs)) if pn == n && pin == inp && (pairs || !needs_pairs(ty)) => {}
+        other => {
+            return Err(GpuError::shape(
+                "qmm",
+                format!(
+                    "the workspace holds activations {other:?} (n, in, pairs), not n = {n}, in = {inp}{}",
+                    if needs_pairs(ty) { " with pairs" } else { "" }
+                ),
+            ))
+        }
+    }
     let row_bytes = inp / elems as usize * bytes as usize;
     let need_w = out.checked_mul(row_bytes).ok_or_else(|| GpuError::shape("qmm", "W size overflows"))?;
-    if w.len() < need_w || x.len() < n * inp || y.len() < n * out {
+    if w.len() < need_w || y.len() < n * out {
         return Err(GpuError::shape(
             "qmm",
             format!(
-                "W {ty:?} [{out}, {inp}] needs {need_w} bytes (has {}), x {} values (has {}), y {} (has {})",
+                "W {ty:?} [{out}, {inp}] needs {need_w} bytes (has {}), y {} values (has {})",
                 w.len(),
-                n * inp,
-                x.len(),
                 n * out,
                 y.len()
             ),
         ));
     }
     let tiles = n.div_ceil(8);
-    let n_pad = 8 * tiles;
-    let to_u32 =
-        |v: usize, what: &str| u32::try_from(v).map_err(|_| GpuError::shape("qmm", format!("{what} too large")));
-    let pp = Param(QmmPrepParams { n: n as u32, n_pad: n_pad as u32, in_features: to_u32(inp, "in")? });
-    let f = gpu.function("qmm_prep_x")?;
-    let mut b = gpu.stream().launch_builder(&f);
-    b.arg(x).arg(&mut ws.xh).arg(&mut ws.xb_hi).arg(&mut ws.xb_lo).arg(&mut ws.xscale).arg(&pp);
-    let cfg = LaunchConfig { grid_dim: (n_pad as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    unsafe { b.launch(cfg) }.while_(|| "launching qmm_prep_x".into())?;
-
     let blocks_per_row = to_u32(inp / elems as usize, "in")?;
     let out32 = to_u32(out, "out")?;
     let p = QmmParams {
         out_features: out32,
         in_features: to_u32(inp, "in")?,
         n: n as u32,
-        n_pad: n_pad as u32,
+        n_pad: QMM_MAX_N,
         ksplit: qmm_ksplit(out32, blocks_per_row),
         row_bytes: to_u32(row_bytes, "row")?,
     };
@@ -248,6 +326,7 @@ pub fn qmm(
         .arg(&ws.xb_hi)
         .arg(&ws.xb_lo)
         .arg(&ws.xscale)
+        .arg(&ws.xsum)
         .arg(&mut ws.partial)
         .arg(&mut ws.counters)
         .arg(y)

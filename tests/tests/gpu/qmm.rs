@@ -12,7 +12,7 @@
 //!
 //! So `|y − y_ref| ≤ Σ_i (|x_i| 2^-10 M_i + |w_i| |Δx_i|) · 1.01 + γ · Σ_i |w_i x_i|`.
 
-use flashtree::gpu::qmatmul::{qmm, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm, qmm_prepare, qmm_prepared, QmmWorkspace};
 use flashtree::gpu::Gpu;
 use flashtree_reference::quant::{self, k_scales, GgmlType};
 use flashtree_tests::gpu::gpu_or_skip;
@@ -66,22 +66,47 @@ fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8
 }
 
 /// `M_i` of the error budget for every weight (row-major `[out, in]`).
+///
+/// Offset formats (Q4_K, Q5_K, Q8_0 — see `gpu-kernels/src/qmatmul/formats.rs`): the unit
+/// `j` of a row adds `scale_j·P_j + bias_j·S_j` with `P_j = Σ A_i x̂_i`, `A_i = OFF + q'_i ≤ A_max`
+/// exact. The f32 errors of one unit, per weight and relative to `|x_i|`: the tensor-core sum
+/// `P_j` (two k16 products, each ≤ 17 alignment/truncation errors of 2^-23 of the largest term)
+/// `≤ 34·2^-23·scale_j·A_max`, `S_j` (5 butterfly additions) `≤ 5·2^-24·|bias_j|`, the two fmas and
+/// the bias rounding `≤ 3·2^-24·(scale_j·A_max + |bias_j|)`: all under `2^-17·M_i` with
+/// `M_i = scale_j·A_max + |bias_j|`. The weights themselves are exact.
+///
+/// Q6_K: the dequantized weight is rounded to f16 twice (`d·sc`, then `·q`): `M_i = |w_i|`
+/// with `2^-10`.
 fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32]) -> Vec<f64> {
+    let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32() as f64;
     match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => {
             let ts = ty.type_size();
+            let qmax = if ty == GgmlType::Q4_K { 15.0 } else { 31.0 };
             let mut m = Vec::with_capacity(w.len());
-            for (bi, blk) in raw.chunks_exact(ts).enumerate() {
-                let dmin = half::f16::from_le_bytes([blk[2], blk[3]]).to_f32() as f64;
+            for blk in raw.chunks_exact(ts) {
+                let (d, dmin) = (f16(&blk[0..2]), f16(&blk[2..4]));
                 for e in 0..256 {
-                    let (_, mm) = k_scales::scale_min(&blk[4..16], e / 32);
-                    let dm = dmin * mm as f64;
-                    let wi = w[bi * 256 + e] as f64;
-                    m.push((wi + dm).abs() + dm);
+                    let j = e / 32;
+                    let (sc, mm) = k_scales::scale_min(&blk[4..16], j);
+                    let (dsc, dmm) = (d * sc as f64, dmin * mm as f64);
+                    let (scale, a_max, bias) = if j % 2 == 0 {
+                        (dsc, 1024.0 + qmax, 1024.0 * dsc + dmm)
+                    } else {
+                        (dsc / 16.0, 1024.0 + 16.0 * qmax, 64.0 * dsc + dmm)
+                    };
+                    m.push((scale * a_max).abs() + bias.abs());
                 }
             }
             m
         }
+        GgmlType::Q8_0 => raw
+            .chunks_exact(34)
+            .flat_map(|blk| {
+                let d = f16(&blk[0..2]).abs();
+                std::iter::repeat_n(1279.0 * d + 1152.0 * d, 32)
+            })
+            .collect(),
         _ => w.iter().map(|&v| (v as f64).abs()).collect(),
     }
 }
@@ -124,6 +149,7 @@ fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> 
         GgmlType::BF16 => (0.0, 2f64.powi(-17)),
         // W and x both split into bf16 hi + lo; the lo·lo product is dropped.
         GgmlType::F32 => (2f64.powi(-15), 2f64.powi(-16)),
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q8_0 => (2f64.powi(-17), 2f64.powi(-11)),
         _ => (2f64.powi(-10), 2f64.powi(-11)),
     };
     let steps = c.inp / 16 + 24;
@@ -255,4 +281,12 @@ fn qmm_rejects_bad_shapes_and_types() {
     assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 512, &x, 33, &mut y, &mut ws)).contains("33 tokens"));
     assert!(e(qmm(gpu, GgmlType::Q4_0, &w, 4, 512, &x, 1, &mut y, &mut ws)).contains("Q4_0"));
     assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 1024, &x, 1, &mut y, &mut ws)).contains("workspace"));
+    // The prepared-activation API checks that the workspace holds what the product needs.
+    let mut ws = QmmWorkspace::new(gpu, 512, 4).unwrap();
+    assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 1, &mut y, &mut ws)).contains("holds activations None"));
+    qmm_prepare(gpu, &x, 1, 512, false, &mut ws).unwrap();
+    assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 2, &mut y, &mut ws)).contains("not n = 2"));
+    let wb = gpu.zeros::<u8>(2 * 512 * 4).unwrap();
+    assert!(e(qmm_prepared(gpu, GgmlType::BF16, &wb, 4, 512, 1, &mut y, &mut ws)).contains("with pairs"));
+    qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 1, &mut y, &mut ws).unwrap();
 }
