@@ -21,7 +21,7 @@
 //! Traffic: weight bytes once, plus x (`n_pad·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
-use kernel_abi::{qmm_row_stride, QmmParams, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES};
+use kernel_abi::{qmm_row_stride, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES};
 
 use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::cp_async::{cp_async_16, cp_async_commit, cp_async_wait};
@@ -76,19 +76,19 @@ unsafe fn qmm<F: Format, const T: usize>(
     // the row and its base pointer are fixed per lane, so they are computed once here.
     let cpr = rs / 16;
     const MAX_CHUNKS_PER_LANE: usize = 8;
-    // Row indices and columns as u32 (the row pointer is recomputed per issue: registers are
-    // what limits these kernels, one multiply-add per chunk is not).
-    let mut chunk_row = [0u32; MAX_CHUNKS_PER_LANE];
+    // Byte offsets as u32 (the host guarantees W < 4 GiB): the row's offset and the chunk's
+    // column, so a copy's source is two integer ops from them, not 64-bit address arithmetic.
+    let mut chunk_off = [0u32; MAX_CHUNKS_PER_LANE];
     let mut chunk_dst = [0u32; MAX_CHUNKS_PER_LANE];
-    let mut chunk_col = [0u32; MAX_CHUNKS_PER_LANE];
+    let mut chunk_col16 = [0u32; MAX_CHUNKS_PER_LANE];
     let chunks_per_lane = (16 * cpr).div_ceil(32);
     let mut j = 0;
     while j < MAX_CHUNKS_PER_LANE {
         let idx = lane as usize + 32 * j;
         let r = (idx / cpr).min(15);
         let row = (warp_row0 + r).min(last_row as usize);
-        chunk_row[j] = row as u32;
-        chunk_col[j] = (idx % cpr) as u32;
+        chunk_off[j] = (row * row_bytes) as u32;
+        chunk_col16[j] = 16 * (idx % cpr) as u32;
         chunk_dst[j] = smem_addr(ring.add(r * rs + 16 * (idx % cpr)));
         j += 1;
     }
@@ -99,16 +99,14 @@ unsafe fn qmm<F: Format, const T: usize>(
         let b = b0 + st * F::PER_STAGE;
         let b_end = (b + F::PER_STAGE).min(b1);
         let slot = (st % QMM_STAGES) * stage_bytes;
+        let (first, last) = (b * F::BYTES, b_end * F::BYTES);
         let mut j = 0;
         while j < MAX_CHUNKS_PER_LANE && j < chunks_per_lane {
             // Chunks past 16 rows × cpr (the last lanes of the last round) copy nothing.
             let valid = (lane as usize + 32 * j) < 16 * cpr;
-            let row_base = w as usize + chunk_row[j] as usize * row_bytes;
-            let start = row_base + b as usize * F::BYTES as usize;
-            let end = row_base + b_end as usize * F::BYTES as usize;
-            let src = (start & !15) + 16 * chunk_col[j] as usize;
-            if valid && src < end {
-                cp_async_16(chunk_dst[j] + slot, src as *const u8);
+            let src = ((chunk_off[j] + first) & !15) + chunk_col16[j];
+            if valid && src < chunk_off[j] + last {
+                cp_async_16(chunk_dst[j] + slot, w.add(src as usize));
             }
             j += 1;
         }
@@ -145,26 +143,31 @@ unsafe fn qmm<F: Format, const T: usize>(
         let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
         let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
         let mut ss = [[0f32; 2]; MAX_STAGE_UNITS];
+        // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
+        let unit0 = (b * units) as usize;
+        let valid_units = ((b_end - b) * units) as usize;
         if T == 1 && F::OFFSET && 2 * t < p.n {
+            let sbase = xsum.add(unit0 * QMM_MAX_N as usize + 2 * t as usize);
             let mut i = 0;
             while i < MAX_STAGE_UNITS {
-                if i < stage_units && b + i as u32 / units < b_end {
-                    let unit = (b * units) as usize + i;
-                    ss[i] = ld_nc_v2_f32(xsum.add(unit * p.n_pad as usize + 2 * t as usize));
+                if i < stage_units && i < valid_units {
+                    ss[i] = ld_nc_v2_f32(sbase.add(i * QMM_MAX_N as usize));
                 }
                 i += 1;
             }
         }
         if T == 1 && g < p.n {
+            let at = g as usize * k + unit0 * 32 + 8 * t as usize;
+            let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
+            let bbase = xb_hi.add(at);
             let mut i = 0;
             while i < MAX_STAGE_UNITS {
-                if i < stage_units && b + i as u32 / units < b_end {
-                    let at = g as usize * k + (b * units) as usize * 32 + i * 32 + 8 * t as usize;
+                if i < stage_units && i < valid_units {
                     if F::BF16 {
-                        xs[i] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
-                        xls[i] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
+                        xs[i] = ld_nc_v4(bbase.add(32 * i) as *const U32x4).0;
+                        xls[i] = ld_nc_v4(lbase.add(32 * i) as *const U32x4).0;
                     } else {
-                        xs[i] = ld_nc_v4(xh.add(at) as *const U32x4).0;
+                        xs[i] = ld_nc_v4(hbase.add(32 * i) as *const U32x4).0;
                     }
                 }
                 i += 1;
@@ -225,7 +228,7 @@ unsafe fn qmm<F: Format, const T: usize>(
                         let sums = if T == 1 {
                             ss[(i_blk * units + u) as usize]
                         } else if 8 * tile + 2 * (t as usize) < p.n as usize {
-                            ld_nc_v2_f32(xsum.add(unit * p.n_pad as usize + 8 * tile + 2 * t as usize))
+                            ld_nc_v2_f32(xsum.add(unit * QMM_MAX_N as usize + 8 * tile + 2 * t as usize))
                         } else {
                             [0.0; 2]
                         };
@@ -417,7 +420,12 @@ macro_rules! qmm_family {
 }
 
 qmm_family!(Q4K => qmm_q4k_nt1, qmm_q4k_nt2, qmm_q4k_nt3, qmm_q4k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
-qmm_family!(Q5K => qmm_q5k_nt1, qmm_q5k_nt2, qmm_q5k_nt3, qmm_q5k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
+// Q5_K spills at 128 registers from two tiles on.
+qmm_kernels!(Q5K =>
+    qmm_q5k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
 qmm_family!(Q6K => qmm_q6k_nt1, qmm_q6k_nt2, qmm_q6k_nt3, qmm_q6k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
 qmm_family!(Q8_0 => qmm_q8_0_nt1, qmm_q8_0_nt2, qmm_q8_0_nt3, qmm_q8_0_nt4; wide = "nvvm:maxntid=256;minctasm=2");
 qmm_family!(F16 => qmm_f16_nt1, qmm_f16_nt2, qmm_f16_nt3, qmm_f16_nt4; wide = "nvvm:maxntid=256;minctasm=2");

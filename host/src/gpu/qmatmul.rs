@@ -259,6 +259,12 @@ pub fn qmm_prepared(
     }
     let row_bytes = inp / elems as usize * bytes as usize;
     let need_w = out.checked_mul(row_bytes).ok_or_else(|| GpuError::shape("qmm", "W size overflows"))?;
+    if need_w > u32::MAX as usize {
+        return Err(GpuError::shape(
+            "qmm",
+            format!("W {ty:?} [{out}, {inp}] is {need_w} bytes: the kernels address at most 4 GiB per matrix"),
+        ));
+    }
     if w.len() < need_w || y.len() < n * out {
         return Err(GpuError::shape(
             "qmm",

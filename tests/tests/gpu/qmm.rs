@@ -288,5 +288,6 @@ fn qmm_rejects_bad_shapes_and_types() {
     assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 2, &mut y, &mut ws)).contains("not n = 2"));
     let wb = gpu.zeros::<u8>(2 * 512 * 4).unwrap();
     assert!(e(qmm_prepared(gpu, GgmlType::BF16, &wb, 4, 512, 1, &mut y, &mut ws)).contains("with pairs"));
-    qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 1, &mut y, &mut ws).unwrap();
+    let w2 = gpu.zeros::<u8>(2 * 144 * 4).unwrap();
+    qmm_prepared(gpu, GgmlType::Q4_K, &w2, 4, 512, 1, &mut y, &mut ws).unwrap();
 }
