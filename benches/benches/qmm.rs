@@ -4,7 +4,7 @@
 //! 2× L2 are rotated over several copies so every call streams from device memory.
 
 use criterion::Throughput;
-use flashtree::gpu::qmatmul::{qmm, qmm_prepare, qmm_prepared, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm, qmm_needs_pairs, qmm_prepare, qmm_prepared, QmmWorkspace};
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 use flashtree_reference::quant::GgmlType;
 
@@ -72,7 +72,7 @@ fn main() {
         let mut dy = gpu.zeros::<f32>(32 * out).unwrap();
         let note_l2 = if bytes < 2 * l2 { format!("{copies} copies rotated") } else { String::new() };
         let (mut t1, mut m1) = (0.0, 0.0);
-        let pairs = matches!(ty, GgmlType::BF16 | GgmlType::F32);
+        let pairs = qmm_needs_pairs(ty);
         for n in NS {
             // Whole call: activation prep + matmul.
             let secs =

@@ -77,10 +77,9 @@ pub const QMM_MAX_N: u32 = 32;
 pub struct QmmParams {
     pub out_features: u32,
     pub in_features: u32,
-    /// Token columns computed (≤ `n_pad`).
+    /// Token columns computed (≤ [`QMM_MAX_N`], the column pitch of every activation and
+    /// partial-sum buffer).
     pub n: u32,
-    /// Columns in the prepared activation buffers: a multiple of 8, ≥ the launch's tiles · 8.
-    pub n_pad: u32,
     /// Splits of the K dimension over `blockIdx.y` (a function of the shape only).
     pub ksplit: u32,
     /// Bytes of one weight row.
@@ -118,8 +117,6 @@ pub const fn qmm_smem_bytes(block_bytes: u32, per_stage: u32) -> u32 {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct QmmPrepParams {
     pub n: u32,
-    /// Columns of the unit-sum array `S[unit][n_pad]`.
-    pub n_pad: u32,
     pub in_features: u32,
     /// Non-zero: also write the bf16 hi + lo pair (BF16 and F32 weights need it).
     pub pairs: u32,

@@ -9,7 +9,7 @@
 //! for every launch). Padding columns `c ≥ n` are not written: the matmul never reads them.
 //! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
 
-use kernel_abi::{QmmPrepParams, QMM_PREP_CHUNK as PREP_CHUNK};
+use kernel_abi::{QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::device::load::{ld_nc_v4, U32x4};
@@ -138,7 +138,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
                 s <<= 1;
             }
             if lane == 0 {
-                *xsum.add(unit * p.n_pad as usize + c as usize) = sum;
+                *xsum.add(unit * QMM_MAX_N as usize + c as usize) = sum;
             }
         }
         j += 1;

@@ -18,7 +18,7 @@
 //! block of a row group to finish (an atomic counter per row group, reset by that block) adds
 //! the `ksplit` partials in split order 0, 1, … — never in arrival order — and writes `y`.
 //!
-//! Traffic: weight bytes once, plus x (`n_pad·in·2` per 128-row block, mostly L1/L2 hits),
+//! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
 use kernel_abi::{qmm_row_stride, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES};
@@ -296,7 +296,7 @@ unsafe fn qmm<F: Format, const T: usize>(
     }
 
     // Split K: publish this split's partials, then the last block of the row group reduces.
-    let plane = p.n_pad as usize * out;
+    let plane = QMM_MAX_N as usize * out;
     for_each_output(&mut |v, col, row| *partial.add(split as usize * plane + col * out + row) = v);
     fence_gpu();
     sync_threads();

@@ -142,9 +142,24 @@ impl QmmWorkspace {
     }
 }
 
-/// Whether weights of `ty` need the bf16 hi + lo activation pair (BF16 and F32 weights).
-fn needs_pairs(ty: GgmlType) -> bool {
+/// Whether weights of `ty` need the bf16 hi + lo activation pair (BF16 and F32 weights):
+/// the `pairs` argument of [`qmm_prepare`].
+pub fn qmm_needs_pairs(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::BF16 | GgmlType::F32)
+}
+
+/// The kernel family and block geometry of `ty` for a `[out, in]` matrix, or why there is none.
+fn qmm_shape(ty: GgmlType, out: usize, inp: usize) -> Result<(&'static str, (u32, u32, u32)), GpuError> {
+    let (prefix, geometry) = qmm_format(ty)
+        .ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
+    let elems = geometry.0 as usize;
+    if out == 0 || inp == 0 || !inp.is_multiple_of(elems) {
+        return Err(GpuError::shape(
+            "qmm",
+            format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}"),
+        ));
+    }
+    Ok((prefix, geometry))
 }
 
 fn to_u32(v: usize, what: &str) -> Result<u32, GpuError> {
@@ -167,15 +182,8 @@ pub fn qmm(
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
-    let (_, (elems, _, _)) = qmm_format(ty)
-        .ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
-    if out == 0 || inp == 0 || !inp.is_multiple_of(elems as usize) {
-        return Err(GpuError::shape(
-            "qmm",
-            format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}"),
-        ));
-    }
-    qmm_prepare(gpu, x, n, inp, needs_pairs(ty), ws)?;
+    qmm_shape(ty, out, inp)?;
+    qmm_prepare(gpu, x, n, inp, qmm_needs_pairs(ty), ws)?;
     qmm_prepared(gpu, ty, w, out, inp, n, y, ws)
 }
 
@@ -203,8 +211,7 @@ pub fn qmm_prepare(
         return Err(GpuError::shape("qmm", format!("x needs {} values (has {})", n * inp, x.len())));
     }
     ws.prepared = None;
-    let pp =
-        Param(QmmPrepParams { n: n as u32, n_pad: QMM_MAX_N, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+    let pp = Param(QmmPrepParams { n: n as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
     let f = gpu.function("qmm_prep_x")?;
     let mut b = gpu.stream().launch_builder(&f);
     b.arg(x).arg(&mut ws.xh).arg(&mut ws.xb_hi).arg(&mut ws.xb_lo).arg(&mut ws.xscale).arg(&mut ws.xsum).arg(&pp);
@@ -228,16 +235,9 @@ pub fn qmm_prepared(
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
-    let (prefix, (elems, bytes, per_stage)) = qmm_format(ty)
-        .ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
+    let (prefix, (elems, bytes, per_stage)) = qmm_shape(ty, out, inp)?;
     if n == 0 || n > QMM_MAX_N as usize {
         return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
-    }
-    if out == 0 || inp == 0 || !inp.is_multiple_of(elems as usize) {
-        return Err(GpuError::shape(
-            "qmm",
-            format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}"),
-        ));
     }
     if inp > ws.max_in || out > ws.max_out {
         return Err(GpuError::shape(
@@ -246,13 +246,13 @@ pub fn qmm_prepared(
         ));
     }
     match ws.prepared {
-        Some((pn, pin, pairs)) if pn == n && pin == inp && (pairs || !needs_pairs(ty)) => {}
+        Some((pn, pin, pairs)) if pn == n && pin == inp && (pairs || !qmm_needs_pairs(ty)) => {}
         other => {
             return Err(GpuError::shape(
                 "qmm",
                 format!(
                     "the workspace holds activations {other:?} (n, in, pairs), not n = {n}, in = {inp}{}",
-                    if needs_pairs(ty) { " with pairs" } else { "" }
+                    if qmm_needs_pairs(ty) { " with pairs" } else { "" }
                 ),
             ))
         }
@@ -283,7 +283,6 @@ pub fn qmm_prepared(
         out_features: out32,
         in_features: to_u32(inp, "in")?,
         n: n as u32,
-        n_pad: QMM_MAX_N,
         ksplit: qmm_ksplit(out32, blocks_per_row),
         row_bytes: to_u32(row_bytes, "row")?,
     };
