@@ -4,7 +4,7 @@
 //! 2× L2 are rotated over several copies so every call streams from device memory.
 
 use criterion::Throughput;
-use flashtree::gpu::qmatmul::{qmm, qmm_needs_pairs, qmm_prepare, qmm_prepared, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm, qmm_needs_pairs, qmm_pack_weights, qmm_prepare, qmm_prepared, QmmWorkspace};
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 use flashtree_reference::quant::GgmlType;
 
@@ -65,7 +65,9 @@ fn main() {
         let host = weights(ty, out, inp, (inp * 31 + out) as u64);
         let bytes = host.len();
         let copies = (2 * l2).div_ceil(bytes).max(1);
-        let ws_bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&host).unwrap()).collect();
+        let packed = qmm_pack_weights(ty, &host, out, inp).unwrap();
+        let ws_bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&packed).unwrap()).collect();
+        drop(packed);
         drop(host);
         let x: Vec<f32> = (0..32 * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
         let dx = gpu.upload(&x).unwrap();

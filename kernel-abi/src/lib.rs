@@ -82,12 +82,10 @@ pub struct QmmParams {
     pub n: u32,
     /// Splits of the K dimension over `blockIdx.y` (a function of the shape only).
     pub ksplit: u32,
-    /// Bytes of one weight row.
-    pub row_bytes: u32,
 }
 
 /// Pipeline depth of the `qmm_*` kernels: each warp streams its rows through this many
-/// shared-memory stages filled by `cp.async` (3 in flight while one is consumed).
+/// shared-memory stages filled by bulk copies (3 in flight while one is consumed).
 pub const QMM_STAGES: u32 = 4;
 
 /// `(elements, bytes, blocks per stage)` of each weight format of the `qmm_*` kernels.
@@ -101,15 +99,16 @@ pub mod qmm_format {
     pub const F32: (u32, u32, u32) = (32, 128, 1);
 }
 
-/// Shared-memory bytes per row per stage: the stage's blocks plus 16 bytes of alignment slack
-/// (the copy starts at the 16-byte boundary below the first block), rounded up to 16.
-pub const fn qmm_row_stride(block_bytes: u32, per_stage: u32) -> u32 {
-    (per_stage * block_bytes + 16).div_ceil(16) * 16
+/// Shared-memory bytes of one warp's pipeline stage: `per_stage` blocks of 16 rows (W is
+/// packed so that this is one contiguous span, see `host::gpu::qmatmul::qmm_pack_weights`).
+pub const fn qmm_stage_bytes(block_bytes: u32, per_stage: u32) -> u32 {
+    per_stage * QMM_ROWS_PER_WARP * block_bytes
 }
 
-/// Dynamic shared memory of one `qmm_*` block.
+/// Dynamic shared memory of one `qmm_*` block: the warps' stage rings, then one 8-byte
+/// transaction barrier per warp and stage.
 pub const fn qmm_smem_bytes(block_bytes: u32, per_stage: u32) -> u32 {
-    QMM_WARPS * QMM_STAGES * QMM_ROWS_PER_WARP * qmm_row_stride(block_bytes, per_stage)
+    QMM_WARPS * QMM_STAGES * (qmm_stage_bytes(block_bytes, per_stage) + 8)
 }
 
 /// Parameters of `qmm_prep_x`.

@@ -80,3 +80,19 @@ pub fn mma_f16_16816_ordered(d: &mut [f32; 4], a: [u32; 4], b: [u32; 2]) {
              in(reg32) b[0], in(reg32) b[1], options(nomem, nostack));
     }
 }
+
+/// `d = a · b` (f16 inputs, f32 result) with a zero accumulator given as immediates, so no
+/// registers are zeroed for it; ordered like [`mma_f16_16816_ordered`].
+#[inline(always)]
+pub fn mma_f16_16816_zero_ordered(a: [u32; 4], b: [u32; 2]) -> [f32; 4] {
+    let d: [f32; 4];
+    unsafe {
+        let (d0, d1, d2, d3): (f32, f32, f32, f32);
+        asm!("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{0},{1},{2},{3}}}, {{{4},{5},{6},{7}}}, {{{8},{9}}}, {{0f00000000,0f00000000,0f00000000,0f00000000}};",
+             out(reg32) d0, out(reg32) d1, out(reg32) d2, out(reg32) d3,
+             in(reg32) a[0], in(reg32) a[1], in(reg32) a[2], in(reg32) a[3],
+             in(reg32) b[0], in(reg32) b[1], options(nomem, nostack));
+        d = [d0, d1, d2, d3];
+    }
+    d
+}

@@ -5,6 +5,7 @@
 //! divergent control flow.
 
 pub mod atomic;
+pub mod bulk;
 pub mod convert;
 pub mod cp_async;
 pub mod fence;

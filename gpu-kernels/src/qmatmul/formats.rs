@@ -102,6 +102,14 @@ pub trait Format {
     }
     /// Offset format: `frag` gives `OFF + q'`, and the unit adds `scale·P + bias·S`.
     const OFFSET: bool = false;
+    /// K-quant super-block formats (Q4_K, Q5_K): the units' products are combined per block
+    /// with [`KScales`] instead of `unit_scales`.
+    const SUPER: bool = false;
+    /// The block's [`KScales`] for lane `(g, t)` (super-block formats only).
+    #[inline(always)]
+    fn super_scales(_l: &Self::Lane, _t: u32) -> KScales {
+        KScales { unit: [[0.0; 8]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] }
+    }
     /// `([scale_g, scale_g8], [bias_g, bias_g8])` of unit `u` (offset formats only).
     #[inline(always)]
     fn unit_scales(_l: &Self::Lane, _u: u32) -> ([f32; 2], [f32; 2]) {
@@ -153,6 +161,63 @@ fn k_unit_scales(hdr: &[u32; 4], j: u32) -> (f32, f32) {
     }
 }
 
+/// How a K-quant super-block (Q4_K, Q5_K: `w = d·sc_u·q − dmin·m_u` in unit `u`, 6-bit `sc_u`,
+/// `m_u`) is summed, per row and column, from the unit products `P_u = Σ_k A_k·x̂_k` (A the
+/// offset fragment: `1024 + q` for even `u`, `1024 + 16q` for odd `u`, so `A = 1024 + q/s'_u·…`):
+///
+/// `Σ_k w_k x̂_k = d·(Σ_u s'_u·P_u − 1024·Σ_u s'_u·S_u) − dmin·Σ_u m_u·S_u`,
+///
+/// with `s'_u = sc_u` (even) or `sc_u/16` (odd) and `S_u = Σ_{k∈u} x̂_k`. The two sums over `S`
+/// are tensor-core products over the block's 8 units (one k16 step: `A = (s'_u | s'_u)` or
+/// `(m_u | m_u)`, `B = (hi | lo)` of `S_u/64` in f16, so the products are exact and the sums
+/// carry `S` to ≈ 2^-22), scaled back by `64`: `−65536·C1` and `−64·dmin·C2`. Per unit the lane
+/// does 4 fmas (`s'_u·P_u`), per block 12 — instead of decoding and applying a scale and a bias
+/// for every unit.
+#[derive(Clone, Copy)]
+pub struct KScales {
+    /// `[row][u]`: `s'_u` (exact in f32).
+    pub unit: [[f32; 8]; 2],
+    /// `[row]`: `d`.
+    pub d: [f32; 2],
+    /// `[row]`: `−64·dmin`.
+    pub neg_min64: [f32; 2],
+    /// `[row]`: f16x2 `(s'_2t, s'_2t+1)` (A register of the `C1` product).
+    pub a_s: [u32; 2],
+    /// `[row]`: f16x2 `(m_2t, m_2t+1)` (A register of the `C2` product).
+    pub a_m: [u32; 2],
+}
+
+/// [`KScales`] of the two rows' headers (`hdr[row]`: word 0 = `d | dmin << 16`, 1..3 = the 12
+/// scale bytes) for lane quad position `t`.
+#[inline(always)]
+fn k_super_scales(hdr: &[[u32; 4]; 2], t: u32) -> KScales {
+    let mut ks = KScales { unit: [[0.0; 8]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] };
+    // Bytes 2t and 2t+1 of the 8 sub-block bytes into halves 0 and 1.
+    let sel = 2 * t | (2 * t + 1) << 8;
+    let mut r = 0;
+    while r < 2 {
+        let h = &hdr[r];
+        ks.d[r] = crate::device::convert::f16_to_f32(h[0] as u16);
+        ks.neg_min64[r] = -64.0 * crate::device::convert::f16_to_f32((h[0] >> 16) as u16);
+        let (sc_lo, m_lo) = k_scale_bytes(h, 0);
+        let (sc_hi, m_hi) = k_scale_bytes(h, 4);
+        let mut u = 0;
+        while u < 8 {
+            let v = if u < 4 { sc_lo } else { sc_hi };
+            let s = if u % 2 == 0 { 1.0 } else { 0.0625 };
+            ks.unit[r][u as usize] = byte_f32_times(v, u % 4, s, -8_388_608.0 * s);
+            u += 1;
+        }
+        // (1024 + sc_2t, 1024 + sc_2t+1)·(1, 1/16) − (1024, 64) = (sc_2t, sc_2t+1 / 16), exact.
+        let sp = and_or(prmt(sc_lo, sc_hi, sel), 0x00ff_00ff, MAGIC_1024);
+        ks.a_s[r] = crate::device::half2::hfma2(sp, 0x2c00_3c00, 0xd400_e400);
+        let mp = and_or(prmt(m_lo, m_hi, sel), 0x00ff_00ff, MAGIC_1024);
+        ks.a_m[r] = hsub2(mp, MAGIC_1024);
+        r += 1;
+    }
+    ks
+}
+
 /// The nibble mask of sub-block `j` inside a quant byte (low nibble for even `j`, high for odd),
 /// per f16 half.
 #[inline(always)]
@@ -201,6 +266,13 @@ impl Format for Q4K {
             and_or(v0 >> 8, mask, MAGIC_1024),
             and_or(v1 >> 8, mask, MAGIC_1024),
         ]
+    }
+
+    const SUPER: bool = true;
+
+    #[inline(always)]
+    fn super_scales(l: &Q4kLane, t: u32) -> KScales {
+        k_super_scales(&l.hdr, t)
     }
 
     #[inline(always)]
@@ -273,6 +345,13 @@ impl Format for Q5K {
             r += 1;
         }
         out
+    }
+
+    const SUPER: bool = true;
+
+    #[inline(always)]
+    fn super_scales(l: &Q5kLane, t: u32) -> KScales {
+        k_super_scales(&l.hdr, t)
     }
 
     #[inline(always)]

@@ -6,7 +6,8 @@
 //! elements (32 units of 32, four per warp, lane `i` = element `i`): scaled by the exact power
 //! of two `1 / s_c`, rounded to f16 at its fragment position, optionally also as bf16 hi + lo,
 //! and the unit sum `S[unit][c] = Σ_i f16(x̂_i)` (f32, butterfly order — fixed, so it is the same
-//! for every launch). Padding columns `c ≥ n` are not written: the matmul never reads them.
+//! for every launch), and after the `units × 32` f32 sums the same sums as f16 hi + lo of
+//! `S / 64` in groups of 8 units ([`group_sum_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
 //! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
 
 use kernel_abi::{QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
@@ -35,6 +36,17 @@ pub const fn position_in_block(e: u32) -> u32 {
         i
     };
     8 * t + 4 * (r / 4) + swapped
+}
+
+/// Index (in u16) of the f16 `hi` part of unit `unit`'s sum for column `c` in the group-sum
+/// area (`lo` is 2 further on). Units are grouped by 8 (one K-quant super-block); a group holds,
+/// per column, 16 halves in the B-fragment order of a k16 step over the group's units: lane `t`
+/// of a quad reads 8 bytes at `4t`: `hi(S_2t), hi(S_2t+1), lo(S_2t), lo(S_2t+1)` — the `b0`
+/// (k = 2t, 2t+1: the hi parts) and `b1` (k = 2t+8, 2t+9: the lo parts) registers.
+#[inline(always)]
+pub const fn group_sum_slot(unit: usize, c: usize) -> usize {
+    let (group, j) = (unit / 8, unit % 8);
+    (group * QMM_MAX_N as usize + c) * 16 + 4 * (j / 2) + j % 2
 }
 
 #[link_section = ".shared"]
@@ -139,6 +151,16 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
             }
             if lane == 0 {
                 *xsum.add(unit * QMM_MAX_N as usize + c as usize) = sum;
+                // The same sum for the K-quant kernels' correction products: `S / 64` (a
+                // power of two, so `|S/64| < 2^15` fits f16) as f16 hi + lo, at its B-fragment
+                // slot of the unit's group of 8 (see `group_sum_slot`).
+                let s64 = sum * 0.015625;
+                let hi = f32_to_f16(s64);
+                let lo = f32_to_f16(s64 - f16_to_f32(hi));
+                let sums_h = xsum.add(units * QMM_MAX_N as usize) as *mut u16;
+                let at = group_sum_slot(unit, c as usize);
+                *sums_h.add(at) = hi;
+                *sums_h.add(at + 2) = lo;
             }
         }
         j += 1;

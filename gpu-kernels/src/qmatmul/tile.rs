@@ -21,14 +21,16 @@
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
-use kernel_abi::{qmm_row_stride, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES};
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES, QMM_WARPS};
 
 use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
-use crate::device::cp_async::{cp_async_16, cp_async_commit, cp_async_wait};
+use crate::device::bulk::{
+    bulk_copy_g2s, fence_mbarrier_init, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait_parity,
+};
 use crate::device::fence::fence_gpu;
 use crate::device::load::{ld_cg_f32, ld_nc_v2_f32, ld_nc_v4, U32x4};
 use crate::device::math::fma_ordered;
-use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered};
+use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered, mma_f16_16816_zero_ordered};
 use crate::device::shared::{dynamic_smem, smem_addr, Shared};
 use crate::device::sync::{sync_threads, sync_warp};
 use crate::device::*;
@@ -53,10 +55,6 @@ unsafe fn qmm<F: Format, const T: usize>(
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
     let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
-    let last_row = p.out_features - 1;
-    let rg = (row0 + g).min(last_row) as usize;
-    let rg8 = (row0 + g + 8).min(last_row) as usize;
-
     let blocks = p.in_features / F::ELEMS;
     let split = block_y();
     let ksplit = p.ksplit.max(1);
@@ -65,50 +63,45 @@ unsafe fn qmm<F: Format, const T: usize>(
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
 
-    // This warp's shared-memory ring: STAGES × 16 rows × RS bytes.
-    let rs = qmm_row_stride(F::BYTES, F::PER_STAGE) as usize;
-    let ring = dynamic_smem().add(warp_id() as usize * (QMM_STAGES as usize * 16 * rs));
-    let row_bytes = p.row_bytes as usize;
-    let warp_row0 = row0 as usize;
+    // This warp's shared-memory ring: STAGES slots of `PER_STAGE` blocks × 16 rows, in the packed
+    // order of W (`[block][row][BYTES]`), so a slot is one contiguous span of W.
+    let block16 = 16 * F::BYTES;
+    let stage_bytes = F::PER_STAGE * block16;
+    let ring = dynamic_smem().add((warp_id() * QMM_STAGES * stage_bytes) as usize);
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
+    // The x column this lane loads (`g`, or `n − 1` for padding columns) and the unit-sum pair.
+    let xcol = g.min(p.n - 1) as usize;
+    let scol = if 2 * t < p.n { 2 * t as usize } else { 0 };
 
-    // Chunk j of a stage (j = lane, lane + 32, …) is 16-byte chunk `j % cpr` of row `j / cpr`;
-    // the row and its base pointer are fixed per lane, so they are computed once here.
-    let cpr = rs / 16;
-    const MAX_CHUNKS_PER_LANE: usize = 8;
-    // Byte offsets as u32 (the host guarantees W < 4 GiB): the row's offset and the chunk's
-    // column, so a copy's source is two integer ops from them, not 64-bit address arithmetic.
-    let mut chunk_off = [0u32; MAX_CHUNKS_PER_LANE];
-    let mut chunk_dst = [0u32; MAX_CHUNKS_PER_LANE];
-    let mut chunk_col16 = [0u32; MAX_CHUNKS_PER_LANE];
-    let chunks_per_lane = (16 * cpr).div_ceil(32);
-    let mut j = 0;
-    while j < MAX_CHUNKS_PER_LANE {
-        let idx = lane as usize + 32 * j;
-        let r = (idx / cpr).min(15);
-        let row = (warp_row0 + r).min(last_row as usize);
-        chunk_off[j] = (row * row_bytes) as u32;
-        chunk_col16[j] = 16 * (idx % cpr) as u32;
-        chunk_dst[j] = smem_addr(ring.add(r * rs + 16 * (idx % cpr)));
-        j += 1;
+    // Stage copies: lane 0 copies the stage (one bulk copy of `(b_end − b)·16·BYTES` contiguous
+    // bytes of packed W) and announces the bytes on the slot's barrier (one arrival per phase).
+    // Offsets are u32 (the host guarantees the packed W < 4 GiB).
+    let bars =
+        smem_addr(dynamic_smem().add((QMM_WARPS * QMM_STAGES * stage_bytes) as usize)) + warp_id() * QMM_STAGES * 8;
+    if lane == 0 {
+        let mut s = 0;
+        while s < QMM_STAGES {
+            mbarrier_init(bars + 8 * s, 1);
+            s += 1;
+        }
     }
-    let stage_bytes = (16 * rs) as u32;
-    // Issues the cp.async copies of stage `st`: for each of the 16 rows, the 16-byte chunks
-    // covering blocks [b, b_end) (from the 16-byte boundary at or below the first byte).
+    fence_mbarrier_init();
+    sync_warp();
+    // Packed W: row group `row0 / 16`, block `b` at `((row0/16)·blocks + b)·16·BYTES`.
+    let group_off = (row0 / 16) * blocks * block16;
+    let ring_addr = smem_addr(ring);
     let issue = |st: u32| {
-        let b = b0 + st * F::PER_STAGE;
-        let b_end = (b + F::PER_STAGE).min(b1);
-        let slot = (st % QMM_STAGES) * stage_bytes;
-        let (first, last) = (b * F::BYTES, b_end * F::BYTES);
-        let mut j = 0;
-        while j < MAX_CHUNKS_PER_LANE && j < chunks_per_lane {
-            // Chunks past 16 rows × cpr (the last lanes of the last round) copy nothing.
-            let valid = (lane as usize + 32 * j) < 16 * cpr;
-            let src = ((chunk_off[j] + first) & !15) + chunk_col16[j];
-            if valid && src < chunk_off[j] + last {
-                cp_async_16(chunk_dst[j] + slot, w.add(src as usize));
-            }
-            j += 1;
+        if lane == 0 {
+            let b = b0 + st * F::PER_STAGE;
+            let b_end = (b + F::PER_STAGE).min(b1);
+            let slot = st % QMM_STAGES;
+            let bytes = (b_end - b) * block16;
+            let bar = bars + 8 * slot;
+            // No proxy fence before overwriting the slot: every value the warp read from it
+            // was consumed by instructions issued before the `sync_warp` that ends its stage,
+            // so those reads have completed (in-order issue) before this copy is issued.
+            mbarrier_arrive_expect_tx(bar, bytes);
+            bulk_copy_g2s(ring_addr + slot * stage_bytes, w.add((group_off + b * block16) as usize), bytes, bar);
         }
     };
 
@@ -118,7 +111,6 @@ unsafe fn qmm<F: Format, const T: usize>(
         if st < stages {
             issue(st);
         }
-        cp_async_commit();
         st += 1;
     }
     let mut st = 0;
@@ -126,16 +118,12 @@ unsafe fn qmm<F: Format, const T: usize>(
         if st + QMM_STAGES - 1 < stages {
             issue(st + QMM_STAGES - 1);
         }
-        cp_async_commit();
-        cp_async_wait::<{ QMM_STAGES - 1 }>();
-        sync_warp();
-        let slot = ring.add((st % QMM_STAGES) as usize * 16 * rs);
+        mbarrier_wait_parity(bars + 8 * (st % QMM_STAGES), (st / QMM_STAGES) & 1);
+        let slot = ring.add(((st % QMM_STAGES) * stage_bytes) as usize);
         let b = b0 + st * F::PER_STAGE;
         let b_end = (b + F::PER_STAGE).min(b1);
-        let off_g = (rg * row_bytes + b as usize * F::BYTES as usize) & 15;
-        let off_g8 = (rg8 * row_bytes + b as usize * F::BYTES as usize) & 15;
-        let sg = slot.add(g as usize * rs + off_g);
-        let sg8 = slot.add((g as usize + 8) * rs + off_g8);
+        let sg = slot.add((g * F::BYTES) as usize);
+        let sg8 = slot.add(((g + 8) * F::BYTES) as usize);
         // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
         // before any of its math, so their latency overlaps instead of stalling every unit.
         const MAX_STAGE_UNITS: usize = 8;
@@ -146,23 +134,42 @@ unsafe fn qmm<F: Format, const T: usize>(
         // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
         let unit0 = (b * units) as usize;
         let valid_units = ((b_end - b) * units) as usize;
-        if T == 1 && F::OFFSET && 2 * t < p.n {
-            let sbase = xsum.add(unit0 * QMM_MAX_N as usize + 2 * t as usize);
+        // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
+        // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
+        let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
+        const MAX_STAGE_BLOCKS: usize = 4;
+        let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
+        // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
+        // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
+        // are never stored, and a column's products never mix with another's.
+        if T == 1 && F::SUPER {
+            let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
+            let mut i = 0;
+            while i < MAX_STAGE_BLOCKS {
+                if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
+                    let v = ld_nc_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
+                    gs[i] = [v[0].to_bits(), v[1].to_bits()];
+                }
+                i += 1;
+            }
+        }
+        if T == 1 && F::OFFSET && !F::SUPER {
+            let sbase = xsum.add(unit0 * QMM_MAX_N as usize + scol);
             let mut i = 0;
             while i < MAX_STAGE_UNITS {
-                if i < stage_units && i < valid_units {
+                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
                     ss[i] = ld_nc_v2_f32(sbase.add(i * QMM_MAX_N as usize));
                 }
                 i += 1;
             }
         }
-        if T == 1 && g < p.n {
-            let at = g as usize * k + unit0 * 32 + 8 * t as usize;
+        if T == 1 {
+            let at = xcol * k + unit0 * 32 + 8 * t as usize;
             let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
             let bbase = xb_hi.add(at);
             let mut i = 0;
             while i < MAX_STAGE_UNITS {
-                if i < stage_units && i < valid_units {
+                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
                     if F::BF16 {
                         xs[i] = ld_nc_v4(bbase.add(32 * i) as *const U32x4).0;
                         xls[i] = ld_nc_v4(lbase.add(32 * i) as *const U32x4).0;
@@ -178,8 +185,76 @@ unsafe fn qmm<F: Format, const T: usize>(
             if bb >= b_end {
                 return;
             }
-            let boff = (i_blk * F::BYTES) as usize;
+            let boff = (i_blk * block16) as usize;
             let lanedata = F::load(sg.add(boff), sg8.add(boff), t);
+            if F::SUPER {
+                // K-quant super-block: Σ_u s'_u·P_u from zero-accumulator unit products, then
+                // the block's correction products (see `formats::KScales`).
+                let ks = F::super_scales(&lanedata, t);
+                let mut sb = [[0.0f32; 4]; T];
+                unroll_units::<F>(|u| {
+                    let unit = (bb * units + u) as usize;
+                    let mut xf = [[0u32; 4]; T];
+                    if T == 1 {
+                        xf[0] = xs[(i_blk * units + u) as usize];
+                    } else {
+                        let mut tile = 0;
+                        while tile < T {
+                            let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                            xf[tile] = ld_nc_v4(xh.add(col * k + unit * 32 + 8 * t as usize) as *const U32x4).0;
+                            tile += 1;
+                        }
+                    }
+                    let mut pu = [[0.0f32; 4]; T];
+                    let a0 = F::frag(&lanedata, u, 0);
+                    let mut tile = 0;
+                    while tile < T {
+                        pu[tile] = mma_f16_16816_zero_ordered(a0, [xf[tile][0], xf[tile][1]]);
+                        tile += 1;
+                    }
+                    let a1 = F::frag(&lanedata, u, 1);
+                    let mut tile = 0;
+                    while tile < T {
+                        mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
+                        tile += 1;
+                    }
+                    let sc = [ks.unit[0][u as usize], ks.unit[1][u as usize]];
+                    let mut tile = 0;
+                    while tile < T {
+                        let mut j = 0;
+                        while j < 4 {
+                            sb[tile][j] = fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
+                            j += 1;
+                        }
+                        tile += 1;
+                    }
+                });
+                let a_s = [ks.a_s[0], ks.a_s[1], ks.a_s[0], ks.a_s[1]];
+                let a_m = [ks.a_m[0], ks.a_m[1], ks.a_m[0], ks.a_m[1]];
+                let mut tile = 0;
+                while tile < T {
+                    let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                    let bs = if T == 1 {
+                        gs[i_blk as usize]
+                    } else {
+                        let at = (bb as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
+                        let v = ld_nc_v2_f32(sums_h.add(at) as *const f32);
+                        [v[0].to_bits(), v[1].to_bits()]
+                    };
+                    let c1 = mma_f16_16816_zero_ordered(a_s, bs);
+                    let c2 = mma_f16_16816_zero_ordered(a_m, bs);
+                    let mut j = 0;
+                    while j < 4 {
+                        let r = j / 2;
+                        let v = fma_ordered(-65536.0, c1[j], sb[tile][j]);
+                        let a = fma_ordered(ks.d[r], v, acc[tile][j]);
+                        acc[tile][j] = fma_ordered(ks.neg_min64[r], c2[j], a);
+                        j += 1;
+                    }
+                    tile += 1;
+                }
+                return;
+            }
             unroll_units::<F>(|u| {
                 let unit = (bb * units + u) as usize;
                 // B fragments of both k16 steps for every tile: column = 8·tile + g.
@@ -192,17 +267,15 @@ unsafe fn qmm<F: Format, const T: usize>(
                 } else {
                     let mut tile = 0;
                     while tile < T {
-                        let col = 8 * tile + g as usize;
+                        // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column
+                        // n − 1: same cache lines, so x traffic stays proportional to n.
+                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
                         let at = col * k + unit * 32 + 8 * t as usize;
-                        // Padding columns (c ≥ n) are never loaded (`qmm_prep_x` does not write
-                        // them): their fragments stay zero and x traffic stays proportional to n.
-                        if col < p.n as usize {
-                            if F::BF16 {
-                                xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
-                                xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
-                            } else {
-                                xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
-                            }
+                        if F::BF16 {
+                            xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
+                            xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
+                        } else {
+                            xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
                         }
                         tile += 1;
                     }
@@ -227,10 +300,10 @@ unsafe fn qmm<F: Format, const T: usize>(
                     while tile < T {
                         let sums = if T == 1 {
                             ss[(i_blk * units + u) as usize]
-                        } else if 8 * tile + 2 * (t as usize) < p.n as usize {
-                            ld_nc_v2_f32(xsum.add(unit * QMM_MAX_N as usize + 8 * tile + 2 * t as usize))
                         } else {
-                            [0.0; 2]
+                            let c =
+                                if 8 * tile + 2 * (t as usize) < p.n as usize { 8 * tile + 2 * t as usize } else { 0 };
+                            ld_nc_v2_f32(xsum.add(unit * QMM_MAX_N as usize + c))
                         };
                         let mut j = 0;
                         while j < 4 {
@@ -269,7 +342,6 @@ unsafe fn qmm<F: Format, const T: usize>(
         sync_warp();
         st += 1;
     }
-    cp_async_wait::<0>();
 
     // Lane holds D[g][2t, 2t+1] (acc[.][0..2]) and D[g+8][2t, 2t+1] (acc[.][2..4]).
     let out = p.out_features as usize;

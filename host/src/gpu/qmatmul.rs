@@ -103,6 +103,58 @@ pub fn qmm_format(ty: GgmlType) -> Option<(&'static str, (u32, u32, u32))> {
     })
 }
 
+/// Bytes of W `[out, in]` of type `ty` in the packed layout of the `qmm_*` kernels
+/// ([`qmm_pack_weights`]): `⌈out/16⌉·16` rows.
+pub fn qmm_packed_bytes(ty: GgmlType, out: usize, inp: usize) -> Result<usize, GpuError> {
+    let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp)?;
+    out.div_ceil(16)
+        .checked_mul(16 * bytes as usize)
+        .and_then(|v| v.checked_mul(inp / elems as usize))
+        .ok_or_else(|| GpuError::shape("qmm", format!("W {ty:?} [{out}, {inp}] size overflows")))
+}
+
+/// Repacks W `[out, in]` (raw GGUF bytes, rows contiguous) into the layout the `qmm_*` kernels
+/// stream: for each group of 16 rows and each K block `b`, the 16 rows' block `b` back to back,
+///
+/// `packed[((group·blocks + b)·16 + r)·BYTES ..] = W[16·group + r][b·BYTES ..]`,
+///
+/// with zero rows padding the last group (a zero block is a zero weight in every format). A
+/// warp's pipeline stage (16 rows × a few blocks) is then one contiguous, 16-byte-aligned span
+/// that one bulk copy fetches, whatever the block size (Q6_K's 210 bytes, Q8_0's 34). Bytes are
+/// moved, never changed, so the product is the one of the raw matrix.
+pub fn qmm_pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Result<Vec<u8>, GpuError> {
+    let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp)?;
+    let (elems, bytes) = (elems as usize, bytes as usize);
+    let blocks = inp / elems;
+    let row_bytes = blocks * bytes;
+    if raw.len() != out * row_bytes {
+        return Err(GpuError::shape(
+            "qmm",
+            format!("W {ty:?} [{out}, {inp}] is {} bytes, not {} ({row_bytes} per row)", raw.len(), out * row_bytes),
+        ));
+    }
+    let mut packed = vec![0u8; qmm_packed_bytes(ty, out, inp)?];
+    for (o, row) in raw.chunks_exact(row_bytes).enumerate() {
+        let (group, r) = (o / 16, o % 16);
+        for (b, blk) in row.chunks_exact(bytes).enumerate() {
+            let at = ((group * blocks + b) * 16 + r) * bytes;
+            packed[at..at + bytes].copy_from_slice(blk);
+        }
+    }
+    Ok(packed)
+}
+
+/// [`qmm_pack_weights`] and upload: the device buffer [`qmm`] takes.
+pub fn qmm_upload_weights(
+    gpu: &Gpu,
+    ty: GgmlType,
+    raw: &[u8],
+    out: usize,
+    inp: usize,
+) -> Result<CudaSlice<u8>, GpuError> {
+    gpu.upload(&qmm_pack_weights(ty, raw, out, inp)?)
+}
+
 /// Reusable scratch of [`qmm`] sized for at most `max_n` tokens, `max_in` inputs and `max_out`
 /// outputs.
 pub struct QmmWorkspace {
@@ -132,7 +184,9 @@ impl QmmWorkspace {
             xb_hi: gpu.zeros(x)?,
             xb_lo: gpu.zeros(x)?,
             xscale: gpu.zeros(n_pad)?,
-            xsum: gpu.zeros(n_pad * max_in.div_ceil(32).max(1))?,
+            // Unit sums: `units × QMM_MAX_N` f32, then the f16 hi/lo group sums (16 halves per
+            // group of 8 units and column = 8 f32 slots).
+            xsum: gpu.zeros(n_pad * (max_in.div_ceil(32) + 8 * max_in.div_ceil(256)).max(1))?,
             partial: gpu.zeros(partial)?,
             counters: gpu.zeros(max_out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1))?,
             max_in,
@@ -166,8 +220,8 @@ fn to_u32(v: usize, what: &str) -> Result<u32, GpuError> {
     u32::try_from(v).map_err(|_| GpuError::shape("qmm", format!("{what} too large")))
 }
 
-/// `y[c, o] = Σ_i W[o, i] · x[c, i]` for `c < n ≤ 32`, W `[out, in]` of type `ty` (raw GGUF
-/// bytes, rows contiguous), x `[n, in]` f32, y `[n, out]` f32. Column `c` of y is bitwise the
+/// `y[c, o] = Σ_i W[o, i] · x[c, i]` for `c < n ≤ 32`, W `[out, in]` of type `ty` (GGUF blocks
+/// in the packed layout of [`qmm_pack_weights`]), x `[n, in]` f32, y `[n, out]` f32. Column `c` of y is bitwise the
 /// same for every `n` (see `gpu-kernels/src/qmatmul/mod.rs`). Equivalent to
 /// [`qmm_prepare`] then [`qmm_prepared`].
 #[allow(clippy::too_many_arguments)]
@@ -257,19 +311,18 @@ pub fn qmm_prepared(
             ))
         }
     }
-    let row_bytes = inp / elems as usize * bytes as usize;
-    let need_w = out.checked_mul(row_bytes).ok_or_else(|| GpuError::shape("qmm", "W size overflows"))?;
+    let need_w = qmm_packed_bytes(ty, out, inp)?;
     if need_w > u32::MAX as usize {
         return Err(GpuError::shape(
             "qmm",
-            format!("W {ty:?} [{out}, {inp}] is {need_w} bytes: the kernels address at most 4 GiB per matrix"),
+            format!("W {ty:?} [{out}, {inp}] is {need_w} bytes packed: the kernels address at most 4 GiB per matrix"),
         ));
     }
     if w.len() < need_w || y.len() < n * out {
         return Err(GpuError::shape(
             "qmm",
             format!(
-                "W {ty:?} [{out}, {inp}] needs {need_w} bytes (has {}), y {} values (has {})",
+                "W {ty:?} [{out}, {inp}] needs {need_w} bytes packed by qmm_pack_weights (has {}), y {} values (has {})",
                 w.len(),
                 n * out,
                 y.len()
@@ -284,7 +337,6 @@ pub fn qmm_prepared(
         in_features: to_u32(inp, "in")?,
         n: n as u32,
         ksplit: qmm_ksplit(out32, blocks_per_row),
-        row_bytes: to_u32(row_bytes, "row")?,
     };
     let name: &'static str = match (prefix, tiles) {
         ("qmm_q4k", 1) => "qmm_q4k_nt1",
@@ -343,4 +395,41 @@ pub fn qmm_prepared(
     };
     unsafe { b.launch(cfg) }.while_(|| format!("launching {name}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every byte of every row lands at `((group·blocks + b)·16 + r)·BYTES + offset`, and the
+    /// padding rows of the last group are zero.
+    #[test]
+    fn pack_places_each_rows_block_in_its_group_slot() {
+        for (ty, inp, out) in [(GgmlType::Q6_K, 512, 19), (GgmlType::Q8_0, 96, 33), (GgmlType::Q4_K, 256, 16)] {
+            let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp).unwrap();
+            let (blocks, bytes) = (inp / elems as usize, bytes as usize);
+            let row_bytes = blocks * bytes;
+            let raw: Vec<u8> = (0..out * row_bytes).map(|i| (i * 7 % 251 + 1) as u8).collect();
+            let packed = qmm_pack_weights(ty, &raw, out, inp).unwrap();
+            assert_eq!(packed.len(), out.div_ceil(16) * 16 * row_bytes);
+            assert_eq!(packed.len(), qmm_packed_bytes(ty, out, inp).unwrap());
+            for o in 0..out.div_ceil(16) * 16 {
+                for b in 0..blocks {
+                    for e in 0..bytes {
+                        let at = (((o / 16) * blocks + b) * 16 + o % 16) * bytes + e;
+                        let want = if o < out { raw[o * row_bytes + b * bytes + e] } else { 0 };
+                        assert_eq!(packed[at], want, "{ty:?} row {o} block {b} byte {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pack_rejects_a_wrong_length_naming_it() {
+        let e = qmm_pack_weights(GgmlType::Q4_K, &[0u8; 100], 2, 256).unwrap_err().to_string();
+        assert!(e.contains("100 bytes, not 288"), "{e}");
+        let e = qmm_pack_weights(GgmlType::Q4_0, &[0u8; 18], 1, 32).unwrap_err().to_string();
+        assert!(e.contains("Q4_0"), "{e}");
+    }
 }

@@ -12,7 +12,7 @@
 //!
 //! So `|y − y_ref| ≤ Σ_i (|x_i| 2^-10 M_i + |w_i| |Δx_i|) · 1.01 + γ · Σ_i |w_i x_i|`.
 
-use flashtree::gpu::qmatmul::{qmm, qmm_prepare, qmm_prepared, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm, qmm_prepare, qmm_prepared, qmm_upload_weights, QmmWorkspace};
 use flashtree::gpu::Gpu;
 use flashtree_reference::quant::{self, k_scales, GgmlType};
 use flashtree_tests::gpu::gpu_or_skip;
@@ -133,7 +133,7 @@ fn case(ty: GgmlType, out: usize, blocks: usize, seed: u64) -> Case {
 }
 
 fn run(gpu: &Gpu, c: &Case, x: &[f32], n: usize) -> Vec<f32> {
-    let dw = gpu.upload(&c.raw).unwrap();
+    let dw = qmm_upload_weights(gpu, c.ty, &c.raw, c.out, c.inp).unwrap();
     let dx = gpu.upload(x).unwrap();
     let mut dy = gpu.zeros::<f32>(n * c.out).unwrap();
     gpu.fill_bytes(&mut dy, 0xff).unwrap();
@@ -288,6 +288,9 @@ fn qmm_rejects_bad_shapes_and_types() {
     assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 2, &mut y, &mut ws)).contains("not n = 2"));
     let wb = gpu.zeros::<u8>(2 * 512 * 4).unwrap();
     assert!(e(qmm_prepared(gpu, GgmlType::BF16, &wb, 4, 512, 1, &mut y, &mut ws)).contains("with pairs"));
-    let w2 = gpu.zeros::<u8>(2 * 144 * 4).unwrap();
+    // Q6_K [1, 512] is 420 bytes raw; packed (16 rows) it is 6720.
+    let w6 = gpu.zeros::<u8>(420).unwrap();
+    assert!(e(qmm(gpu, GgmlType::Q6_K, &w6, 1, 512, &x, 1, &mut y, &mut ws)).contains("needs 6720 bytes packed"));
+    let w2 = gpu.zeros::<u8>(16 * 2 * 144).unwrap();
     qmm_prepared(gpu, GgmlType::Q4_K, &w2, 4, 512, 1, &mut y, &mut ws).unwrap();
 }
