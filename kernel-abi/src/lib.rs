@@ -84,9 +84,27 @@ pub struct QmmParams {
     pub ksplit: u32,
 }
 
-/// Pipeline depth of the `qmm_*` kernels: each warp streams its rows through this many
-/// shared-memory stages filled by bulk copies (3 in flight while one is consumed).
+/// Pipeline depth of the `qmm_*` kernels that fit two or more blocks per SM: each warp streams
+/// its rows through this many shared-memory stages filled by bulk copies (3 in flight while one
+/// is consumed).
 pub const QMM_STAGES: u32 = 4;
+
+/// Pipeline depth of the `qmm_*` kernel for blocks of `block_bytes` and `tiles` column tiles:
+/// the kernels whose registers allow only one block per SM (`minctasm=1` in
+/// `gpu-kernels/src/qmatmul/tile.rs`: Q4_K from 3 tiles, Q5_K with 4) use the shared
+/// memory the second block would have had for a deeper ring (8 stages: 7 in flight).
+pub const fn qmm_stages(block_bytes: u32, tiles: u32) -> u32 {
+    let one_block_per_sm = match block_bytes {
+        144 => tiles >= 3,
+        176 => tiles >= 4,
+        _ => false,
+    };
+    if one_block_per_sm {
+        8
+    } else {
+        QMM_STAGES
+    }
+}
 
 /// `(elements, bytes, blocks per stage)` of each weight format of the `qmm_*` kernels.
 pub mod qmm_format {
@@ -107,8 +125,8 @@ pub const fn qmm_stage_bytes(block_bytes: u32, per_stage: u32) -> u32 {
 
 /// Dynamic shared memory of one `qmm_*` block: the warps' stage rings, then one 8-byte
 /// transaction barrier per warp and stage.
-pub const fn qmm_smem_bytes(block_bytes: u32, per_stage: u32) -> u32 {
-    QMM_WARPS * QMM_STAGES * (qmm_stage_bytes(block_bytes, per_stage) + 8)
+pub const fn qmm_smem_bytes(block_bytes: u32, per_stage: u32, tiles: u32) -> u32 {
+    QMM_WARPS * qmm_stages(block_bytes, tiles) * (qmm_stage_bytes(block_bytes, per_stage) + 8)
 }
 
 /// Parameters of `qmm_prep_x`.

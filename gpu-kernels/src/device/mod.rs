@@ -7,7 +7,6 @@
 pub mod atomic;
 pub mod bulk;
 pub mod convert;
-pub mod cp_async;
 pub mod fence;
 pub mod half2;
 pub mod index;

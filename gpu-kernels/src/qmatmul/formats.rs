@@ -108,7 +108,7 @@ pub trait Format {
     /// The block's [`KScales`] for lane `(g, t)` (super-block formats only).
     #[inline(always)]
     fn super_scales(_l: &Self::Lane, _t: u32) -> KScales {
-        KScales { unit: [[0.0; 8]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] }
+        KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] }
     }
     /// `([scale_g, scale_g8], [bias_g, bias_g8])` of unit `u` (offset formats only).
     #[inline(always)]
@@ -175,8 +175,8 @@ fn k_unit_scales(hdr: &[u32; 4], j: u32) -> (f32, f32) {
 /// for every unit.
 #[derive(Clone, Copy)]
 pub struct KScales {
-    /// `[row][u]`: `s'_u` (exact in f32).
-    pub unit: [[f32; 8]; 2],
+    /// `[row][half]`: the 6-bit `sc_u` of units `4·half .. +4`, one per byte.
+    pub sc: [[u32; 2]; 2],
     /// `[row]`: `d`.
     pub d: [f32; 2],
     /// `[row]`: `−64·dmin`.
@@ -187,11 +187,21 @@ pub struct KScales {
     pub a_m: [u32; 2],
 }
 
+impl KScales {
+    /// `s'_u` of row `r` (exact in f32; decoded where it is used, so the 16 values of a block
+    /// are never all live at once).
+    #[inline(always)]
+    pub fn unit(&self, r: usize, u: u32) -> f32 {
+        let s = if u % 2 == 0 { 1.0 } else { 0.0625 };
+        byte_f32_times(self.sc[r][(u / 4) as usize], u % 4, s, -8_388_608.0 * s)
+    }
+}
+
 /// [`KScales`] of the two rows' headers (`hdr[row]`: word 0 = `d | dmin << 16`, 1..3 = the 12
 /// scale bytes) for lane quad position `t`.
 #[inline(always)]
 fn k_super_scales(hdr: &[[u32; 4]; 2], t: u32) -> KScales {
-    let mut ks = KScales { unit: [[0.0; 8]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] };
+    let mut ks = KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] };
     // Bytes 2t and 2t+1 of the 8 sub-block bytes into halves 0 and 1.
     let sel = 2 * t | (2 * t + 1) << 8;
     let mut r = 0;
@@ -201,13 +211,7 @@ fn k_super_scales(hdr: &[[u32; 4]; 2], t: u32) -> KScales {
         ks.neg_min64[r] = -64.0 * crate::device::convert::f16_to_f32((h[0] >> 16) as u16);
         let (sc_lo, m_lo) = k_scale_bytes(h, 0);
         let (sc_hi, m_hi) = k_scale_bytes(h, 4);
-        let mut u = 0;
-        while u < 8 {
-            let v = if u < 4 { sc_lo } else { sc_hi };
-            let s = if u % 2 == 0 { 1.0 } else { 0.0625 };
-            ks.unit[r][u as usize] = byte_f32_times(v, u % 4, s, -8_388_608.0 * s);
-            u += 1;
-        }
+        ks.sc[r] = [sc_lo, sc_hi];
         // (1024 + sc_2t, 1024 + sc_2t+1)·(1, 1/16) − (1024, 64) = (sc_2t, sc_2t+1 / 16), exact.
         let sp = and_or(prmt(sc_lo, sc_hi, sel), 0x00ff_00ff, MAGIC_1024);
         ks.a_s[r] = crate::device::half2::hfma2(sp, 0x2c00_3c00, 0xd400_e400);

@@ -3,16 +3,24 @@
 //!
 //! Geometry: 256-thread blocks of 8 warps; warp `w` of block `(bx, s)` owns output rows
 //! `16·(8·bx + w) .. +16` and the weight blocks of K split `s` (`blockIdx.y`, `ksplit` splits
-//! fixed by the shape). Each warp streams its 16 rows through a private ring of `QMM_STAGES`
-//! shared-memory stages filled with 16-byte `cp.async` copies (three stages in flight while one
-//! is consumed: the bytes in flight do not cost registers). Lane `(g, t)` reads its part of
-//! rows `g` and `g + 8` from the stage (see [`super::formats`]) and, for each 32-element unit
-//! and each tile of 8 columns, loads 16 bytes of prepared x (two k16 steps of B fragments) and
-//! issues `mma.m16n8k16`. Scaled formats accumulate straight into the f32 accumulators; offset
-//! formats (Q4_K, Q5_K, Q8_0) take the unit's product `P` from a zero accumulator and add
-//! `scale·P + bias·S` (two f32 fmas per output, `S` = the unit sums of x̂ from `qmm_prep_x`),
-//! in program order (`*_ordered` statements, so every unit's `P` is not kept live at once). The
-//! 8 warps of a block read the same x, so x is served from L1.
+//! fixed by the shape). W is packed per 16-row group (`host::gpu::qmatmul::qmm_pack_weights`:
+//! `[group][block][row][BYTES]`), so a warp's pipeline stage — `PER_STAGE` blocks of its 16
+//! rows — is one contiguous, 16-byte-aligned span: lane 0 fetches it with one bulk copy
+//! (`cp.async.bulk`, completed on a per-slot `mbarrier`) into a private ring of
+//! `qmm_stages(BYTES, T)` shared-memory slots (all but one in flight; the bytes in flight cost
+//! no registers). Lane `(g, t)` reads its part of rows `g` and `g + 8` from the slot (see
+//! [`super::formats`]) and, for each 32-element unit and each tile of 8 columns, loads 16
+//! bytes of prepared x (two k16 steps of B fragments) and issues `mma.m16n8k16`.
+//!
+//! * Scaled formats (Q6_K, F16, BF16, F32) accumulate straight into the f32 accumulators.
+//! * Q8_0 takes each unit's product `P` from a zero accumulator and adds `scale·P + bias·S`
+//!   (two f32 fmas per output, `S` = the unit sums of x̂ from `qmm_prep_x`).
+//! * Q4_K and Q5_K add `s'_u·P_u` per unit into a super-block sum and finish each super-block
+//!   with two small tensor-core products over the unit sums (`formats::KScales`): 4 fmas per
+//!   unit and output instead of a decoded scale and bias per unit.
+//!
+//! Lanes of padding columns (c ≥ n) load column `n − 1`'s x, so no load is predicated and nothing
+//! is zeroed per stage; their results are never stored.
 //!
 //! With `ksplit > 1`, each block writes its partial sums to `partial[s][c][o]`, and the last
 //! block of a row group to finish (an atomic counter per row group, reset by that block) adds
@@ -21,7 +29,7 @@
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_STAGES, QMM_WARPS};
+use kernel_abi::{qmm_stages, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_WARPS};
 
 use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::bulk::{
@@ -54,6 +62,8 @@ unsafe fn qmm<F: Format, const T: usize>(
 ) {
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
+    // Ring depth: 4, or 8 for the kernels that run one block per SM (see `qmm_stages`).
+    let nstages = qmm_stages(F::BYTES, T as u32);
     let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let blocks = p.in_features / F::ELEMS;
     let split = block_y();
@@ -67,7 +77,7 @@ unsafe fn qmm<F: Format, const T: usize>(
     // order of W (`[block][row][BYTES]`), so a slot is one contiguous span of W.
     let block16 = 16 * F::BYTES;
     let stage_bytes = F::PER_STAGE * block16;
-    let ring = dynamic_smem().add((warp_id() * QMM_STAGES * stage_bytes) as usize);
+    let ring = dynamic_smem().add((warp_id() * nstages * stage_bytes) as usize);
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
     // The x column this lane loads (`g`, or `n − 1` for padding columns) and the unit-sum pair.
     let xcol = g.min(p.n - 1) as usize;
@@ -76,11 +86,10 @@ unsafe fn qmm<F: Format, const T: usize>(
     // Stage copies: lane 0 copies the stage (one bulk copy of `(b_end − b)·16·BYTES` contiguous
     // bytes of packed W) and announces the bytes on the slot's barrier (one arrival per phase).
     // Offsets are u32 (the host guarantees the packed W < 4 GiB).
-    let bars =
-        smem_addr(dynamic_smem().add((QMM_WARPS * QMM_STAGES * stage_bytes) as usize)) + warp_id() * QMM_STAGES * 8;
+    let bars = smem_addr(dynamic_smem().add((QMM_WARPS * nstages * stage_bytes) as usize)) + warp_id() * nstages * 8;
     if lane == 0 {
         let mut s = 0;
-        while s < QMM_STAGES {
+        while s < nstages {
             mbarrier_init(bars + 8 * s, 1);
             s += 1;
         }
@@ -94,7 +103,7 @@ unsafe fn qmm<F: Format, const T: usize>(
         if lane == 0 {
             let b = b0 + st * F::PER_STAGE;
             let b_end = (b + F::PER_STAGE).min(b1);
-            let slot = st % QMM_STAGES;
+            let slot = st % nstages;
             let bytes = (b_end - b) * block16;
             let bar = bars + 8 * slot;
             // No proxy fence before overwriting the slot: every value the warp read from it
@@ -107,7 +116,7 @@ unsafe fn qmm<F: Format, const T: usize>(
 
     let mut acc = [[0.0f32; 4]; T];
     let mut st = 0;
-    while st + 1 < QMM_STAGES {
+    while st + 1 < nstages {
         if st < stages {
             issue(st);
         }
@@ -115,11 +124,11 @@ unsafe fn qmm<F: Format, const T: usize>(
     }
     let mut st = 0;
     while st < stages {
-        if st + QMM_STAGES - 1 < stages {
-            issue(st + QMM_STAGES - 1);
+        if st + nstages - 1 < stages {
+            issue(st + nstages - 1);
         }
-        mbarrier_wait_parity(bars + 8 * (st % QMM_STAGES), (st / QMM_STAGES) & 1);
-        let slot = ring.add(((st % QMM_STAGES) * stage_bytes) as usize);
+        mbarrier_wait_parity(bars + 8 * (st % nstages), (st / nstages) & 1);
+        let slot = ring.add(((st % nstages) * stage_bytes) as usize);
         let b = b0 + st * F::PER_STAGE;
         let b_end = (b + F::PER_STAGE).min(b1);
         let sg = slot.add((g * F::BYTES) as usize);
@@ -218,7 +227,7 @@ unsafe fn qmm<F: Format, const T: usize>(
                         mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
                         tile += 1;
                     }
-                    let sc = [ks.unit[0][u as usize], ks.unit[1][u as usize]];
+                    let sc = [ks.unit(0, u), ks.unit(1, u)];
                     let mut tile = 0;
                     while tile < T {
                         let mut j = 0;
@@ -455,7 +464,8 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
     }
 }
 
-/// Register budgets: `minctasm=2` caps a thread at 128 registers (two 256-thread blocks per SM,
+/// Register budgets: `minctasm=3` (85 registers) for one tile where shared memory also allows
+/// three blocks (Q4_K, Q8_0, F16, BF16, F32); `minctasm=2` caps a thread at 128 registers (two 256-thread blocks per SM,
 /// which is also what the shared-memory ring allows); with three or four tiles the K-quant
 /// kernels need more than that and get `minctasm=1` (they spill at 128).
 macro_rules! qmm_kernels {
@@ -482,24 +492,24 @@ macro_rules! qmm_kernels {
 }
 
 macro_rules! qmm_family {
-    ($fmt:ty => $n1:ident, $n2:ident, $n3:ident, $n4:ident; wide = $wide:literal) => {
+    ($fmt:ty => $n1:ident, $n2:ident, $n3:ident, $n4:ident; one = $one:literal, wide = $wide:literal) => {
         qmm_kernels!($fmt =>
-            $n1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+            $n1 = 1 @ $one,
             $n2 = 2 @ "nvvm:maxntid=256;minctasm=2",
             $n3 = 3 @ $wide,
             $n4 = 4 @ $wide);
     };
 }
 
-qmm_family!(Q4K => qmm_q4k_nt1, qmm_q4k_nt2, qmm_q4k_nt3, qmm_q4k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
-// Q5_K spills at 128 registers from two tiles on.
+qmm_family!(Q4K => qmm_q4k_nt1, qmm_q4k_nt2, qmm_q4k_nt3, qmm_q4k_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=1");
+// Q5_K spills at 128 registers with four tiles.
 qmm_kernels!(Q5K =>
     qmm_q5k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q5k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q5k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
-qmm_family!(Q6K => qmm_q6k_nt1, qmm_q6k_nt2, qmm_q6k_nt3, qmm_q6k_nt4; wide = "nvvm:maxntid=256;minctasm=1");
-qmm_family!(Q8_0 => qmm_q8_0_nt1, qmm_q8_0_nt2, qmm_q8_0_nt3, qmm_q8_0_nt4; wide = "nvvm:maxntid=256;minctasm=2");
-qmm_family!(F16 => qmm_f16_nt1, qmm_f16_nt2, qmm_f16_nt3, qmm_f16_nt4; wide = "nvvm:maxntid=256;minctasm=2");
-qmm_family!(Bf16 => qmm_bf16_nt1, qmm_bf16_nt2, qmm_bf16_nt3, qmm_bf16_nt4; wide = "nvvm:maxntid=256;minctasm=2");
-qmm_family!(F32W => qmm_f32_nt1, qmm_f32_nt2, qmm_f32_nt3, qmm_f32_nt4; wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(Q6K => qmm_q6k_nt1, qmm_q6k_nt2, qmm_q6k_nt3, qmm_q6k_nt4; one = "nvvm:maxntid=256;minctasm=2", wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(Q8_0 => qmm_q8_0_nt1, qmm_q8_0_nt2, qmm_q8_0_nt3, qmm_q8_0_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(F16 => qmm_f16_nt1, qmm_f16_nt2, qmm_f16_nt3, qmm_f16_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(Bf16 => qmm_bf16_nt1, qmm_bf16_nt2, qmm_bf16_nt3, qmm_bf16_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");
+qmm_family!(F32W => qmm_f32_nt1, qmm_f32_nt2, qmm_f32_nt3, qmm_f32_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");

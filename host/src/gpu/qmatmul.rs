@@ -241,6 +241,13 @@ pub fn qmm(
     qmm_prepared(gpu, ty, w, out, inp, n, y, ws)
 }
 
+/// `FLASHTREE_QMM_KSPLIT=<1..16>`: a fixed K split for every shape instead of
+/// [`qmm_ksplit`]'s rule (kernel tuning runs; results stay batch-invariant for a fixed value).
+fn ksplit_override() -> Option<u32> {
+    static V: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_KSPLIT").ok().and_then(|v| v.parse().ok()))
+}
+
 /// Converts `x [n, in]` into the workspace's activation format (`qmm_prep_x`), once for any
 /// number of [`qmm_prepared`] products with the same input. `pairs`: also the bf16 hi + lo
 /// pair that BF16 and F32 weights need.
@@ -336,7 +343,7 @@ pub fn qmm_prepared(
         out_features: out32,
         in_features: to_u32(inp, "in")?,
         n: n as u32,
-        ksplit: qmm_ksplit(out32, blocks_per_row),
+        ksplit: ksplit_override().unwrap_or_else(|| qmm_ksplit(out32, blocks_per_row)).clamp(1, 16).min(blocks_per_row),
     };
     let name: &'static str = match (prefix, tiles) {
         ("qmm_q4k", 1) => "qmm_q4k_nt1",
@@ -370,7 +377,7 @@ pub fn qmm_prepared(
         (other, _) => return Err(GpuError::shape("qmm", format!("no kernel for {other}"))),
     };
     let f = gpu.function(name)?;
-    let smem = qmm_smem_bytes(bytes, per_stage);
+    let smem = qmm_smem_bytes(bytes, per_stage, tiles as u32);
     f.set_attribute(
         cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,

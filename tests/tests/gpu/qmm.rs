@@ -67,7 +67,16 @@ fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8
 
 /// `M_i` of the error budget for every weight (row-major `[out, in]`).
 ///
-/// Offset formats (Q4_K, Q5_K, Q8_0 — see `gpu-kernels/src/qmatmul/formats.rs`): the unit
+/// Q4_K and Q5_K (`formats::KScales`): per super-block `d·(Σ_j s'_j·P_j − 1024·Σ_j s'_j·S_j) −
+/// dmin·Σ_j m_j·S_j`, the `S` sums as tensor-core products of exact 6-bit integers with `S/64`
+/// in f16 hi + lo (≈ 2^-22 relative), so the terms below — written for the equivalent per-unit
+/// form `scale_j·P_j + bias_j·S_j` with `scale_j = d·s'_j`, `bias_j = −(1024·d·s'_j + dmin·m_j)`
+/// — bound it too: the `S` products (16 exact products summed by the tensor core, plus the
+/// hi + lo representation of `S`) add ≤ 2^-19 + 2^-22 of `|bias_j|`, the super-block's fmas and
+/// the cancellation `Σ s'P − 1024·Σ s'S` ≤ 10·2^-24·scale_j·A_max: with the terms below, the
+/// `scale·A_max` part stays ≤ 39·2^-23 and the `|bias|` part ≤ 2^-18.5, both under 2^-17.
+///
+/// Q8_0 (`formats.rs`): the unit
 /// `j` of a row adds `scale_j·P_j + bias_j·S_j` with `P_j = Σ A_i x̂_i`, `A_i = OFF + q'_i ≤ A_max`
 /// exact. The f32 errors of one unit, per weight and relative to `|x_i|`: the tensor-core sum
 /// `P_j` (two k16 products, each ≤ 17 alignment/truncation errors of 2^-23 of the largest term)
