@@ -13,7 +13,8 @@
 //!   the raw quant plus a constant, `OFF + q'` (an exact small integer in f16, built with one
 //!   `lop3` per two weights: the bits go straight into the mantissa of the f16 `1024`), the unit's
 //!   product `P = Σ_k (OFF + q'_k)·x̂_k` is taken in f32 from a zero accumulator, and the unit adds
-//!   `scale·P + bias·S` to the row's f32 sum, where `S = Σ_k x̂_k` (from `qmm_prep_x`) and
+//!   (Q8_0) `scale·P + bias·S` to the row's f32 sum (Q4_K, Q5_K: summed per super-block, see
+//!   [`KScales`]), where `S = Σ_k x̂_k` (from `qmm_prep_x`) and
 //!   `(scale, bias)` are exact-ish f32 per row and unit: for `w = a·q' − b`, `scale = a` and
 //!   `bias = −(OFF·a + b)`. No weight is ever rounded; the error is the f32 arithmetic on
 //!   `P` (magnitude ≤ `(OFF + max q')·Σ|x̂|`), on `S` and in the two fmas — bound in
@@ -144,23 +145,6 @@ fn k_scale_bytes(hdr: &[u32; 4], j: u32) -> (u32, u32) {
     }
 }
 
-/// `(scale, bias)` of sub-block `j` of a Q4_K/Q5_K row: `w = d·sc·q − dmin·m`. Even `j` (low
-/// nibbles) has `A = 1024 + q`; odd `j` (high nibbles, masked in place) has `A = 1024 + 16·q`.
-/// `d·sc` and `dmin·m` are exact in f32 (11-bit × 6-bit); the bias sum rounds once.
-#[inline(always)]
-fn k_unit_scales(hdr: &[u32; 4], j: u32) -> (f32, f32) {
-    let d = crate::device::convert::f16_to_f32(hdr[0] as u16);
-    let dmin = crate::device::convert::f16_to_f32((hdr[0] >> 16) as u16);
-    let (sc4, m4) = k_scale_bytes(hdr, j);
-    let dsc = byte_f32_times(sc4, j % 4, d, -8_388_608.0 * d);
-    let dmm = byte_f32_times(m4, j % 4, dmin, -8_388_608.0 * dmin);
-    if j % 2 == 0 {
-        (dsc, crate::device::math::fma(-1024.0, dsc, -dmm))
-    } else {
-        (dsc * 0.0625, crate::device::math::fma(-64.0, dsc, -dmm))
-    }
-}
-
 /// How a K-quant super-block (Q4_K, Q5_K: `w = d·sc_u·q − dmin·m_u` in unit `u`, 6-bit `sc_u`,
 /// `m_u`) is summed, per row and column, from the unit products `P_u = Σ_k A_k·x̂_k` (A the
 /// offset fragment: `1024 + q` for even `u`, `1024 + 16q` for odd `u`, so `A = 1024 + q/s'_u·…`):
@@ -278,13 +262,6 @@ impl Format for Q4K {
     fn super_scales(l: &Q4kLane, t: u32) -> KScales {
         k_super_scales(&l.hdr, t)
     }
-
-    #[inline(always)]
-    fn unit_scales(l: &Q4kLane, u: u32) -> ([f32; 2], [f32; 2]) {
-        let (s0, b0) = k_unit_scales(&l.hdr[0], u);
-        let (s1, b1) = k_unit_scales(&l.hdr[1], u);
-        ([s0, s1], [b0, b1])
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -356,13 +333,6 @@ impl Format for Q5K {
     #[inline(always)]
     fn super_scales(l: &Q5kLane, t: u32) -> KScales {
         k_super_scales(&l.hdr, t)
-    }
-
-    #[inline(always)]
-    fn unit_scales(l: &Q5kLane, u: u32) -> ([f32; 2], [f32; 2]) {
-        let (s0, b0) = k_unit_scales(&l.hdr[0], u);
-        let (s1, b1) = k_unit_scales(&l.hdr[1], u);
-        ([s0, s1], [b0, b1])
     }
 }
 

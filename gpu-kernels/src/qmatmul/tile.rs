@@ -189,6 +189,33 @@ unsafe fn qmm<F: Format, const T: usize>(
                 i += 1;
             }
         }
+        // B fragments (both k16 steps) of unit `unit` (`u` of stage block `i_blk`) for every tile:
+        // column `8·tile + g`, and for BF16 pairs the lo parts. One tile: from the stage prefetch.
+        // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column n − 1: same cache
+        // lines, so x traffic stays proportional to n.
+        let x_frags = |i_blk: u32, u: u32, unit: usize| {
+            let mut xf = [[0u32; 4]; T];
+            let mut xl = [[0u32; 4]; T];
+            if T == 1 {
+                let xi = (i_blk * units + u) as usize;
+                xf[0] = xs[xi];
+                xl[0] = xls[xi];
+            } else {
+                let mut tile = 0;
+                while tile < T {
+                    let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                    let at = col * k + unit * 32 + 8 * t as usize;
+                    if F::BF16 {
+                        xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
+                        xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
+                    } else {
+                        xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
+                    }
+                    tile += 1;
+                }
+            }
+            (xf, xl)
+        };
         unroll_stage_blocks::<F>(|i_blk| {
             let bb = b + i_blk;
             if bb >= b_end {
@@ -202,18 +229,7 @@ unsafe fn qmm<F: Format, const T: usize>(
                 let ks = F::super_scales(&lanedata, t);
                 let mut sb = [[0.0f32; 4]; T];
                 unroll_units::<F>(|u| {
-                    let unit = (bb * units + u) as usize;
-                    let mut xf = [[0u32; 4]; T];
-                    if T == 1 {
-                        xf[0] = xs[(i_blk * units + u) as usize];
-                    } else {
-                        let mut tile = 0;
-                        while tile < T {
-                            let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                            xf[tile] = ld_nc_v4(xh.add(col * k + unit * 32 + 8 * t as usize) as *const U32x4).0;
-                            tile += 1;
-                        }
-                    }
+                    let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
                     let mut pu = [[0.0f32; 4]; T];
                     let a0 = F::frag(&lanedata, u, 0);
                     let mut tile = 0;
@@ -267,28 +283,7 @@ unsafe fn qmm<F: Format, const T: usize>(
             unroll_units::<F>(|u| {
                 let unit = (bb * units + u) as usize;
                 // B fragments of both k16 steps for every tile: column = 8·tile + g.
-                let mut xf = [[0u32; 4]; T];
-                let mut xl = [[0u32; 4]; T];
-                if T == 1 {
-                    let xi = (i_blk * units + u) as usize;
-                    xf[0] = xs[xi];
-                    xl[0] = xls[xi];
-                } else {
-                    let mut tile = 0;
-                    while tile < T {
-                        // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column
-                        // n − 1: same cache lines, so x traffic stays proportional to n.
-                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                        let at = col * k + unit * 32 + 8 * t as usize;
-                        if F::BF16 {
-                            xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
-                            xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
-                        } else {
-                            xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
-                        }
-                        tile += 1;
-                    }
-                }
+                let (xf, xl) = x_frags(i_blk, u, unit);
                 if F::OFFSET {
                     // P = Σ (OFF + q')·x̂ over the unit from a zero accumulator, then
                     // acc += scale·P + bias·S per (row, column).
