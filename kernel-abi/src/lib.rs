@@ -84,28 +84,6 @@ pub struct QmmParams {
     pub ksplit: u32,
 }
 
-/// Pipeline depth of the `qmm_*` kernels that fit two or more blocks per SM: each warp streams
-/// its rows through this many shared-memory stages filled by bulk copies (3 in flight while one
-/// is consumed).
-pub const QMM_STAGES: u32 = 4;
-
-/// Pipeline depth of the `qmm_*` kernel for blocks of `block_bytes` and `tiles` column tiles:
-/// the kernels whose registers allow only one block per SM (`minctasm=1` in
-/// `gpu-kernels/src/qmatmul/tile.rs`: Q4_K from 3 tiles, Q5_K with 4) use the shared
-/// memory the second block would have had for a deeper ring (8 stages: 7 in flight).
-pub const fn qmm_stages(block_bytes: u32, tiles: u32) -> u32 {
-    let one_block_per_sm = match block_bytes {
-        144 => tiles >= 3,
-        176 => tiles >= 4,
-        _ => false,
-    };
-    if one_block_per_sm {
-        8
-    } else {
-        QMM_STAGES
-    }
-}
-
 /// `(elements, bytes, blocks per stage)` of each weight format of the `qmm_*` kernels.
 pub mod qmm_format {
     pub const Q4_K: (u32, u32, u32) = (256, 144, 1);
@@ -117,16 +95,104 @@ pub mod qmm_format {
     pub const F32: (u32, u32, u32) = (32, 128, 1);
 }
 
-/// Shared-memory bytes of one warp's pipeline stage: `per_stage` blocks of 16 rows (W is
-/// packed so that this is one contiguous span, see `host::gpu::qmatmul::qmm_pack_weights`).
-pub const fn qmm_stage_bytes(block_bytes: u32, per_stage: u32) -> u32 {
-    per_stage * QMM_ROWS_PER_WARP * block_bytes
-}
+/// Where each byte of a 16-row group's weight block sits in the packed layout of the `qmm_*`
+/// kernels (`host::gpu::qmatmul::qmm_pack_weights`), so that lane `l = 4g + t` of a warp loads
+/// exactly the bytes it multiplies, with coalesced 16-byte loads:
+///
+/// * **Private bytes** — the listed pieces of rows `g` and `g + 8`, concatenated in list order
+///   (`PRIVATE` bytes per lane, a multiple of 16), are the lane's `PRIVATE / 16` chunks; chunk
+///   `j` of lane `l` sits at `512·j + 16·l` (load `j` of the warp reads 512 contiguous bytes).
+/// * **Shared bytes** — the listed per-row fields (headers, scales) that all four lanes of a
+///   quad need, stored once: field `f` of row `r` at `32·PRIVATE + Σ_{f' < f} 16·len(f') +
+///   r·len(f)`.
+///
+/// Every byte of the 16 rows' blocks appears exactly once (`16·BYTES` in all), so the packed
+/// matrix has the raw size. A piece is `(row, offset at t = 0, length, t stride)`: lane `t`
+/// takes the row's bytes `offset + t·stride .. + length`.
+pub mod qmm_lanes {
+    /// `(row: 0 = g, 1 = g + 8, offset, length, t stride)`.
+    pub type Piece = (u8, u16, u8, u8);
+    /// `(offset, length)` of a per-row field shared by a quad.
+    pub type Field = (u16, u8);
 
-/// Dynamic shared memory of one `qmm_*` block: the warps' stage rings, then one 8-byte
-/// transaction barrier per warp and stage.
-pub const fn qmm_smem_bytes(block_bytes: u32, per_stage: u32, tiles: u32) -> u32 {
-    QMM_WARPS * qmm_stages(block_bytes, tiles) * (qmm_stage_bytes(block_bytes, per_stage) + 8)
+    /// Q4_K: per row the four 32-byte nibble groups' bytes `8t .. 8t+8`; shared: the 16-byte
+    /// header (`d`, `dmin`, 12 scale bytes).
+    pub const Q4_K: (&[Piece], &[Field]) = (
+        &[
+            (0, 16, 8, 8),
+            (0, 48, 8, 8),
+            (0, 80, 8, 8),
+            (0, 112, 8, 8),
+            (1, 16, 8, 8),
+            (1, 48, 8, 8),
+            (1, 80, 8, 8),
+            (1, 112, 8, 8),
+        ],
+        &[(0, 16)],
+    );
+    /// Q5_K: per row qh bytes `8t .. +8`, then the four nibble groups as Q4_K; shared: header.
+    pub const Q5_K: (&[Piece], &[Field]) = (
+        &[
+            (0, 16, 8, 8),
+            (0, 48, 8, 8),
+            (0, 80, 8, 8),
+            (0, 112, 8, 8),
+            (0, 144, 8, 8),
+            (1, 16, 8, 8),
+            (1, 48, 8, 8),
+            (1, 80, 8, 8),
+            (1, 112, 8, 8),
+            (1, 144, 8, 8),
+        ],
+        &[(0, 16)],
+    );
+    /// Q6_K: per row and half `hf`: ql bytes `64hf + 8t`, `64hf + 32 + 8t`, qh bytes
+    /// `128 + 32hf + 8t` (8 each); shared: the 16 scales, then `d`.
+    pub const Q6_K: (&[Piece], &[Field]) = (
+        &[
+            (0, 0, 8, 8),
+            (0, 32, 8, 8),
+            (0, 128, 8, 8),
+            (0, 64, 8, 8),
+            (0, 96, 8, 8),
+            (0, 160, 8, 8),
+            (1, 0, 8, 8),
+            (1, 32, 8, 8),
+            (1, 128, 8, 8),
+            (1, 64, 8, 8),
+            (1, 96, 8, 8),
+            (1, 160, 8, 8),
+        ],
+        &[(192, 16), (208, 2)],
+    );
+    /// Q8_0: per row quant bytes `8t .. +8`; shared: `d`.
+    pub const Q8_0: (&[Piece], &[Field]) = (&[(0, 2, 8, 8), (1, 2, 8, 8)], &[(0, 2)]);
+    /// F16 / BF16 (32-element blocks of 64 bytes): per row elements `8t .. +8`.
+    pub const HALF: (&[Piece], &[Field]) = (&[(0, 0, 16, 16), (1, 0, 16, 16)], &[]);
+    /// F32 (32-element blocks of 128 bytes): per row elements `8t .. +8`.
+    pub const F32: (&[Piece], &[Field]) = (&[(0, 0, 32, 32), (1, 0, 32, 32)], &[]);
+
+    /// Private bytes per lane of a layout.
+    pub const fn private_bytes(l: (&[Piece], &[Field])) -> u32 {
+        let mut s = 0;
+        let mut i = 0;
+        while i < l.0.len() {
+            s += l.0[i].2 as u32;
+            i += 1;
+        }
+        s
+    }
+
+    /// Byte offset of shared field `f` (of row 0) in a packed 16-row block.
+    pub const fn field_offset(l: (&[Piece], &[Field]), f: usize) -> u32 {
+        let mut o = 32 * private_bytes(l);
+        let mut i = 0;
+        while i < f {
+            o += 16 * l.1[i].1 as u32;
+            i += 1;
+        }
+        o
+    }
 }
 
 /// Parameters of `qmm_prep_x`.

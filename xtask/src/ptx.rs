@@ -1,7 +1,9 @@
 //! `cargo xtask ptx`: build `gpu-kernels` for `nvptx64-nvidia-cuda` with the nightly toolchain
 //! pinned in `gpu-kernels/rust-toolchain.toml`, using this binary as the bitcode linker.
 //!
-//! Output: `target/ptx/gpu_kernels.<arch>.ptx` (PTX ISA 8.0).
+//! Output: `target/ptx/gpu_kernels.<arch>.ptx` (PTX ISA 8.0), or with `--features F` (experiment
+//! builds of `gpu-kernels`' cargo features, loaded at run time with `FLASHTREE_PTX=<file>`)
+//! `target/ptx/gpu_kernels.<arch>+F.ptx`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -15,16 +17,19 @@ pub const PTX_FEATURE: &str = "ptx80";
 pub struct PtxOptions {
     pub arch: String,
     pub ptxas: bool,
+    /// Cargo features of `gpu-kernels` (comma-separated), empty for the shipped build.
+    pub features: String,
 }
 
 impl PtxOptions {
     pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut o = PtxOptions { arch: "sm_90".into(), ptxas: false };
+        let mut o = PtxOptions { arch: "sm_90".into(), ptxas: false, features: String::new() };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
                 "--arch" => o.arch = it.next().ok_or("--arch needs sm_90 or sm_90a")?.clone(),
                 "--ptxas" => o.ptxas = true,
+                "--features" => o.features = it.next().ok_or("--features needs a feature list")?.clone(),
                 other => return Err(format!("ptx: unknown argument `{other}`")),
             }
         }
@@ -94,7 +99,8 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
             llvm_bin.display()
         ));
     }
-    let target_dir = root.join("target").join(format!("gpu-{}-{PTX_FEATURE}", o.arch));
+    let suffix = if o.features.is_empty() { String::new() } else { format!("+{}", o.features.replace(',', "+")) };
+    let target_dir = root.join("target").join(format!("gpu-{}-{PTX_FEATURE}{suffix}", o.arch));
     let linked = target_dir.join("nvptx64-nvidia-cuda/release/deps/gpu_kernels.ptx");
     // Cargo does not track the linker binary: force a re-link.
     let _ = std::fs::remove_file(&linked);
@@ -106,6 +112,7 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
     let mut cargo = nightly("cargo", &kernels);
     cargo
         .args(["build", "--release", "-Zbuild-std=core", "--target", "nvptx64-nvidia-cuda"])
+        .args(if o.features.is_empty() { vec![] } else { vec!["--features".to_string(), o.features.clone()] })
         .arg("--config")
         .arg(format!("target.nvptx64-nvidia-cuda.linker=\"{}\"", me.display()))
         .arg("--config")
@@ -117,7 +124,7 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
     let built = target_dir.join("nvptx64-nvidia-cuda/release/gpu_kernels.ptx");
     let out_dir = root.join("target/ptx");
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
-    let out = out_dir.join(format!("gpu_kernels.{}.ptx", o.arch));
+    let out = out_dir.join(format!("gpu_kernels.{}{suffix}.ptx", o.arch));
     std::fs::copy(&built, &out).map_err(|e| format!("copy {} → {}: {e}", built.display(), out.display()))?;
     let kernels_n = std::fs::read_to_string(&out).map(|s| s.matches(".entry ").count()).unwrap_or(0);
     eprintln!("xtask: wrote {} ({kernels_n} kernels)", out.display());
@@ -143,7 +150,7 @@ mod tests {
     #[test]
     fn parses_options() {
         let o = PtxOptions::parse(&["--arch".into(), "sm_90a".into(), "--ptxas".into()]).unwrap();
-        assert_eq!(o, PtxOptions { arch: "sm_90a".into(), ptxas: true });
+        assert_eq!(o, PtxOptions { arch: "sm_90a".into(), ptxas: true, features: String::new() });
         assert!(PtxOptions::parse(&["--arch".into(), "sm_80".into()]).is_err());
         assert!(PtxOptions::parse(&["--bogus".into()]).is_err());
     }

@@ -5,7 +5,6 @@
 //! divergent control flow.
 
 pub mod atomic;
-pub mod bulk;
 pub mod convert;
 pub mod fence;
 pub mod half2;

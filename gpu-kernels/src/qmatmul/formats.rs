@@ -24,37 +24,30 @@
 //!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so
 //!   `|ŵ − w| ≤ 2^-10 |w|` (f16 subnormals add ≤ 2^-25 absolute).
 
-use kernel_abi::qmm_format;
+use kernel_abi::{qmm_format, qmm_lanes};
 
 use crate::device::convert::pack_bf16x2;
 use crate::device::half2::{and_or, hmul2, hsub2, prmt};
+use crate::device::load::{ld_nc_u16_cached, ld_nc_v4, ld_stream_v4, U32x4};
 
-/// 16 bytes at a 16-byte-aligned shared-memory address.
+/// Private chunk `j` of lane `lane` in a packed block: `512·j + 16·lane` (streamed once, no L1
+/// allocation).
 #[inline(always)]
-unsafe fn rd16(p: *const u8) -> [u32; 4] {
-    (p as *const [u32; 4]).read()
+unsafe fn chunk(blk: *const u8, j: usize, lane: u32) -> [u32; 4] {
+    ld_stream_v4(blk.add(512 * j + 16 * lane as usize) as *const U32x4).0
 }
 
-/// 8 bytes at an 8-byte-aligned shared-memory address.
+/// The 16-byte shared field at `off` of row `r` (`off + 16·r`; the four lanes of a quad read
+/// the same address, served by one request).
 #[inline(always)]
-unsafe fn rd8(p: *const u8) -> [u32; 2] {
-    (p as *const [u32; 2]).read()
+unsafe fn field16(blk: *const u8, off: u32, r: u32) -> [u32; 4] {
+    ld_nc_v4(blk.add((off + 16 * r) as usize) as *const U32x4).0
 }
 
-/// A 2-byte-aligned u16 from shared memory.
+/// The 2-byte shared field at `off` of row `r` (`off + 2·r`).
 #[inline(always)]
-unsafe fn rd2(p: *const u8) -> u32 {
-    (p as *const u16).read() as u32
-}
-
-/// 8 bytes at a 2-byte-aligned shared-memory address, as two words: three aligned 4-byte
-/// reads and two byte permutes (the 2 bytes past the 8 are inside the row's stage slack).
-#[inline(always)]
-unsafe fn ld8_a2(p: *const u8) -> [u32; 2] {
-    let a = (p as usize & !3) as *const u32;
-    let sel = 0x3210 + (p as usize & 2) as u32 * 0x1111;
-    let (w0, w1, w2) = (a.read(), a.add(1).read(), a.add(2).read());
-    [prmt(w0, w1, sel), prmt(w1, w2, sel)]
+unsafe fn field2(blk: *const u8, off: u32, r: u32) -> u32 {
+    ld_nc_u16_cached(blk.add((off + 2 * r) as usize))
 }
 
 /// Moves bit `from` of `v` to bit `to` (a compile-time pair after inlining).
@@ -89,11 +82,14 @@ pub trait Format {
     const BF16: bool;
     /// What one lane holds of one block, for its two rows.
     type Lane: Copy;
+    /// A lane value for blocks that are not loaded (never used in a product).
+    const ZERO: Self::Lane;
     /// Weight blocks per pipeline stage (sized so a warp's stage is 2–4 KiB).
     const PER_STAGE: u32;
-    /// Reads the lane's part of the block starting at `row_g` / `row_g8` (pointers into the
-    /// warp's shared-memory stage; 16-byte aligned for Q4_K, Q5_K, F16, BF16, 2-byte otherwise).
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Self::Lane;
+    /// Loads lane `lane`'s part of the packed 16-row block at `blk` (global memory, layout of
+    /// `kernel_abi::qmm_lanes`): its private 16-byte chunks and the shared fields of its rows
+    /// `g = lane / 4` and `g + 8`.
+    unsafe fn load(blk: *const u8, lane: u32) -> Self::Lane;
     /// A fragment `[a0, a1, a2, a3]` of k16 step `h` (0, 1) of unit `u` (0 .. ELEMS/32).
     fn frag(l: &Self::Lane, u: u32, h: u32) -> [u32; 4];
     /// For split (hi + lo) formats: the A fragment of the low part, else `None`.
@@ -224,18 +220,22 @@ impl Format for Q4K {
     const BF16: bool = false;
     const OFFSET: bool = true;
     type Lane = Q4kLane;
+    const ZERO: Q4kLane = Q4kLane { hdr: [[0; 4]; 2], qs: [[[0; 2]; 4]; 2] };
 
     #[inline(always)]
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q4kLane {
-        let mut l = Q4kLane { hdr: [[0; 4]; 2], qs: [[[0; 2]; 4]; 2] };
-        let rows = [row_g, row_g8];
+    unsafe fn load(blk: *const u8, lane: u32) -> Q4kLane {
+        let g = lane / 4;
+        let hdr_at = qmm_lanes::field_offset(qmm_lanes::Q4_K, 0);
+        let c = [chunk(blk, 0, lane), chunk(blk, 1, lane), chunk(blk, 2, lane), chunk(blk, 3, lane)];
+        let mut l = Q4kLane { hdr: [field16(blk, hdr_at, g), field16(blk, hdr_at, g + 8)], qs: [[[0; 2]; 4]; 2] };
+        // Chunk 2r + c/2 holds groups c, c+1 of row r (pieces in `qmm_lanes::Q4_K` order).
         let mut r = 0;
         while r < 2 {
-            l.hdr[r] = rd16(rows[r]);
-            let mut c = 0;
-            while c < 4 {
-                l.qs[r][c] = rd8(rows[r].add(16 + 32 * c + 8 * t as usize));
-                c += 1;
+            let mut gi = 0;
+            while gi < 4 {
+                let w = c[2 * r + gi / 2];
+                l.qs[r][gi] = [w[2 * (gi % 2)], w[2 * (gi % 2) + 1]];
+                gi += 1;
             }
             r += 1;
         }
@@ -285,19 +285,36 @@ impl Format for Q5K {
     const BF16: bool = false;
     const OFFSET: bool = true;
     type Lane = Q5kLane;
+    const ZERO: Q5kLane = Q5kLane { hdr: [[0; 4]; 2], qh: [[0; 2]; 2], qs: [[[0; 2]; 4]; 2] };
 
     #[inline(always)]
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q5kLane {
-        let mut l = Q5kLane { hdr: [[0; 4]; 2], qh: [[0; 2]; 2], qs: [[[0; 2]; 4]; 2] };
-        let rows = [row_g, row_g8];
+    unsafe fn load(blk: *const u8, lane: u32) -> Q5kLane {
+        let g = lane / 4;
+        let hdr_at = qmm_lanes::field_offset(qmm_lanes::Q5_K, 0);
+        // 20 private words: per row qh (2 words) then the four nibble groups (2 words each).
+        let mut wds = [0u32; 20];
+        let mut j = 0;
+        while j < 5 {
+            let c = chunk(blk, j, lane);
+            let mut e = 0;
+            while e < 4 {
+                wds[4 * j + e] = c[e];
+                e += 1;
+            }
+            j += 1;
+        }
+        let mut l = Q5kLane {
+            hdr: [field16(blk, hdr_at, g), field16(blk, hdr_at, g + 8)],
+            qh: [[0; 2]; 2],
+            qs: [[[0; 2]; 4]; 2],
+        };
         let mut r = 0;
         while r < 2 {
-            l.hdr[r] = rd16(rows[r]);
-            l.qh[r] = rd8(rows[r].add(16 + 8 * t as usize));
-            let mut c = 0;
-            while c < 4 {
-                l.qs[r][c] = rd8(rows[r].add(48 + 32 * c + 8 * t as usize));
-                c += 1;
+            l.qh[r] = [wds[10 * r], wds[10 * r + 1]];
+            let mut gi = 0;
+            while gi < 4 {
+                l.qs[r][gi] = [wds[10 * r + 2 + 2 * gi], wds[10 * r + 3 + 2 * gi]];
+                gi += 1;
             }
             r += 1;
         }
@@ -363,32 +380,41 @@ impl Format for Q6K {
     const PER_STAGE: u32 = qmm_format::Q6_K.2;
     const BF16: bool = false;
     type Lane = Q6kLane;
+    const ZERO: Q6kLane = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], sc: [[0; 2]; 2], d: [0; 2] };
 
     #[inline(always)]
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q6kLane {
+    unsafe fn load(blk: *const u8, lane: u32) -> Q6kLane {
+        let (g, t) = (lane / 4, lane % 4);
+        let sc_at = qmm_lanes::field_offset(qmm_lanes::Q6_K, 0);
+        let d_at = qmm_lanes::field_offset(qmm_lanes::Q6_K, 1);
+        // 24 private words: per row and half hf: ql (parity 0), ql (parity 1), qh, 2 words each.
+        let mut wds = [0u32; 24];
+        let mut j = 0;
+        while j < 6 {
+            let c = chunk(blk, j, lane);
+            let mut e = 0;
+            while e < 4 {
+                wds[4 * j + e] = c[e];
+                e += 1;
+            }
+            j += 1;
+        }
         let mut l = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], sc: [[0; 2]; 2], d: [0; 2] };
-        let rows = [row_g, row_g8];
-        let t8 = 8 * t as usize;
+        // Unit u = 4hf + tq uses scale 8hf + 2tq + t/2: bytes (0, 2, 4, 6) + t/2 of each 8.
+        let sel = if t / 2 == 0 { 0x6420 } else { 0x7531 };
         let mut r = 0;
         while r < 2 {
-            let b = rows[r];
             let mut hf = 0;
             while hf < 2 {
-                l.ql[r][hf][0] = ld8_a2(b.add(64 * hf + t8));
-                l.ql[r][hf][1] = ld8_a2(b.add(64 * hf + 32 + t8));
-                l.qh[r][hf] = ld8_a2(b.add(128 + 32 * hf + t8));
+                let o = 12 * r + 6 * hf;
+                l.ql[r][hf][0] = [wds[o], wds[o + 1]];
+                l.ql[r][hf][1] = [wds[o + 2], wds[o + 3]];
+                l.qh[r][hf] = [wds[o + 4], wds[o + 5]];
                 hf += 1;
             }
-            // scales: unit u = 4hf + tq uses scales[8hf + 2tq + t/2].
-            let mut s = [0u32; 8];
-            let mut u = 0;
-            while u < 8 {
-                let idx = 8 * (u / 4) + 2 * (u % 4) + (t / 2) as usize;
-                s[u] = rd2(b.add(192 + (idx & !1))) >> (8 * (idx & 1)) & 0xff;
-                u += 1;
-            }
-            l.sc[r] = [s[0] | s[1] << 8 | s[2] << 16 | s[3] << 24, s[4] | s[5] << 8 | s[6] << 16 | s[7] << 24];
-            l.d[r] = rd2(b.add(208));
+            let sc = field16(blk, sc_at, g + 8 * r as u32);
+            l.sc[r] = [prmt(sc[0], sc[1], sel), prmt(sc[2], sc[3], sel)];
+            l.d[r] = field2(blk, d_at, g + 8 * r as u32);
             r += 1;
         }
         l
@@ -444,11 +470,14 @@ impl Format for Q8_0 {
     const BF16: bool = false;
     const OFFSET: bool = true;
     type Lane = Q8_0Lane;
+    const ZERO: Q8_0Lane = Q8_0Lane { qs: [[0; 2]; 2], d: [0; 2] };
 
     #[inline(always)]
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> Q8_0Lane {
-        let t8 = 8 * t as usize;
-        Q8_0Lane { qs: [ld8_a2(row_g.add(2 + t8)), ld8_a2(row_g8.add(2 + t8))], d: [rd2(row_g), rd2(row_g8)] }
+    unsafe fn load(blk: *const u8, lane: u32) -> Q8_0Lane {
+        let g = lane / 4;
+        let d_at = qmm_lanes::field_offset(qmm_lanes::Q8_0, 0);
+        let c = chunk(blk, 0, lane);
+        Q8_0Lane { qs: [[c[0], c[1]], [c[2], c[3]]], d: [field2(blk, d_at, g), field2(blk, d_at, g + 8)] }
     }
 
     /// `A = 1152 + q`.
@@ -477,8 +506,8 @@ pub struct HalfLane {
 }
 
 #[inline(always)]
-unsafe fn load_half(row_g: *const u8, row_g8: *const u8, t: u32) -> HalfLane {
-    HalfLane { v: [rd16(row_g.add(16 * t as usize)), rd16(row_g8.add(16 * t as usize))] }
+unsafe fn load_half(blk: *const u8, lane: u32) -> HalfLane {
+    HalfLane { v: [chunk(blk, 0, lane), chunk(blk, 1, lane)] }
 }
 
 /// `(e0, e2)` and `(e1, e3)` of step `h` from words `(e0,e1), (e2,e3)`.
@@ -503,10 +532,11 @@ impl<const B: bool> Format for Half<B> {
     const PER_STAGE: u32 = if B { qmm_format::BF16.2 } else { qmm_format::F16.2 };
     const BF16: bool = B;
     type Lane = HalfLane;
+    const ZERO: HalfLane = HalfLane { v: [[0; 4]; 2] };
 
     #[inline(always)]
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> HalfLane {
-        load_half(row_g, row_g8, t)
+    unsafe fn load(blk: *const u8, lane: u32) -> HalfLane {
+        load_half(blk, lane)
     }
 
     #[inline(always)]
@@ -565,11 +595,11 @@ impl Format for F32W {
     const PER_STAGE: u32 = qmm_format::F32.2;
     const BF16: bool = true;
     type Lane = F32Lane;
+    const ZERO: F32Lane = F32Lane { v: [[[0; 4]; 2]; 2] };
 
     #[inline(always)]
-    unsafe fn load(row_g: *const u8, row_g8: *const u8, t: u32) -> F32Lane {
-        let o = 32 * t as usize;
-        F32Lane { v: [[rd16(row_g.add(o)), rd16(row_g.add(o + 16))], [rd16(row_g8.add(o)), rd16(row_g8.add(o + 16))]] }
+    unsafe fn load(blk: *const u8, lane: u32) -> F32Lane {
+        F32Lane { v: [[chunk(blk, 0, lane), chunk(blk, 1, lane)], [chunk(blk, 2, lane), chunk(blk, 3, lane)]] }
     }
 
     #[inline(always)]

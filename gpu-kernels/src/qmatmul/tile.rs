@@ -3,14 +3,17 @@
 //!
 //! Geometry: 256-thread blocks of 8 warps; warp `w` of block `(bx, s)` owns output rows
 //! `16·(8·bx + w) .. +16` and the weight blocks of K split `s` (`blockIdx.y`, `ksplit` splits
-//! fixed by the shape). W is packed per 16-row group (`host::gpu::qmatmul::qmm_pack_weights`:
-//! `[group][block][row][BYTES]`), so a warp's pipeline stage — `PER_STAGE` blocks of its 16
-//! rows — is one contiguous, 16-byte-aligned span: lane 0 fetches it with one bulk copy
-//! (`cp.async.bulk`, completed on a per-slot `mbarrier`) into a private ring of
-//! `qmm_stages(BYTES, T)` shared-memory slots (all but one in flight; the bytes in flight cost
-//! no registers). Lane `(g, t)` reads its part of rows `g` and `g + 8` from the slot (see
-//! [`super::formats`]) and, for each 32-element unit and each tile of 8 columns, loads 16
-//! bytes of prepared x (two k16 steps of B fragments) and issues `mma.m16n8k16`.
+//! fixed by the shape). W is packed per 16-row group in lane order
+//! (`host::gpu::qmatmul::qmm_pack_weights`, layout in `kernel_abi::qmm_lanes`): lane `(g, t)`
+//! loads exactly the bytes it multiplies — its private 16-byte chunks, which the 32 lanes read
+//! as 512 contiguous bytes per load, and the per-row headers of rows `g` and `g + 8` — with
+//! plain `ld.global.nc` straight into registers. The loads of the next `DEPTH` stages
+//! (`PER_STAGE` blocks each) are issued before a stage's math, so they are in flight while it
+//! computes; no shared memory, no barriers. (v5 fetched each warp's stage with one
+//! `cp.async.bulk` into a shared-memory ring: that path alone, with no math at all, reached only
+//! 0.55–0.61 of the copy bandwidth at these shapes — see docs/perf/qmatmul.md, session 4.) For
+//! each 32-element unit and each tile of 8 columns the lane loads 16 bytes of prepared x (two
+//! k16 steps of B fragments) and issues `mma.m16n8k16`.
 //!
 //! * Scaled formats (Q6_K, F16, BF16, F32) accumulate straight into the f32 accumulators.
 //! * Q8_0 takes each unit's product `P` from a zero accumulator and adds `scale·P + bias·S`
@@ -29,18 +32,15 @@
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
-use kernel_abi::{qmm_stages, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_WARPS};
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP};
 
 use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
-use crate::device::bulk::{
-    bulk_copy_g2s, fence_mbarrier_init, mbarrier_arrive_expect_tx, mbarrier_init, mbarrier_wait_parity,
-};
 use crate::device::fence::fence_gpu;
 use crate::device::load::{ld_cg_f32, ld_nc_v2_f32, ld_nc_v4, U32x4};
 use crate::device::math::fma_ordered;
 use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered, mma_f16_16816_zero_ordered};
-use crate::device::shared::{dynamic_smem, smem_addr, Shared};
-use crate::device::sync::{sync_threads, sync_warp};
+use crate::device::shared::Shared;
+use crate::device::sync::sync_threads;
 use crate::device::*;
 
 #[link_section = ".shared"]
@@ -48,7 +48,7 @@ static QMM_IS_LAST: Shared<u32> = Shared::uninit();
 
 /// The kernel body, monomorphised per format `F` and tile count `T`.
 #[inline(always)]
-unsafe fn qmm<F: Format, const T: usize>(
+unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
     w: *const u8,
     xh: *const u16,
     xb_hi: *const u16,
@@ -62,8 +62,6 @@ unsafe fn qmm<F: Format, const T: usize>(
 ) {
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
-    // Ring depth: 4, or 8 for the kernels that run one block per SM (see `qmm_stages`).
-    let nstages = qmm_stages(F::BYTES, T as u32);
     let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let blocks = p.in_features / F::ELEMS;
     let split = block_y();
@@ -73,280 +71,267 @@ unsafe fn qmm<F: Format, const T: usize>(
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
 
-    // This warp's shared-memory ring: STAGES slots of `PER_STAGE` blocks × 16 rows, in the packed
-    // order of W (`[block][row][BYTES]`), so a slot is one contiguous span of W.
+    // Packed W: row group `row0 / 16`, block `b` (16 rows in lane order, `16·BYTES` bytes) at
+    // `((row0/16)·blocks + b)·16·BYTES`. Offsets are u32 (the host keeps packed W < 4 GiB).
     let block16 = 16 * F::BYTES;
-    let stage_bytes = F::PER_STAGE * block16;
-    let ring = dynamic_smem().add((warp_id() * nstages * stage_bytes) as usize);
+    let group = w.add(((row0 / 16) * blocks * block16) as usize);
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
     // The x column this lane loads (`g`, or `n − 1` for padding columns) and the unit-sum pair.
     let xcol = g.min(p.n - 1) as usize;
     let scol = if 2 * t < p.n { 2 * t as usize } else { 0 };
 
-    // Stage copies: lane 0 copies the stage (one bulk copy of `(b_end − b)·16·BYTES` contiguous
-    // bytes of packed W) and announces the bytes on the slot's barrier (one arrival per phase).
-    // Offsets are u32 (the host guarantees the packed W < 4 GiB).
-    let bars = smem_addr(dynamic_smem().add((QMM_WARPS * nstages * stage_bytes) as usize)) + warp_id() * nstages * 8;
-    if lane == 0 {
-        let mut s = 0;
-        while s < nstages {
-            mbarrier_init(bars + 8 * s, 1);
-            s += 1;
+    // The lane's data of stage `st` (blocks past `b1` are not loaded): plain 16-byte loads
+    // straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`).
+    const MAX_STAGE_BLOCKS: usize = 4;
+    let load_stage = |st: u32| {
+        let mut l = [F::ZERO; MAX_STAGE_BLOCKS];
+        let b = b0 + st * F::PER_STAGE;
+        let mut i = 0;
+        while i < MAX_STAGE_BLOCKS {
+            if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b + (i as u32) < b1) {
+                l[i] = F::load(group.add(((b + i as u32) * block16) as usize), lane);
+            }
+            i += 1;
         }
-    }
-    fence_mbarrier_init();
-    sync_warp();
-    // Packed W: row group `row0 / 16`, block `b` at `((row0/16)·blocks + b)·16·BYTES`.
-    let group_off = (row0 / 16) * blocks * block16;
-    let ring_addr = smem_addr(ring);
-    let issue = |st: u32| {
-        if lane == 0 {
-            let b = b0 + st * F::PER_STAGE;
-            let b_end = (b + F::PER_STAGE).min(b1);
-            let slot = st % nstages;
-            let bytes = (b_end - b) * block16;
-            let bar = bars + 8 * slot;
-            // No proxy fence before overwriting the slot: every value the warp read from it
-            // was consumed by instructions issued before the `sync_warp` that ends its stage,
-            // so those reads have completed (in-order issue) before this copy is issued.
-            mbarrier_arrive_expect_tx(bar, bytes);
-            bulk_copy_g2s(ring_addr + slot * stage_bytes, w.add((group_off + b * block16) as usize), bytes, bar);
-        }
+        l
     };
 
     let mut acc = [[0.0f32; 4]; T];
-    let mut st = 0;
-    while st + 1 < nstages {
-        if st < stages {
-            issue(st);
-        }
-        st += 1;
+    // Software pipeline in registers: stages `st + 1 ..= st + DEPTH` are requested before stage
+    // `st`'s math, so DEPTH stages per warp are always in flight (no shared memory).
+    let mut ahead = [[F::ZERO; MAX_STAGE_BLOCKS]; 2];
+    ahead[0] = load_stage(0);
+    if DEPTH > 1 && stages > 1 {
+        ahead[1] = load_stage(1);
     }
     let mut st = 0;
     while st < stages {
-        if st + nstages - 1 < stages {
-            issue(st + nstages - 1);
-        }
-        mbarrier_wait_parity(bars + 8 * (st % nstages), (st / nstages) & 1);
-        let slot = ring.add(((st % nstages) * stage_bytes) as usize);
-        let b = b0 + st * F::PER_STAGE;
-        let b_end = (b + F::PER_STAGE).min(b1);
-        let sg = slot.add((g * F::BYTES) as usize);
-        let sg8 = slot.add(((g + 8) * F::BYTES) as usize);
-        // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
-        // before any of its math, so their latency overlaps instead of stalling every unit.
-        const MAX_STAGE_UNITS: usize = 8;
-        let stage_units = (F::PER_STAGE * units) as usize;
-        let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
-        let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
-        let mut ss = [[0f32; 2]; MAX_STAGE_UNITS];
-        // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
-        let unit0 = (b * units) as usize;
-        let valid_units = ((b_end - b) * units) as usize;
-        // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
-        // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
-        let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
-        const MAX_STAGE_BLOCKS: usize = 4;
-        let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
-        // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
-        // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
-        // are never stored, and a column's products never mix with another's.
-        if T == 1 && F::SUPER {
-            let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
-            let mut i = 0;
-            while i < MAX_STAGE_BLOCKS {
-                if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
-                    let v = ld_nc_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
-                    gs[i] = [v[0].to_bits(), v[1].to_bits()];
-                }
-                i += 1;
+        let cur = ahead[0];
+        if DEPTH > 1 {
+            ahead[0] = ahead[1];
+            if st + 2 < stages {
+                ahead[1] = load_stage(st + 2);
             }
+        } else if st + 1 < stages {
+            ahead[0] = load_stage(st + 1);
         }
-        if T == 1 && F::OFFSET && !F::SUPER {
-            let sbase = xsum.add(unit0 * QMM_MAX_N as usize + scol);
-            let mut i = 0;
-            while i < MAX_STAGE_UNITS {
-                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
-                    ss[i] = ld_nc_v2_f32(sbase.add(i * QMM_MAX_N as usize));
-                }
-                i += 1;
-            }
-        }
-        if T == 1 {
-            let at = xcol * k + unit0 * 32 + 8 * t as usize;
-            let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
-            let bbase = xb_hi.add(at);
-            let mut i = 0;
-            while i < MAX_STAGE_UNITS {
-                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
-                    if F::BF16 {
-                        xs[i] = ld_nc_v4(bbase.add(32 * i) as *const U32x4).0;
-                        xls[i] = ld_nc_v4(lbase.add(32 * i) as *const U32x4).0;
-                    } else {
-                        xs[i] = ld_nc_v4(hbase.add(32 * i) as *const U32x4).0;
+        {
+            let b = b0 + st * F::PER_STAGE;
+            let b_end = (b + F::PER_STAGE).min(b1);
+            // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
+            // before any of its math, so their latency overlaps instead of stalling every unit.
+            const MAX_STAGE_UNITS: usize = 8;
+            let stage_units = (F::PER_STAGE * units) as usize;
+            let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
+            let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
+            let mut ss = [[0f32; 2]; MAX_STAGE_UNITS];
+            // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
+            let unit0 = (b * units) as usize;
+            let valid_units = ((b_end - b) * units) as usize;
+            // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
+            // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
+            let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
+            let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
+            // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
+            // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
+            // are never stored, and a column's products never mix with another's.
+            if T == 1 && F::SUPER {
+                let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
+                let mut i = 0;
+                while i < MAX_STAGE_BLOCKS {
+                    if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
+                        let v = ld_nc_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
+                        gs[i] = [v[0].to_bits(), v[1].to_bits()];
                     }
+                    i += 1;
                 }
-                i += 1;
             }
-        }
-        // B fragments (both k16 steps) of unit `unit` (`u` of stage block `i_blk`) for every tile:
-        // column `8·tile + g`, and for BF16 pairs the lo parts. One tile: from the stage prefetch.
-        // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column n − 1: same cache
-        // lines, so x traffic stays proportional to n.
-        let x_frags = |i_blk: u32, u: u32, unit: usize| {
-            let mut xf = [[0u32; 4]; T];
-            let mut xl = [[0u32; 4]; T];
+            if T == 1 && F::OFFSET && !F::SUPER {
+                let sbase = xsum.add(unit0 * QMM_MAX_N as usize + scol);
+                let mut i = 0;
+                while i < MAX_STAGE_UNITS {
+                    if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
+                        ss[i] = ld_nc_v2_f32(sbase.add(i * QMM_MAX_N as usize));
+                    }
+                    i += 1;
+                }
+            }
             if T == 1 {
-                let xi = (i_blk * units + u) as usize;
-                xf[0] = xs[xi];
-                xl[0] = xls[xi];
-            } else {
-                let mut tile = 0;
-                while tile < T {
-                    let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                    let at = col * k + unit * 32 + 8 * t as usize;
-                    if F::BF16 {
-                        xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
-                        xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
-                    } else {
-                        xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
+                let at = xcol * k + unit0 * 32 + 8 * t as usize;
+                let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
+                let bbase = xb_hi.add(at);
+                let mut i = 0;
+                while i < MAX_STAGE_UNITS {
+                    if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
+                        if F::BF16 {
+                            xs[i] = ld_nc_v4(bbase.add(32 * i) as *const U32x4).0;
+                            xls[i] = ld_nc_v4(lbase.add(32 * i) as *const U32x4).0;
+                        } else {
+                            xs[i] = ld_nc_v4(hbase.add(32 * i) as *const U32x4).0;
+                        }
                     }
-                    tile += 1;
+                    i += 1;
                 }
             }
-            (xf, xl)
-        };
-        unroll_stage_blocks::<F>(|i_blk| {
-            let bb = b + i_blk;
-            if bb >= b_end {
-                return;
-            }
-            let boff = (i_blk * block16) as usize;
-            let lanedata = F::load(sg.add(boff), sg8.add(boff), t);
-            if F::SUPER {
-                // K-quant super-block: Σ_u s'_u·P_u from zero-accumulator unit products, then
-                // the block's correction products (see `formats::KScales`).
-                let ks = F::super_scales(&lanedata, t);
-                let mut sb = [[0.0f32; 4]; T];
-                unroll_units::<F>(|u| {
-                    let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
-                    let mut pu = [[0.0f32; 4]; T];
-                    let a0 = F::frag(&lanedata, u, 0);
+            // B fragments (both k16 steps) of unit `unit` (`u` of stage block `i_blk`) for every tile:
+            // column `8·tile + g`, and for BF16 pairs the lo parts. One tile: from the stage prefetch.
+            // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column n − 1: same cache
+            // lines, so x traffic stays proportional to n.
+            let x_frags = |i_blk: u32, u: u32, unit: usize| {
+                let mut xf = [[0u32; 4]; T];
+                let mut xl = [[0u32; 4]; T];
+                if T == 1 {
+                    let xi = (i_blk * units + u) as usize;
+                    xf[0] = xs[xi];
+                    xl[0] = xls[xi];
+                } else {
                     let mut tile = 0;
                     while tile < T {
-                        pu[tile] = mma_f16_16816_zero_ordered(a0, [xf[tile][0], xf[tile][1]]);
-                        tile += 1;
-                    }
-                    let a1 = F::frag(&lanedata, u, 1);
-                    let mut tile = 0;
-                    while tile < T {
-                        mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
-                        tile += 1;
-                    }
-                    let sc = [ks.unit(0, u), ks.unit(1, u)];
-                    let mut tile = 0;
-                    while tile < T {
-                        let mut j = 0;
-                        while j < 4 {
-                            sb[tile][j] = fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
-                            j += 1;
+                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                        let at = col * k + unit * 32 + 8 * t as usize;
+                        if F::BF16 {
+                            xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
+                            xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
+                        } else {
+                            xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
                         }
                         tile += 1;
                     }
-                });
-                let a_s = [ks.a_s[0], ks.a_s[1], ks.a_s[0], ks.a_s[1]];
-                let a_m = [ks.a_m[0], ks.a_m[1], ks.a_m[0], ks.a_m[1]];
-                let mut tile = 0;
-                while tile < T {
-                    let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                    let bs = if T == 1 {
-                        gs[i_blk as usize]
-                    } else {
-                        let at = (bb as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-                        let v = ld_nc_v2_f32(sums_h.add(at) as *const f32);
-                        [v[0].to_bits(), v[1].to_bits()]
-                    };
-                    let c1 = mma_f16_16816_zero_ordered(a_s, bs);
-                    let c2 = mma_f16_16816_zero_ordered(a_m, bs);
-                    let mut j = 0;
-                    while j < 4 {
-                        let r = j / 2;
-                        let v = fma_ordered(-65536.0, c1[j], sb[tile][j]);
-                        let a = fma_ordered(ks.d[r], v, acc[tile][j]);
-                        acc[tile][j] = fma_ordered(ks.neg_min64[r], c2[j], a);
-                        j += 1;
-                    }
-                    tile += 1;
                 }
-                return;
-            }
-            unroll_units::<F>(|u| {
-                let unit = (bb * units + u) as usize;
-                // B fragments of both k16 steps for every tile: column = 8·tile + g.
-                let (xf, xl) = x_frags(i_blk, u, unit);
-                if F::OFFSET {
-                    // P = Σ (OFF + q')·x̂ over the unit from a zero accumulator, then
-                    // acc += scale·P + bias·S per (row, column).
-                    let mut pu = [[0.0f32; 4]; T];
-                    let mut h = 0;
-                    while h < 2 {
-                        let a = F::frag(&lanedata, u, h);
+                (xf, xl)
+            };
+            unroll_stage_blocks::<F>(|i_blk| {
+                let bb = b + i_blk;
+                if bb >= b_end {
+                    return;
+                }
+                let lanedata = cur[i_blk as usize];
+                if F::SUPER {
+                    // K-quant super-block: Σ_u s'_u·P_u from zero-accumulator unit products, then
+                    // the block's correction products (see `formats::KScales`).
+                    let ks = F::super_scales(&lanedata, t);
+                    let mut sb = [[0.0f32; 4]; T];
+                    unroll_units::<F>(|u| {
+                        let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
+                        let mut pu = [[0.0f32; 4]; T];
+                        let a0 = F::frag(&lanedata, u, 0);
                         let mut tile = 0;
                         while tile < T {
-                            let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
-                            mma_f16_16816_ordered(&mut pu[tile], a, bf);
+                            pu[tile] = mma_f16_16816_zero_ordered(a0, [xf[tile][0], xf[tile][1]]);
                             tile += 1;
                         }
-                        h += 1;
-                    }
-                    let (scale, bias) = F::unit_scales(&lanedata, u);
+                        let a1 = F::frag(&lanedata, u, 1);
+                        let mut tile = 0;
+                        while tile < T {
+                            mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
+                            tile += 1;
+                        }
+                        let sc = [ks.unit(0, u), ks.unit(1, u)];
+                        let mut tile = 0;
+                        while tile < T {
+                            let mut j = 0;
+                            while j < 4 {
+                                sb[tile][j] = fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
+                                j += 1;
+                            }
+                            tile += 1;
+                        }
+                    });
+                    let a_s = [ks.a_s[0], ks.a_s[1], ks.a_s[0], ks.a_s[1]];
+                    let a_m = [ks.a_m[0], ks.a_m[1], ks.a_m[0], ks.a_m[1]];
                     let mut tile = 0;
                     while tile < T {
-                        let sums = if T == 1 {
-                            ss[(i_blk * units + u) as usize]
+                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                        let bs = if T == 1 {
+                            gs[i_blk as usize]
                         } else {
-                            let c =
-                                if 8 * tile + 2 * (t as usize) < p.n as usize { 8 * tile + 2 * t as usize } else { 0 };
-                            ld_nc_v2_f32(xsum.add(unit * QMM_MAX_N as usize + c))
+                            let at = (bb as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
+                            let v = ld_nc_v2_f32(sums_h.add(at) as *const f32);
+                            [v[0].to_bits(), v[1].to_bits()]
                         };
+                        let c1 = mma_f16_16816_zero_ordered(a_s, bs);
+                        let c2 = mma_f16_16816_zero_ordered(a_m, bs);
                         let mut j = 0;
                         while j < 4 {
                             let r = j / 2;
-                            let a = fma_ordered(scale[r], pu[tile][j], acc[tile][j]);
-                            acc[tile][j] = fma_ordered(bias[r], sums[j % 2], a);
+                            let v = fma_ordered(-65536.0, c1[j], sb[tile][j]);
+                            let a = fma_ordered(ks.d[r], v, acc[tile][j]);
+                            acc[tile][j] = fma_ordered(ks.neg_min64[r], c2[j], a);
                             j += 1;
                         }
                         tile += 1;
                     }
                     return;
                 }
-                let mut step = |h: u32| {
-                    let a = F::frag(&lanedata, u, h);
-                    let a_lo = F::frag_lo(&lanedata, u, h);
-                    let mut tile = 0;
-                    while tile < T {
-                        let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
-                        if F::BF16 {
-                            let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
-                            mma_bf16_16816(&mut acc[tile], a, bf);
-                            mma_bf16_16816(&mut acc[tile], a, bl);
-                            if let Some(alo) = a_lo {
-                                mma_bf16_16816(&mut acc[tile], alo, bf);
+                unroll_units::<F>(|u| {
+                    let unit = (bb * units + u) as usize;
+                    // B fragments of both k16 steps for every tile: column = 8·tile + g.
+                    let (xf, xl) = x_frags(i_blk, u, unit);
+                    if F::OFFSET {
+                        // P = Σ (OFF + q')·x̂ over the unit from a zero accumulator, then
+                        // acc += scale·P + bias·S per (row, column).
+                        let mut pu = [[0.0f32; 4]; T];
+                        let mut h = 0;
+                        while h < 2 {
+                            let a = F::frag(&lanedata, u, h);
+                            let mut tile = 0;
+                            while tile < T {
+                                let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
+                                mma_f16_16816_ordered(&mut pu[tile], a, bf);
+                                tile += 1;
                             }
-                        } else {
-                            mma_f16_16816(&mut acc[tile], a, bf);
+                            h += 1;
                         }
-                        tile += 1;
+                        let (scale, bias) = F::unit_scales(&lanedata, u);
+                        let mut tile = 0;
+                        while tile < T {
+                            let sums = if T == 1 {
+                                ss[(i_blk * units + u) as usize]
+                            } else {
+                                let c = if 8 * tile + 2 * (t as usize) < p.n as usize {
+                                    8 * tile + 2 * t as usize
+                                } else {
+                                    0
+                                };
+                                ld_nc_v2_f32(xsum.add(unit * QMM_MAX_N as usize + c))
+                            };
+                            let mut j = 0;
+                            while j < 4 {
+                                let r = j / 2;
+                                let a = fma_ordered(scale[r], pu[tile][j], acc[tile][j]);
+                                acc[tile][j] = fma_ordered(bias[r], sums[j % 2], a);
+                                j += 1;
+                            }
+                            tile += 1;
+                        }
+                        return;
                     }
-                };
-                step(0);
-                step(1);
+                    let mut step = |h: u32| {
+                        let a = F::frag(&lanedata, u, h);
+                        let a_lo = F::frag_lo(&lanedata, u, h);
+                        let mut tile = 0;
+                        while tile < T {
+                            let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
+                            if F::BF16 {
+                                let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
+                                mma_bf16_16816(&mut acc[tile], a, bf);
+                                mma_bf16_16816(&mut acc[tile], a, bl);
+                                if let Some(alo) = a_lo {
+                                    mma_bf16_16816(&mut acc[tile], alo, bf);
+                                }
+                            } else {
+                                mma_f16_16816(&mut acc[tile], a, bf);
+                            }
+                            tile += 1;
+                        }
+                    };
+                    step(0);
+                    step(1);
+                });
             });
-        });
-        sync_warp();
-        st += 1;
+            st += 1;
+        }
     }
-
     // Lane holds D[g][2t, 2t+1] (acc[.][0..2]) and D[g+8][2t, 2t+1] (acc[.][2..4]).
     let out = p.out_features as usize;
     let rows = [row0 + g, row0 + g + 8];
@@ -459,12 +444,11 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
     }
 }
 
-/// Register budgets: `minctasm=3` (85 registers) for one tile where shared memory also allows
-/// three blocks (Q4_K, Q8_0, F16, BF16, F32); `minctasm=2` caps a thread at 128 registers (two 256-thread blocks per SM,
-/// which is also what the shared-memory ring allows); with three or four tiles the K-quant
-/// kernels need more than that and get `minctasm=1` (they spill at 128).
+/// Register budgets (`minctasm`: blocks of 256 threads per SM the registers must allow — 3: 85
+/// registers, 2: 128, 1: 255) and pipeline depth (stages in flight per warp, in registers).
+/// Nothing else limits occupancy: the kernels use no shared memory besides one flag.
 macro_rules! qmm_kernels {
-    ($fmt:ty => $($name:ident = $t:literal @ $sect:literal),+) => {
+    ($fmt:ty => $($name:ident = $t:literal, $depth:literal @ $sect:literal),+) => {
         $(
             #[no_mangle]
             #[link_section = $sect]
@@ -480,31 +464,44 @@ macro_rules! qmm_kernels {
                 y: *mut f32,
                 p: QmmParams,
             ) {
-                qmm::<$fmt, $t>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
+                qmm::<$fmt, $t, $depth>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
             }
         )+
     };
 }
 
-macro_rules! qmm_family {
-    ($fmt:ty => $n1:ident, $n2:ident, $n3:ident, $n4:ident; one = $one:literal, wide = $wide:literal) => {
-        qmm_kernels!($fmt =>
-            $n1 = 1 @ $one,
-            $n2 = 2 @ "nvvm:maxntid=256;minctasm=2",
-            $n3 = 3 @ $wide,
-            $n4 = 4 @ $wide);
-    };
-}
-
-qmm_family!(Q4K => qmm_q4k_nt1, qmm_q4k_nt2, qmm_q4k_nt3, qmm_q4k_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=1");
-// Q5_K spills at 128 registers with four tiles.
+qmm_kernels!(Q4K =>
+    qmm_q4k_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q4k_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q4k_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q4k_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q5K =>
-    qmm_q5k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
-qmm_family!(Q6K => qmm_q6k_nt1, qmm_q6k_nt2, qmm_q6k_nt3, qmm_q6k_nt4; one = "nvvm:maxntid=256;minctasm=2", wide = "nvvm:maxntid=256;minctasm=2");
-qmm_family!(Q8_0 => qmm_q8_0_nt1, qmm_q8_0_nt2, qmm_q8_0_nt3, qmm_q8_0_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");
-qmm_family!(F16 => qmm_f16_nt1, qmm_f16_nt2, qmm_f16_nt3, qmm_f16_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");
-qmm_family!(Bf16 => qmm_bf16_nt1, qmm_bf16_nt2, qmm_bf16_nt3, qmm_bf16_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");
-qmm_family!(F32W => qmm_f32_nt1, qmm_f32_nt2, qmm_f32_nt3, qmm_f32_nt4; one = "nvvm:maxntid=256;minctasm=3", wide = "nvvm:maxntid=256;minctasm=2");
+    qmm_q5k_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=1");
+qmm_kernels!(Q6K =>
+    qmm_q6k_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q6k_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=1");
+qmm_kernels!(Q8_0 =>
+    qmm_q8_0_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(F16 =>
+    qmm_f16_nt1 = 1, 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f16_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(Bf16 =>
+    qmm_bf16_nt1 = 1, 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_bf16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_bf16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_bf16_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(F32W =>
+    qmm_f32_nt1 = 1, 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f32_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f32_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f32_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");

@@ -84,7 +84,7 @@ pub fn gemv_f32(
 
 use flashtree_reference::quant::GgmlType;
 use kernel_abi::{
-    qmm_ksplit, qmm_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_ksplit, qmm_lanes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 /// Kernel name prefix and block geometry `(elements, bytes)` of a weight type on the
@@ -113,15 +113,60 @@ pub fn qmm_packed_bytes(ty: GgmlType, out: usize, inp: usize) -> Result<usize, G
         .ok_or_else(|| GpuError::shape("qmm", format!("W {ty:?} [{out}, {inp}] size overflows")))
 }
 
+/// The lane layout of `ty` (see [`kernel_abi::qmm_lanes`]).
+fn lane_layout(ty: GgmlType) -> Option<(&'static [qmm_lanes::Piece], &'static [qmm_lanes::Field])> {
+    Some(match ty {
+        GgmlType::Q4_K => qmm_lanes::Q4_K,
+        GgmlType::Q5_K => qmm_lanes::Q5_K,
+        GgmlType::Q6_K => qmm_lanes::Q6_K,
+        GgmlType::Q8_0 => qmm_lanes::Q8_0,
+        GgmlType::F16 | GgmlType::BF16 => qmm_lanes::HALF,
+        GgmlType::F32 => qmm_lanes::F32,
+        _ => return None,
+    })
+}
+
+/// For each byte of one packed 16-row block of `ty` (`16·BYTES` of them, in packed order),
+/// the byte of the 16 raw blocks it holds: `r·BYTES + e` for byte `e` of row `r`.
+fn packed_sources(ty: GgmlType, bytes: usize) -> Result<Vec<usize>, GpuError> {
+    let layout =
+        lane_layout(ty).ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no lane layout")))?;
+    let private = qmm_lanes::private_bytes(layout) as usize;
+    let mut src = vec![usize::MAX; 16 * bytes];
+    for lane in 0..32 {
+        let (g, t) = (lane / 4, lane % 4);
+        let mut i = 0;
+        for &(row, off, len, stride) in layout.0 {
+            let r = g + 8 * row as usize;
+            for k in 0..len as usize {
+                src[(i / 16) * 512 + 16 * lane + i % 16] = r * bytes + off as usize + t * stride as usize + k;
+                i += 1;
+            }
+        }
+        debug_assert_eq!(i, private);
+    }
+    for (f, &(off, len)) in layout.1.iter().enumerate() {
+        let base = qmm_lanes::field_offset(layout, f) as usize;
+        for r in 0..16 {
+            for k in 0..len as usize {
+                src[base + r * len as usize + k] = r * bytes + off as usize + k;
+            }
+        }
+    }
+    Ok(src)
+}
+
 /// Repacks W `[out, in]` (raw GGUF bytes, rows contiguous) into the layout the `qmm_*` kernels
-/// stream: for each group of 16 rows and each K block `b`, the 16 rows' block `b` back to back,
+/// stream: for each group of 16 rows and each K block `b`, the 16 rows' block `b` in the lane
+/// order of [`kernel_abi::qmm_lanes`] (each lane's private bytes as 16-byte chunks, chunk `j`
+/// of all 32 lanes contiguous; then the per-row fields a quad shares),
 ///
-/// `packed[((group·blocks + b)·16 + r)·BYTES ..] = W[16·group + r][b·BYTES ..]`,
+/// `packed[(group·blocks + b)·16·BYTES + p] = W[16·group + r][b·BYTES + e]` with `(r, e)` the
+/// source of packed position `p`,
 ///
-/// with zero rows padding the last group (a zero block is a zero weight in every format). A
-/// warp's pipeline stage (16 rows × a few blocks) is then one contiguous, 16-byte-aligned span
-/// that one bulk copy fetches, whatever the block size (Q6_K's 210 bytes, Q8_0's 34). Bytes are
-/// moved, never changed, so the product is the one of the raw matrix.
+/// with zero rows padding the last group (a zero block is a zero weight in every format). Bytes
+/// are moved, never changed (the layout is a permutation of each group's block), so the product
+/// is the one of the raw matrix.
 pub fn qmm_pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Result<Vec<u8>, GpuError> {
     let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp)?;
     let (elems, bytes) = (elems as usize, bytes as usize);
@@ -133,12 +178,17 @@ pub fn qmm_pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Res
             format!("W {ty:?} [{out}, {inp}] is {} bytes, not {} ({row_bytes} per row)", raw.len(), out * row_bytes),
         ));
     }
+    let src = packed_sources(ty, bytes)?;
     let mut packed = vec![0u8; qmm_packed_bytes(ty, out, inp)?];
-    for (o, row) in raw.chunks_exact(row_bytes).enumerate() {
-        let (group, r) = (o / 16, o % 16);
-        for (b, blk) in row.chunks_exact(bytes).enumerate() {
-            let at = ((group * blocks + b) * 16 + r) * bytes;
-            packed[at..at + bytes].copy_from_slice(blk);
+    for (group, dst_group) in packed.chunks_exact_mut(blocks * 16 * bytes).enumerate() {
+        let rows = out.saturating_sub(16 * group).min(16);
+        for (b, dst) in dst_group.chunks_exact_mut(16 * bytes).enumerate() {
+            for (d, &s) in dst.iter_mut().zip(&src) {
+                let (r, e) = (s / bytes, s % bytes);
+                if r < rows {
+                    *d = raw[(16 * group + r) * row_bytes + b * bytes + e];
+                }
+            }
         }
     }
     Ok(packed)
@@ -296,7 +346,7 @@ pub fn qmm_prepared(
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
-    let (prefix, (elems, bytes, per_stage)) = qmm_shape(ty, out, inp)?;
+    let (prefix, (elems, _, _)) = qmm_shape(ty, out, inp)?;
     if n == 0 || n > QMM_MAX_N as usize {
         return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
     }
@@ -377,12 +427,6 @@ pub fn qmm_prepared(
         (other, _) => return Err(GpuError::shape("qmm", format!("no kernel for {other}"))),
     };
     let f = gpu.function(name)?;
-    let smem = qmm_smem_bytes(bytes, per_stage, tiles as u32);
-    f.set_attribute(
-        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        smem as i32,
-    )
-    .while_(|| format!("allowing {smem} bytes of shared memory for {name}"))?;
     let pq = Param(p);
     let mut b = gpu.stream().launch_builder(&f);
     b.arg(w)
@@ -398,7 +442,7 @@ pub fn qmm_prepared(
     let cfg = LaunchConfig {
         grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
         block_dim: (QMM_WARPS * 32, 1, 1),
-        shared_mem_bytes: smem,
+        shared_mem_bytes: 0,
     };
     unsafe { b.launch(cfg) }.while_(|| format!("launching {name}"))?;
     Ok(())
@@ -408,10 +452,22 @@ pub fn qmm_prepared(
 mod tests {
     use super::*;
 
-    /// Every byte of every row lands at `((group·blocks + b)·16 + r)·BYTES + offset`, and the
-    /// padding rows of the last group are zero.
+    /// The lane layout of every format is a permutation of a 16-row group's block: every raw
+    /// byte is placed exactly once.
     #[test]
-    fn pack_places_each_rows_block_in_its_group_slot() {
+    fn lane_layout_is_a_permutation_of_each_group_block() {
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::F32] {
+            let (_, (_, bytes, _)) = qmm_shape(ty, 16, 256).unwrap();
+            let mut src = packed_sources(ty, bytes as usize).unwrap();
+            src.sort_unstable();
+            assert!(src.iter().copied().eq(0..16 * bytes as usize), "{ty:?}");
+        }
+    }
+
+    /// Lane `l = 4g + t` finds its pieces at chunk positions `512·j + 16·l`, and the last group's
+    /// padding rows are zero.
+    #[test]
+    fn pack_places_lane_pieces_and_zero_pads() {
         for (ty, inp, out) in [(GgmlType::Q6_K, 512, 19), (GgmlType::Q8_0, 96, 33), (GgmlType::Q4_K, 256, 16)] {
             let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp).unwrap();
             let (blocks, bytes) = (inp / elems as usize, bytes as usize);
@@ -420,12 +476,24 @@ mod tests {
             let packed = qmm_pack_weights(ty, &raw, out, inp).unwrap();
             assert_eq!(packed.len(), out.div_ceil(16) * 16 * row_bytes);
             assert_eq!(packed.len(), qmm_packed_bytes(ty, out, inp).unwrap());
-            for o in 0..out.div_ceil(16) * 16 {
+            let (pieces, _) = lane_layout(ty).unwrap();
+            let (row, off, len, stride) = pieces[1];
+            for group in 0..out.div_ceil(16) {
                 for b in 0..blocks {
-                    for e in 0..bytes {
-                        let at = (((o / 16) * blocks + b) * 16 + o % 16) * bytes + e;
-                        let want = if o < out { raw[o * row_bytes + b * bytes + e] } else { 0 };
-                        assert_eq!(packed[at], want, "{ty:?} row {o} block {b} byte {e}");
+                    let base = (group * blocks + b) * 16 * bytes;
+                    // Lane 4·3 + 2 (g = 3, t = 2): its second piece follows its first.
+                    let lane = 14usize;
+                    let first = pieces[0].2 as usize;
+                    for k in 0..len as usize {
+                        let i = first + k;
+                        let at = base + (i / 16) * 512 + 16 * lane + i % 16;
+                        let o = 16 * group + 3 + 8 * row as usize;
+                        let want = if o < out {
+                            raw[o * row_bytes + b * bytes + off as usize + 2 * stride as usize + k]
+                        } else {
+                            0
+                        };
+                        assert_eq!(packed[at], want, "{ty:?} group {group} block {b} byte {k}");
                     }
                 }
             }
