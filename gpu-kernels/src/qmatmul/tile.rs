@@ -446,7 +446,11 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
 
 /// Register budgets (`minctasm`: blocks of 256 threads per SM the registers must allow — 3: 85
 /// registers, 2: 128, 1: 255) and pipeline depth (stages in flight per warp, in registers).
-/// Nothing else limits occupancy: the kernels use no shared memory besides one flag.
+/// Nothing else limits occupancy: the kernels use no shared memory besides one flag. Chosen by
+/// measurement (nvidia-h200, docs/perf/qmatmul.md session 4): more warps beat a deeper pipeline
+/// (F16/BF16/F32 one tile: 3 blocks at depth 1 gave 0.85–0.94 of copy, 2 blocks at depth 2
+/// 0.73–0.87); K-quants at depth 2 or at 85 registers spill and were slower; every kernel here
+/// is spill-free (`cargo xtask ptx --ptxas`).
 macro_rules! qmm_kernels {
     ($fmt:ty => $($name:ident = $t:literal, $depth:literal @ $sect:literal),+) => {
         $(
@@ -491,17 +495,17 @@ qmm_kernels!(Q8_0 =>
     qmm_q8_0_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q8_0_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F16 =>
-    qmm_f16_nt1 = 1, 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_f16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_f16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f16_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=3",
     qmm_f16_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Bf16 =>
-    qmm_bf16_nt1 = 1, 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_bf16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_bf16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_bf16_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=3",
     qmm_bf16_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F32W =>
-    qmm_f32_nt1 = 1, 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_f32_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f32_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f32_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=3",
     qmm_f32_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
     qmm_f32_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
