@@ -37,6 +37,23 @@ unsafe fn chunk(blk: *const u8, j: usize, lane: u32) -> [u32; 4] {
     ld_stream_v4(blk.add(512 * j + 16 * lane as usize) as *const U32x4).0
 }
 
+/// The lane's first `W / 4` private chunks as `W` words, in piece order (`W` a multiple of 4).
+#[inline(always)]
+unsafe fn private_words<const W: usize>(blk: *const u8, lane: u32) -> [u32; W] {
+    let mut wds = [0u32; W];
+    let mut j = 0;
+    while j < W / 4 {
+        let c = chunk(blk, j, lane);
+        let mut e = 0;
+        while e < 4 {
+            wds[4 * j + e] = c[e];
+            e += 1;
+        }
+        j += 1;
+    }
+    wds
+}
+
 /// The 16-byte shared field at `off` of row `r` (`off + 16·r`; the four lanes of a quad read
 /// the same address, served by one request).
 #[inline(always)]
@@ -226,15 +243,14 @@ impl Format for Q4K {
     unsafe fn load(blk: *const u8, lane: u32) -> Q4kLane {
         let g = lane / 4;
         let hdr_at = qmm_lanes::field_offset(qmm_lanes::Q4_K, 0);
-        let c = [chunk(blk, 0, lane), chunk(blk, 1, lane), chunk(blk, 2, lane), chunk(blk, 3, lane)];
+        // 16 private words: per row the four nibble groups, 2 words each (`qmm_lanes::Q4_K`).
+        let wds = private_words::<16>(blk, lane);
         let mut l = Q4kLane { hdr: [field16(blk, hdr_at, g), field16(blk, hdr_at, g + 8)], qs: [[[0; 2]; 4]; 2] };
-        // Chunk 2r + c/2 holds groups c, c+1 of row r (pieces in `qmm_lanes::Q4_K` order).
         let mut r = 0;
         while r < 2 {
             let mut gi = 0;
             while gi < 4 {
-                let w = c[2 * r + gi / 2];
-                l.qs[r][gi] = [w[2 * (gi % 2)], w[2 * (gi % 2) + 1]];
+                l.qs[r][gi] = [wds[8 * r + 2 * gi], wds[8 * r + 2 * gi + 1]];
                 gi += 1;
             }
             r += 1;
@@ -292,17 +308,7 @@ impl Format for Q5K {
         let g = lane / 4;
         let hdr_at = qmm_lanes::field_offset(qmm_lanes::Q5_K, 0);
         // 20 private words: per row qh (2 words) then the four nibble groups (2 words each).
-        let mut wds = [0u32; 20];
-        let mut j = 0;
-        while j < 5 {
-            let c = chunk(blk, j, lane);
-            let mut e = 0;
-            while e < 4 {
-                wds[4 * j + e] = c[e];
-                e += 1;
-            }
-            j += 1;
-        }
+        let wds = private_words::<20>(blk, lane);
         let mut l = Q5kLane {
             hdr: [field16(blk, hdr_at, g), field16(blk, hdr_at, g + 8)],
             qh: [[0; 2]; 2],
@@ -388,17 +394,7 @@ impl Format for Q6K {
         let sc_at = qmm_lanes::field_offset(qmm_lanes::Q6_K, 0);
         let d_at = qmm_lanes::field_offset(qmm_lanes::Q6_K, 1);
         // 24 private words: per row and half hf: ql (parity 0), ql (parity 1), qh, 2 words each.
-        let mut wds = [0u32; 24];
-        let mut j = 0;
-        while j < 6 {
-            let c = chunk(blk, j, lane);
-            let mut e = 0;
-            while e < 4 {
-                wds[4 * j + e] = c[e];
-                e += 1;
-            }
-            j += 1;
-        }
+        let wds = private_words::<24>(blk, lane);
         let mut l = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], sc: [[0; 2]; 2], d: [0; 2] };
         // Unit u = 4hf + tq uses scale 8hf + 2tq + t/2: bytes (0, 2, 4, 6) + t/2 of each 8.
         let sel = if t / 2 == 0 { 0x6420 } else { 0x7531 };
