@@ -8,7 +8,7 @@
 //! `kernel-abi` (never references: every thread gets a copy); no bounds-checked indexing in hot
 //! loops (a panic is a `trap`, seen by the host as a launch failure).
 #![no_std]
-#![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_float_math)]
+#![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_float_math, stmt_expr_attributes)]
 #![allow(clippy::missing_safety_doc)]
 
 pub mod device;

@@ -18,6 +18,27 @@ pub unsafe fn ld_nc_v4(p: *const U32x4) -> U32x4 {
     U32x4([a, b, c, d])
 }
 
+/// `ld.global.v4.u32` (coherent, cached in L1), 16-byte aligned: for data the previous kernel
+/// of a programmatic-dependent-launch chain wrote, read after `griddepcontrol.wait` (the
+/// read-only `.nc` path is only defined for data that no kernel writes while this one runs).
+#[inline(always)]
+pub unsafe fn ld_v4(p: *const U32x4) -> U32x4 {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ld.global.v4.u32 {{{0},{1},{2},{3}}}, [{4}];",
+         out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) p,
+         options(pure, readonly, nostack));
+    U32x4([a, b, c, d])
+}
+
+/// `ld.global.v2.f32` (coherent, cached in L1), 8-byte aligned; see [`ld_v4`].
+#[inline(always)]
+pub unsafe fn ld_v2_f32(p: *const f32) -> [f32; 2] {
+    let (a, b): (f32, f32);
+    asm!("ld.global.v2.f32 {{{0},{1}}}, [{2}];", out(reg32) a, out(reg32) b, in(reg64) p,
+         options(pure, readonly, nostack));
+    [a, b]
+}
+
 /// `ld.global.nc.L1::no_allocate.v4.u32`: streaming read that does not pollute L1
 /// (for weights read once per launch).
 #[inline(always)]

@@ -7,6 +7,7 @@
 pub mod atomic;
 pub mod convert;
 pub mod fence;
+pub mod griddep;
 pub mod half2;
 pub mod index;
 pub mod load;

@@ -13,7 +13,8 @@
 use kernel_abi::{QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16};
-use crate::device::load::{ld_nc_v4, U32x4};
+use crate::device::griddep::{grid_dependency_wait, launch_dependents};
+use crate::device::load::{ld_v4, U32x4};
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
 use crate::device::warp::{shfl_xor_f32, shfl_xor_u32};
@@ -69,10 +70,15 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     xsum: *mut f32,
     p: QmmPrepParams,
 ) {
+    // Chained launches (see `device::griddep`): let the matmul that follows start loading its
+    // weights, and touch nothing before the previous kernel (which wrote x, and may still read
+    // the prepared buffers) has finished.
+    launch_dependents();
     let c = block_x();
     if c >= p.n {
         return;
     }
+    grid_dependency_wait();
     let k = p.in_features as usize;
     let t = thread_x() as usize;
     let base = c as usize * k;
@@ -84,8 +90,8 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     let mut m = 0u32;
     let mut i = t;
     while i + 3 * 256 < vecs {
-        let (a, b) = (ld_nc_v4(col.add(i)).0, ld_nc_v4(col.add(i + 256)).0);
-        let (c, d) = (ld_nc_v4(col.add(i + 512)).0, ld_nc_v4(col.add(i + 768)).0);
+        let (a, b) = (ld_v4(col.add(i)).0, ld_v4(col.add(i + 256)).0);
+        let (c, d) = (ld_v4(col.add(i + 512)).0, ld_v4(col.add(i + 768)).0);
         let mut e = 0;
         while e < 4 {
             m = m.max(a[e] & 0x7fff_ffff).max(b[e] & 0x7fff_ffff).max(c[e] & 0x7fff_ffff).max(d[e] & 0x7fff_ffff);
@@ -94,7 +100,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
         i += 4 * 256;
     }
     while i < vecs {
-        let a = ld_nc_v4(col.add(i)).0;
+        let a = ld_v4(col.add(i)).0;
         m = m.max(a[0] & 0x7fff_ffff).max(a[1] & 0x7fff_ffff).max(a[2] & 0x7fff_ffff).max(a[3] & 0x7fff_ffff);
         i += 256;
     }

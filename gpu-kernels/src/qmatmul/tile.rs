@@ -36,7 +36,8 @@ use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP};
 
 use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::fence::fence_gpu;
-use crate::device::load::{ld_cg_f32, ld_nc_v2_f32, ld_nc_v4, U32x4};
+use crate::device::griddep::{grid_dependency_wait, launch_dependents};
+use crate::device::load::{ld_cg_f32, ld_v2_f32, ld_v4, U32x4};
 use crate::device::math::fma_ordered;
 use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered, mma_f16_16816_zero_ordered};
 use crate::device::shared::Shared;
@@ -48,7 +49,7 @@ static QMM_IS_LAST: Shared<u32> = Shared::uninit();
 
 /// The kernel body, monomorphised per format `F` and tile count `T`.
 #[inline(always)]
-unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
+unsafe fn qmm<F: Format, const T: usize>(
     w: *const u8,
     xh: *const u16,
     xb_hi: *const u16,
@@ -60,6 +61,8 @@ unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
     y: *mut f32,
     p: QmmParams,
 ) {
+    // Chained launches: the next kernel may be scheduled as soon as every block of this one runs.
+    launch_dependents();
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
     let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
@@ -83,7 +86,8 @@ unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
     // The lane's data of stage `st` (blocks past `b1` are not loaded): plain 16-byte loads
     // straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`).
     const MAX_STAGE_BLOCKS: usize = 4;
-    let load_stage = |st: u32| {
+    let load_stage = #[inline(always)]
+    |st: u32| {
         let mut l = [F::ZERO; MAX_STAGE_BLOCKS];
         let b = b0 + st * F::PER_STAGE;
         let mut i = 0;
@@ -97,110 +101,97 @@ unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
     };
 
     let mut acc = [[0.0f32; 4]; T];
-    // Software pipeline in registers: stages `st + 1 ..= st + DEPTH` are requested before stage
-    // `st`'s math, so DEPTH stages per warp are always in flight (no shared memory).
-    let mut ahead = [[F::ZERO; MAX_STAGE_BLOCKS]; 2];
-    ahead[0] = load_stage(0);
-    if DEPTH > 1 && stages > 1 {
-        ahead[1] = load_stage(1);
-    }
-    let mut st = 0;
-    while st < stages {
-        let cur = ahead[0];
-        if DEPTH > 1 {
-            ahead[0] = ahead[1];
-            if st + 2 < stages {
-                ahead[1] = load_stage(st + 2);
+    // The math of stage `st` on its lane data `cur`.
+    let mut stage_math = #[inline(always)]
+    |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS]| {
+        let b = b0 + st * F::PER_STAGE;
+        let b_end = (b + F::PER_STAGE).min(b1);
+        // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
+        // before any of its math, so their latency overlaps instead of stalling every unit.
+        const MAX_STAGE_UNITS: usize = 8;
+        let stage_units = (F::PER_STAGE * units) as usize;
+        let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
+        let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
+        let mut ss = [[0f32; 2]; MAX_STAGE_UNITS];
+        // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
+        let unit0 = (b * units) as usize;
+        let valid_units = ((b_end - b) * units) as usize;
+        // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
+        // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
+        let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
+        let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
+        // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
+        // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
+        // are never stored, and a column's products never mix with another's.
+        if T == 1 && F::SUPER {
+            let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
+            let mut i = 0;
+            while i < MAX_STAGE_BLOCKS {
+                if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
+                    let v = ld_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
+                    gs[i] = [v[0].to_bits(), v[1].to_bits()];
+                }
+                i += 1;
             }
-        } else if st + 1 < stages {
-            ahead[0] = load_stage(st + 1);
         }
-        {
-            let b = b0 + st * F::PER_STAGE;
-            let b_end = (b + F::PER_STAGE).min(b1);
-            // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
-            // before any of its math, so their latency overlaps instead of stalling every unit.
-            const MAX_STAGE_UNITS: usize = 8;
-            let stage_units = (F::PER_STAGE * units) as usize;
-            let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
-            let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
-            let mut ss = [[0f32; 2]; MAX_STAGE_UNITS];
-            // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
-            let unit0 = (b * units) as usize;
-            let valid_units = ((b_end - b) * units) as usize;
-            // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
-            // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
-            let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
-            let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
-            // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
-            // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
-            // are never stored, and a column's products never mix with another's.
-            if T == 1 && F::SUPER {
-                let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
-                let mut i = 0;
-                while i < MAX_STAGE_BLOCKS {
-                    if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
-                        let v = ld_nc_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
-                        gs[i] = [v[0].to_bits(), v[1].to_bits()];
-                    }
-                    i += 1;
+        if T == 1 && F::OFFSET && !F::SUPER {
+            let sbase = xsum.add(unit0 * QMM_MAX_N as usize + scol);
+            let mut i = 0;
+            while i < MAX_STAGE_UNITS {
+                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
+                    ss[i] = ld_v2_f32(sbase.add(i * QMM_MAX_N as usize));
                 }
+                i += 1;
             }
-            if T == 1 && F::OFFSET && !F::SUPER {
-                let sbase = xsum.add(unit0 * QMM_MAX_N as usize + scol);
-                let mut i = 0;
-                while i < MAX_STAGE_UNITS {
-                    if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
-                        ss[i] = ld_nc_v2_f32(sbase.add(i * QMM_MAX_N as usize));
+        }
+        if T == 1 {
+            let at = xcol * k + unit0 * 32 + 8 * t as usize;
+            let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
+            let bbase = xb_hi.add(at);
+            let mut i = 0;
+            while i < MAX_STAGE_UNITS {
+                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
+                    if F::BF16 {
+                        xs[i] = ld_v4(bbase.add(32 * i) as *const U32x4).0;
+                        xls[i] = ld_v4(lbase.add(32 * i) as *const U32x4).0;
+                    } else {
+                        xs[i] = ld_v4(hbase.add(32 * i) as *const U32x4).0;
                     }
-                    i += 1;
                 }
+                i += 1;
             }
+        }
+        // B fragments (both k16 steps) of unit `unit` (`u` of stage block `i_blk`) for every tile:
+        // column `8·tile + g`, and for BF16 pairs the lo parts. One tile: from the stage prefetch.
+        // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column n − 1: same cache
+        // lines, so x traffic stays proportional to n.
+        let x_frags = #[inline(always)]
+        |i_blk: u32, u: u32, unit: usize| {
+            let mut xf = [[0u32; 4]; T];
+            let mut xl = [[0u32; 4]; T];
             if T == 1 {
-                let at = xcol * k + unit0 * 32 + 8 * t as usize;
-                let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
-                let bbase = xb_hi.add(at);
-                let mut i = 0;
-                while i < MAX_STAGE_UNITS {
-                    if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
-                        if F::BF16 {
-                            xs[i] = ld_nc_v4(bbase.add(32 * i) as *const U32x4).0;
-                            xls[i] = ld_nc_v4(lbase.add(32 * i) as *const U32x4).0;
-                        } else {
-                            xs[i] = ld_nc_v4(hbase.add(32 * i) as *const U32x4).0;
-                        }
+                let xi = (i_blk * units + u) as usize;
+                xf[0] = xs[xi];
+                xl[0] = xls[xi];
+            } else {
+                let mut tile = 0;
+                while tile < T {
+                    let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                    let at = col * k + unit * 32 + 8 * t as usize;
+                    if F::BF16 {
+                        xf[tile] = ld_v4(xb_hi.add(at) as *const U32x4).0;
+                        xl[tile] = ld_v4(xb_lo.add(at) as *const U32x4).0;
+                    } else {
+                        xf[tile] = ld_v4(xh.add(at) as *const U32x4).0;
                     }
-                    i += 1;
+                    tile += 1;
                 }
             }
-            // B fragments (both k16 steps) of unit `unit` (`u` of stage block `i_blk`) for every tile:
-            // column `8·tile + g`, and for BF16 pairs the lo parts. One tile: from the stage prefetch.
-            // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column n − 1: same cache
-            // lines, so x traffic stays proportional to n.
-            let x_frags = |i_blk: u32, u: u32, unit: usize| {
-                let mut xf = [[0u32; 4]; T];
-                let mut xl = [[0u32; 4]; T];
-                if T == 1 {
-                    let xi = (i_blk * units + u) as usize;
-                    xf[0] = xs[xi];
-                    xl[0] = xls[xi];
-                } else {
-                    let mut tile = 0;
-                    while tile < T {
-                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                        let at = col * k + unit * 32 + 8 * t as usize;
-                        if F::BF16 {
-                            xf[tile] = ld_nc_v4(xb_hi.add(at) as *const U32x4).0;
-                            xl[tile] = ld_nc_v4(xb_lo.add(at) as *const U32x4).0;
-                        } else {
-                            xf[tile] = ld_nc_v4(xh.add(at) as *const U32x4).0;
-                        }
-                        tile += 1;
-                    }
-                }
-                (xf, xl)
-            };
-            unroll_stage_blocks::<F>(|i_blk| {
+            (xf, xl)
+        };
+        unroll_stage_blocks::<F>(
+            #[inline(always)]
+            |i_blk| {
                 let bb = b + i_blk;
                 if bb >= b_end {
                     return;
@@ -211,32 +202,35 @@ unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
                     // the block's correction products (see `formats::KScales`).
                     let ks = F::super_scales(&lanedata, t);
                     let mut sb = [[0.0f32; 4]; T];
-                    unroll_units::<F>(|u| {
-                        let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
-                        let mut pu = [[0.0f32; 4]; T];
-                        let a0 = F::frag(&lanedata, u, 0);
-                        let mut tile = 0;
-                        while tile < T {
-                            pu[tile] = mma_f16_16816_zero_ordered(a0, [xf[tile][0], xf[tile][1]]);
-                            tile += 1;
-                        }
-                        let a1 = F::frag(&lanedata, u, 1);
-                        let mut tile = 0;
-                        while tile < T {
-                            mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
-                            tile += 1;
-                        }
-                        let sc = [ks.unit(0, u), ks.unit(1, u)];
-                        let mut tile = 0;
-                        while tile < T {
-                            let mut j = 0;
-                            while j < 4 {
-                                sb[tile][j] = fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
-                                j += 1;
+                    unroll_units::<F>(
+                        #[inline(always)]
+                        |u| {
+                            let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
+                            let mut pu = [[0.0f32; 4]; T];
+                            let a0 = F::frag(&lanedata, u, 0);
+                            let mut tile = 0;
+                            while tile < T {
+                                pu[tile] = mma_f16_16816_zero_ordered(a0, [xf[tile][0], xf[tile][1]]);
+                                tile += 1;
                             }
-                            tile += 1;
-                        }
-                    });
+                            let a1 = F::frag(&lanedata, u, 1);
+                            let mut tile = 0;
+                            while tile < T {
+                                mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
+                                tile += 1;
+                            }
+                            let sc = [ks.unit(0, u), ks.unit(1, u)];
+                            let mut tile = 0;
+                            while tile < T {
+                                let mut j = 0;
+                                while j < 4 {
+                                    sb[tile][j] = fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
+                                    j += 1;
+                                }
+                                tile += 1;
+                            }
+                        },
+                    );
                     let a_s = [ks.a_s[0], ks.a_s[1], ks.a_s[0], ks.a_s[1]];
                     let a_m = [ks.a_m[0], ks.a_m[1], ks.a_m[0], ks.a_m[1]];
                     let mut tile = 0;
@@ -246,7 +240,7 @@ unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
                             gs[i_blk as usize]
                         } else {
                             let at = (bb as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-                            let v = ld_nc_v2_f32(sums_h.add(at) as *const f32);
+                            let v = ld_v2_f32(sums_h.add(at) as *const f32);
                             [v[0].to_bits(), v[1].to_bits()]
                         };
                         let c1 = mma_f16_16816_zero_ordered(a_s, bs);
@@ -263,74 +257,94 @@ unsafe fn qmm<F: Format, const T: usize, const DEPTH: usize>(
                     }
                     return;
                 }
-                unroll_units::<F>(|u| {
-                    let unit = (bb * units + u) as usize;
-                    // B fragments of both k16 steps for every tile: column = 8·tile + g.
-                    let (xf, xl) = x_frags(i_blk, u, unit);
-                    if F::OFFSET {
-                        // P = Σ (OFF + q')·x̂ over the unit from a zero accumulator, then
-                        // acc += scale·P + bias·S per (row, column).
-                        let mut pu = [[0.0f32; 4]; T];
-                        let mut h = 0;
-                        while h < 2 {
+                unroll_units::<F>(
+                    #[inline(always)]
+                    |u| {
+                        let unit = (bb * units + u) as usize;
+                        // B fragments of both k16 steps for every tile: column = 8·tile + g.
+                        let (xf, xl) = x_frags(i_blk, u, unit);
+                        if F::OFFSET {
+                            // P = Σ (OFF + q')·x̂ over the unit from a zero accumulator, then
+                            // acc += scale·P + bias·S per (row, column).
+                            let mut pu = [[0.0f32; 4]; T];
+                            let mut h = 0;
+                            while h < 2 {
+                                let a = F::frag(&lanedata, u, h);
+                                let mut tile = 0;
+                                while tile < T {
+                                    let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
+                                    mma_f16_16816_ordered(&mut pu[tile], a, bf);
+                                    tile += 1;
+                                }
+                                h += 1;
+                            }
+                            let (scale, bias) = F::unit_scales(&lanedata, u);
+                            let mut tile = 0;
+                            while tile < T {
+                                let sums = if T == 1 {
+                                    ss[(i_blk * units + u) as usize]
+                                } else {
+                                    let c = if 8 * tile + 2 * (t as usize) < p.n as usize {
+                                        8 * tile + 2 * t as usize
+                                    } else {
+                                        0
+                                    };
+                                    ld_v2_f32(xsum.add(unit * QMM_MAX_N as usize + c))
+                                };
+                                let mut j = 0;
+                                while j < 4 {
+                                    let r = j / 2;
+                                    let a = fma_ordered(scale[r], pu[tile][j], acc[tile][j]);
+                                    acc[tile][j] = fma_ordered(bias[r], sums[j % 2], a);
+                                    j += 1;
+                                }
+                                tile += 1;
+                            }
+                            return;
+                        }
+                        let mut step = #[inline(always)]
+                        |h: u32| {
                             let a = F::frag(&lanedata, u, h);
+                            let a_lo = F::frag_lo(&lanedata, u, h);
                             let mut tile = 0;
                             while tile < T {
                                 let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
-                                mma_f16_16816_ordered(&mut pu[tile], a, bf);
+                                if F::BF16 {
+                                    let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
+                                    mma_bf16_16816(&mut acc[tile], a, bf);
+                                    mma_bf16_16816(&mut acc[tile], a, bl);
+                                    if let Some(alo) = a_lo {
+                                        mma_bf16_16816(&mut acc[tile], alo, bf);
+                                    }
+                                } else {
+                                    mma_f16_16816(&mut acc[tile], a, bf);
+                                }
                                 tile += 1;
                             }
-                            h += 1;
-                        }
-                        let (scale, bias) = F::unit_scales(&lanedata, u);
-                        let mut tile = 0;
-                        while tile < T {
-                            let sums = if T == 1 {
-                                ss[(i_blk * units + u) as usize]
-                            } else {
-                                let c = if 8 * tile + 2 * (t as usize) < p.n as usize {
-                                    8 * tile + 2 * t as usize
-                                } else {
-                                    0
-                                };
-                                ld_nc_v2_f32(xsum.add(unit * QMM_MAX_N as usize + c))
-                            };
-                            let mut j = 0;
-                            while j < 4 {
-                                let r = j / 2;
-                                let a = fma_ordered(scale[r], pu[tile][j], acc[tile][j]);
-                                acc[tile][j] = fma_ordered(bias[r], sums[j % 2], a);
-                                j += 1;
-                            }
-                            tile += 1;
-                        }
-                        return;
-                    }
-                    let mut step = |h: u32| {
-                        let a = F::frag(&lanedata, u, h);
-                        let a_lo = F::frag_lo(&lanedata, u, h);
-                        let mut tile = 0;
-                        while tile < T {
-                            let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
-                            if F::BF16 {
-                                let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
-                                mma_bf16_16816(&mut acc[tile], a, bf);
-                                mma_bf16_16816(&mut acc[tile], a, bl);
-                                if let Some(alo) = a_lo {
-                                    mma_bf16_16816(&mut acc[tile], alo, bf);
-                                }
-                            } else {
-                                mma_f16_16816(&mut acc[tile], a, bf);
-                            }
-                            tile += 1;
-                        }
-                    };
-                    step(0);
-                    step(1);
-                });
-            });
-            st += 1;
+                        };
+                        step(0);
+                        step(1);
+                    },
+                );
+            },
+        );
+    };
+    // Software pipeline in registers, one stage ahead: stage `st + 1` is requested before stage
+    // `st`'s math, so it is in flight while that computes. (Unrolling this loop twice into two
+    // alternating buffers, which removes ptxas's per-stage register copies, measured no faster
+    // and slower for the F16/Q8_0 multi-tile kernels: docs/perf/qmatmul.md, session 5.) Only the
+    // weights are read before `griddepcontrol.wait`: they are the one input no kernel of a chain
+    // writes.
+    let mut ahead = load_stage(0);
+    grid_dependency_wait();
+    let mut st = 0;
+    while st < stages {
+        let cur = ahead;
+        if st + 1 < stages {
+            ahead = load_stage(st + 1);
         }
+        stage_math(st, &cur);
+        st += 1;
     }
     // Lane holds D[g][2t, 2t+1] (acc[.][0..2]) and D[g+8][2t, 2t+1] (acc[.][2..4]).
     let out = p.out_features as usize;
@@ -452,7 +466,7 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
 /// 0.73–0.87); K-quants at depth 2 or at 85 registers spill and were slower; every kernel here
 /// is spill-free (`cargo xtask ptx --ptxas`).
 macro_rules! qmm_kernels {
-    ($fmt:ty => $($name:ident = $t:literal, $depth:literal @ $sect:literal),+) => {
+    ($fmt:ty => $($name:ident = $t:literal @ $sect:literal),+) => {
         $(
             #[no_mangle]
             #[link_section = $sect]
@@ -468,44 +482,44 @@ macro_rules! qmm_kernels {
                 y: *mut f32,
                 p: QmmParams,
             ) {
-                qmm::<$fmt, $t, $depth>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
+                qmm::<$fmt, $t>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
             }
         )+
     };
 }
 
 qmm_kernels!(Q4K =>
-    qmm_q4k_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q4k_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q4k_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q4k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q4k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q4k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q4k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q5K =>
-    qmm_q5k_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q5k_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q5k_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q5k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q6K =>
-    qmm_q6k_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q6k_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q6k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q6k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q8_0 =>
-    qmm_q8_0_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q8_0_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F16 =>
-    qmm_f16_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_f16_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Bf16 =>
-    qmm_bf16_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_bf16_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F32W =>
-    qmm_f32_nt1 = 1, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f32_nt2 = 2, 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f32_nt3 = 3, 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_f32_nt4 = 4, 1 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_f32_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f32_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f32_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f32_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");

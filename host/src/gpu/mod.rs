@@ -4,6 +4,7 @@
 //! One context, one stream, one module made from the embedded PTX. Typed launchers, one file per
 //! kernel family (`norm`, `qmatmul`, `sample`, `copy`), check shapes and pick the grid.
 
+mod chain;
 mod context;
 mod error;
 mod timer;
@@ -16,6 +17,7 @@ pub mod norm;
 pub mod qmatmul;
 pub mod sample;
 
+pub use chain::{chaining_enabled, ChainedLaunch};
 pub use context::{Gpu, KERNELS_PTX};
 pub use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 pub use error::GpuError;

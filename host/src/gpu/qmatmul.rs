@@ -5,7 +5,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use kernel_abi::{gemv_split, GemvParams, GEMV_BLOCK_THREADS, GEMV_WARPS_PER_BLOCK};
 
 use super::error::{DriverContext, GpuError};
-use super::{Gpu, Param};
+use super::{ChainedLaunch, Gpu, Param};
 
 fn params<W>(
     kernel: &'static str,
@@ -323,12 +323,20 @@ pub fn qmm_prepare(
     }
     ws.prepared = None;
     let pp = Param(QmmPrepParams { n: n as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
-    let f = gpu.function("qmm_prep_x")?;
-    let mut b = gpu.stream().launch_builder(&f);
-    b.arg(x).arg(&mut ws.xh).arg(&mut ws.xb_hi).arg(&mut ws.xb_lo).arg(&mut ws.xscale).arg(&mut ws.xsum).arg(&pp);
     let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
     let cfg = LaunchConfig { grid_dim: (n as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    unsafe { b.launch(cfg) }.while_(|| "launching qmm_prep_x".into())?;
+    // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
+    unsafe {
+        ChainedLaunch::new(gpu, "qmm_prep_x")
+            .buf(x)
+            .buf_mut(&mut ws.xh)
+            .buf_mut(&mut ws.xb_hi)
+            .buf_mut(&mut ws.xb_lo)
+            .buf_mut(&mut ws.xscale)
+            .buf_mut(&mut ws.xsum)
+            .value(pp)
+            .launch(cfg)?
+    };
     ws.prepared = Some((n, inp, pairs));
     Ok(())
 }
@@ -426,26 +434,27 @@ pub fn qmm_prepared(
         ("qmm_bf16", _) => "qmm_bf16_nt4",
         (other, _) => return Err(GpuError::shape("qmm", format!("no kernel for {other}"))),
     };
-    let f = gpu.function(name)?;
-    let pq = Param(p);
-    let mut b = gpu.stream().launch_builder(&f);
-    b.arg(w)
-        .arg(&ws.xh)
-        .arg(&ws.xb_hi)
-        .arg(&ws.xb_lo)
-        .arg(&ws.xscale)
-        .arg(&ws.xsum)
-        .arg(&mut ws.partial)
-        .arg(&mut ws.counters)
-        .arg(y)
-        .arg(&pq);
     let cfg = LaunchConfig {
         grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
         block_dim: (QMM_WARPS * 32, 1, 1),
         shared_mem_bytes: 0,
     };
-    unsafe { b.launch(cfg) }.while_(|| format!("launching {name}"))?;
-    Ok(())
+    // Chained: only the packed weights are read before the kernel's `griddepcontrol.wait`, so its
+    // first weight loads overlap the previous kernel's tail.
+    unsafe {
+        ChainedLaunch::new(gpu, name)
+            .buf(w)
+            .buf(&ws.xh)
+            .buf(&ws.xb_hi)
+            .buf(&ws.xb_lo)
+            .buf(&ws.xscale)
+            .buf(&ws.xsum)
+            .buf_mut(&mut ws.partial)
+            .buf_mut(&mut ws.counters)
+            .buf_mut(y)
+            .value(Param(p))
+            .launch(cfg)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,97 @@
+//! Chained kernel launches (programmatic dependent launch, sm_90+).
+//!
+//! A kernel launched through [`ChainedLaunch`] carries the
+//! `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` attribute: it may be scheduled while the
+//! previous kernel of the stream is still running (once every block of that kernel has executed
+//! `griddepcontrol.launch_dependents`, or exited), and must itself execute `griddepcontrol.wait`
+//! before it touches memory that the previous kernel writes or reads (`gpu-kernels`
+//! `device::griddep`). So the next matmul's first weight loads and its launch latency overlap
+//! the previous kernel's tail instead of following it. The order of results is unchanged: every
+//! chained kernel still sees all writes of the kernels before it.
+//!
+//! Only kernels that contain the wait may be chained. `FLASHTREE_CHAIN=0` turns the attribute off
+//! (an ordinary serialized launch of the same kernel), for A/B measurements.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{self, CUlaunchAttributeID};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
+
+use super::error::{DriverContext, GpuError};
+use super::Gpu;
+
+/// Whether chained launches are on (default; `FLASHTREE_CHAIN=0` turns them off).
+pub fn chaining_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FLASHTREE_CHAIN").map(|v| v.trim() != "0").unwrap_or(true))
+}
+
+/// One launch of a kernel with its arguments in order (each boxed, so its address is stable
+/// until the launch call).
+pub struct ChainedLaunch<'a> {
+    gpu: &'a Gpu,
+    name: &'static str,
+    values: Vec<Box<dyn Any>>,
+    args: Vec<*mut c_void>,
+}
+
+impl<'a> ChainedLaunch<'a> {
+    pub fn new(gpu: &'a Gpu, name: &'static str) -> Self {
+        ChainedLaunch { gpu, name, values: Vec::new(), args: Vec::new() }
+    }
+
+    fn push<T: 'static>(&mut self, v: T) -> &mut Self {
+        let mut b: Box<T> = Box::new(v);
+        self.args.push(&mut *b as *mut T as *mut c_void);
+        self.values.push(b);
+        self
+    }
+
+    /// A device buffer the kernel only reads.
+    pub fn buf<T>(&mut self, s: &CudaSlice<T>) -> &mut Self {
+        let (ptr, _sync) = s.device_ptr(self.gpu.stream());
+        self.push(ptr)
+    }
+
+    /// A device buffer the kernel writes.
+    pub fn buf_mut<T>(&mut self, s: &mut CudaSlice<T>) -> &mut Self {
+        let (ptr, _sync) = s.device_ptr_mut(self.gpu.stream());
+        self.push(ptr)
+    }
+
+    /// A by-value argument (a `kernel-abi` parameter struct).
+    pub fn value<T: DeviceRepr + 'static>(&mut self, v: T) -> &mut Self {
+        self.push(v)
+    }
+
+    /// Launches on the context's stream, chained to the previous kernel when
+    /// [`chaining_enabled`].
+    ///
+    /// # Safety
+    /// The arguments must match the kernel's signature, and the kernel must execute
+    /// `griddepcontrol.wait` before any access to memory that other kernels write.
+    pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), GpuError> {
+        let f = self.gpu.function(self.name)?;
+        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+        attr.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.gpu.stream().cu_stream(),
+            attrs: &mut attr,
+            numAttrs: chaining_enabled() as u32,
+        };
+        let name = self.name;
+        sys::cuLaunchKernelEx(&config, f.cu_function(), self.args.as_mut_ptr(), std::ptr::null_mut())
+            .result()
+            .while_(|| format!("launching {name} (chained)"))
+    }
+}
