@@ -70,6 +70,36 @@ pub const QMM_ROWS_PER_BLOCK: u32 = QMM_WARPS * QMM_ROWS_PER_WARP;
 /// Most token columns one `qmm_*` launch takes (4 tiles of `n8`).
 pub const QMM_MAX_N: u32 = 32;
 
+/// 32-element units of K whose x the multi-tile `qmm_*` kernels that stage x (see
+/// [`qmm_stages_x`]) keep in shared memory at a time (1280 elements: five K-quant blocks).
+pub const QMM_XS_CHUNK_UNITS: u32 = 40;
+
+/// Whether the multi-tile (`n > 8`) `qmm_*` kernels of a format stage x in shared memory, per
+/// format (measured, nvidia-h200, docs/perf/qmatmul.md session 5): Q6_K (it then fits two blocks
+/// per SM: n = 22 on 5120→17408 0.229 → 0.273 of copy) and Q8_0 (+3–8 % on the large shapes).
+/// Q4_K/Q5_K (still one block per SM, or spills at two) and F16 were slower with it; BF16/F32
+/// read two x planes and do not stage.
+pub mod qmm_stages_x {
+    pub const Q4_K: bool = false;
+    pub const Q5_K: bool = false;
+    pub const Q6_K: bool = true;
+    pub const Q8_0: bool = true;
+    pub const F16: bool = false;
+    pub const BF16: bool = false;
+    pub const F32: bool = false;
+}
+
+/// Dynamic shared memory of a `qmm_*` kernel with `tiles` tiles of 8 columns: the x chunk
+/// (`QMM_XS_CHUNK_UNITS` units × `8·tiles` columns × 32 f16) when the format stages x and
+/// `tiles ≥ 2`, else 0.
+pub const fn qmm_xs_smem_bytes(tiles: u32, stages_x: bool) -> u32 {
+    if tiles >= 2 && stages_x {
+        QMM_XS_CHUNK_UNITS * 8 * tiles * 64
+    } else {
+        0
+    }
+}
+
 /// Parameters of the tensor-core `qmm_*` kernels: `y[c, o] = Σ_i W[o, i] · x[c, i]` for
 /// `c < n`, `o < out_features`.
 #[repr(C)]

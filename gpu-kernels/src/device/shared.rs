@@ -46,3 +46,22 @@ pub fn smem_addr<T>(p: *const T) -> u32 {
     };
     r as u32
 }
+
+/// `ld.shared.v4.u32` at the shared-state-space address `addr` (16-byte aligned). Not `pure`:
+/// the data changes between barriers, so LLVM must not move or merge these loads across them.
+#[inline(always)]
+pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    core::arch::asm!("ld.shared.v4.u32 {{{0},{1},{2},{3}}}, [{4}];",
+                     out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg32) addr,
+                     options(readonly, nostack));
+    [a, b, c, d]
+}
+
+/// `st.shared.v4.u32` at the shared-state-space address `addr` (16-byte aligned).
+#[inline(always)]
+pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
+    core::arch::asm!("st.shared.v4.u32 [{0}], {{{1},{2},{3},{4}}};",
+                     in(reg32) addr, in(reg32) v[0], in(reg32) v[1], in(reg32) v[2], in(reg32) v[3],
+                     options(nostack));
+}

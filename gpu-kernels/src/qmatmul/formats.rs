@@ -24,7 +24,7 @@
 //!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so
 //!   `|ŵ − w| ≤ 2^-10 |w|` (f16 subnormals add ≤ 2^-25 absolute).
 
-use kernel_abi::{qmm_format, qmm_lanes};
+use kernel_abi::{qmm_format, qmm_lanes, qmm_stages_x};
 
 use crate::device::convert::pack_bf16x2;
 use crate::device::half2::{and_or, hmul2, hsub2, prmt};
@@ -103,6 +103,8 @@ pub trait Format {
     const ZERO: Self::Lane;
     /// Weight blocks per pipeline stage (sized so a warp's stage is 2–4 KiB).
     const PER_STAGE: u32;
+    /// Whether the multi-tile kernels stage x in shared memory (`kernel_abi::qmm_stages_x`).
+    const STAGES_X: bool;
     /// Loads lane `lane`'s part of the packed 16-row block at `blk` (global memory, layout of
     /// `kernel_abi::qmm_lanes`): its private 16-byte chunks and the shared fields of its rows
     /// `g = lane / 4` and `g + 8`.
@@ -234,6 +236,7 @@ impl Format for Q4K {
     const ELEMS: u32 = qmm_format::Q4_K.0;
     const BYTES: u32 = qmm_format::Q4_K.1;
     const PER_STAGE: u32 = qmm_format::Q4_K.2;
+    const STAGES_X: bool = qmm_stages_x::Q4_K;
     const BF16: bool = false;
     const OFFSET: bool = true;
     type Lane = Q4kLane;
@@ -298,6 +301,7 @@ impl Format for Q5K {
     const ELEMS: u32 = qmm_format::Q5_K.0;
     const BYTES: u32 = qmm_format::Q5_K.1;
     const PER_STAGE: u32 = qmm_format::Q5_K.2;
+    const STAGES_X: bool = qmm_stages_x::Q5_K;
     const BF16: bool = false;
     const OFFSET: bool = true;
     type Lane = Q5kLane;
@@ -384,6 +388,7 @@ impl Format for Q6K {
     const ELEMS: u32 = qmm_format::Q6_K.0;
     const BYTES: u32 = qmm_format::Q6_K.1;
     const PER_STAGE: u32 = qmm_format::Q6_K.2;
+    const STAGES_X: bool = qmm_stages_x::Q6_K;
     const BF16: bool = false;
     type Lane = Q6kLane;
     const ZERO: Q6kLane = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], sc: [[0; 2]; 2], d: [0; 2] };
@@ -463,6 +468,7 @@ impl Format for Q8_0 {
     const ELEMS: u32 = qmm_format::Q8_0.0;
     const BYTES: u32 = qmm_format::Q8_0.1;
     const PER_STAGE: u32 = qmm_format::Q8_0.2;
+    const STAGES_X: bool = qmm_stages_x::Q8_0;
     const BF16: bool = false;
     const OFFSET: bool = true;
     type Lane = Q8_0Lane;
@@ -526,6 +532,7 @@ impl<const B: bool> Format for Half<B> {
     const ELEMS: u32 = if B { qmm_format::BF16.0 } else { qmm_format::F16.0 };
     const BYTES: u32 = if B { qmm_format::BF16.1 } else { qmm_format::F16.1 };
     const PER_STAGE: u32 = if B { qmm_format::BF16.2 } else { qmm_format::F16.2 };
+    const STAGES_X: bool = if B { qmm_stages_x::BF16 } else { qmm_stages_x::F16 };
     const BF16: bool = B;
     type Lane = HalfLane;
     const ZERO: HalfLane = HalfLane { v: [[0; 4]; 2] };
@@ -589,6 +596,7 @@ impl Format for F32W {
     const ELEMS: u32 = qmm_format::F32.0;
     const BYTES: u32 = qmm_format::F32.1;
     const PER_STAGE: u32 = qmm_format::F32.2;
+    const STAGES_X: bool = qmm_stages_x::F32;
     const BF16: bool = true;
     type Lane = F32Lane;
     const ZERO: F32Lane = F32Lane { v: [[[0; 4]; 2]; 2] };

@@ -7,13 +7,19 @@
 //! (`host::gpu::qmatmul::qmm_pack_weights`, layout in `kernel_abi::qmm_lanes`): lane `(g, t)`
 //! loads exactly the bytes it multiplies — its private 16-byte chunks, which the 32 lanes read
 //! as 512 contiguous bytes per load, and the per-row headers of rows `g` and `g + 8` — with
-//! plain `ld.global.nc` straight into registers. The loads of the next `DEPTH` stages
-//! (`PER_STAGE` blocks each) are issued before a stage's math, so they are in flight while it
-//! computes; no shared memory, no barriers. (v5 fetched each warp's stage with one
-//! `cp.async.bulk` into a shared-memory ring: that path alone, with no math at all, reached only
-//! 0.55–0.61 of the copy bandwidth at these shapes — see docs/perf/qmatmul.md, session 4.) For
-//! each 32-element unit and each tile of 8 columns the lane loads 16 bytes of prepared x (two
-//! k16 steps of B fragments) and issues `mma.m16n8k16`.
+//! plain `ld.global.nc` straight into registers. The loads of the next stage (`PER_STAGE`
+//! blocks) are issued before a stage's math, so they are in flight while it computes; no
+//! barriers. (v5 fetched each warp's stage with one `cp.async.bulk` into a shared-memory ring:
+//! that path alone, with no math at all, reached only 0.55–0.61 of the copy bandwidth at these
+//! shapes — see docs/perf/qmatmul.md, session 4.) For each 32-element unit and each tile of 8
+//! columns the lane reads 16 bytes of prepared x (two k16 steps of B fragments) and issues
+//! `mma.m16n8k16`: from global memory (L1), or — multi-tile kernels of the formats listed in
+//! `kernel_abi::qmm_stages_x` — from a chunk of `QMM_XS_CHUNK_UNITS` units that the block copies
+//! into dynamic shared memory once (two barriers per chunk).
+//!
+//! Chained launches (`device::griddep`): the kernel lets the next one launch at entry, issues its
+//! first stage of weight loads, and only then waits for the previous kernel; x, the sums, the
+//! partials, the counters and y are touched after that wait, x through coherent loads.
 //!
 //! * Scaled formats (Q6_K, F16, BF16, F32) accumulate straight into the f32 accumulators.
 //! * Q8_0 takes each unit's product `P` from a zero accumulator and adds `scale·P + bias·S`
@@ -32,7 +38,7 @@
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP};
+use kernel_abi::{qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::fence::fence_gpu;
@@ -40,7 +46,7 @@ use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_cg_f32, ld_v2_f32, ld_v4, U32x4};
 use crate::device::math::fma_ordered;
 use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered, mma_f16_16816_zero_ordered};
-use crate::device::shared::Shared;
+use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, st_shared_v4, Shared};
 use crate::device::sync::sync_threads;
 use crate::device::*;
 
@@ -65,6 +71,7 @@ unsafe fn qmm<F: Format, const T: usize>(
     launch_dependents();
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
+    let xs_on = qmm_xs_smem_bytes(T as u32, F::STAGES_X) > 0;
     let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let blocks = p.in_features / F::ELEMS;
     let split = block_y();
@@ -100,10 +107,28 @@ unsafe fn qmm<F: Format, const T: usize>(
         l
     };
 
+    // Multi-tile kernels with f16 activations stage x in shared memory per chunk of
+    // `QMM_XS_CHUNK_UNITS` units (all 8 warps read the same columns): one cooperative copy per
+    // chunk instead of every warp loading every fragment from L1, and the fragments are read just
+    // before their mma. The values are the same as in global memory, so results do not change.
+    let xs_smem = smem_addr(dynamic_smem());
+    let stage_x_chunk = #[inline(always)]
+    |unit0: usize, nunits: usize| {
+        let n = p.n as usize;
+        let total = nunits * n * 4;
+        let mut i = thread_x() as usize;
+        while i < total {
+            let (u, rem) = (i / (4 * n), i % (4 * n));
+            let (col, q) = (rem / 4, rem % 4);
+            let v = ld_v4(xh.add(col * k + (unit0 + u) * 32 + 8 * q) as *const U32x4).0;
+            st_shared_v4(xs_smem + (2 * ((u * 8 * T + col) * 32 + 8 * q)) as u32, v);
+            i += block_dim_x() as usize;
+        }
+    };
     let mut acc = [[0.0f32; 4]; T];
-    // The math of stage `st` on its lane data `cur`.
+    // The math of stage `st` on its lane data `cur` (`chunk_unit0`: first unit of the staged x).
     let mut stage_math = #[inline(always)]
-    |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS]| {
+    |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: usize| {
         let b = b0 + st * F::PER_STAGE;
         let b_end = (b + F::PER_STAGE).min(b1);
         // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
@@ -181,6 +206,11 @@ unsafe fn qmm<F: Format, const T: usize>(
                     if F::BF16 {
                         xf[tile] = ld_v4(xb_hi.add(at) as *const U32x4).0;
                         xl[tile] = ld_v4(xb_lo.add(at) as *const U32x4).0;
+                    } else if xs_on {
+                        // Staged chunk: unit-major, 8·T columns of 32 halves (512 contiguous bytes
+                        // per warp load: no bank conflict).
+                        let at = ((unit - chunk_unit0) * 8 * T + col) * 32 + 8 * t as usize;
+                        xf[tile] = ld_shared_v4(xs_smem + 2 * at as u32);
                     } else {
                         xf[tile] = ld_v4(xh.add(at) as *const U32x4).0;
                     }
@@ -338,12 +368,25 @@ unsafe fn qmm<F: Format, const T: usize>(
     let mut ahead = load_stage(0);
     grid_dependency_wait();
     let mut st = 0;
+    let (mut chunk_end, mut chunk_unit0) = (b0, 0usize);
     while st < stages {
         let cur = ahead;
         if st + 1 < stages {
             ahead = load_stage(st + 1);
         }
-        stage_math(st, &cur);
+        if xs_on {
+            let b = b0 + st * F::PER_STAGE;
+            if b >= chunk_end {
+                // Next x chunk (the whole block agrees: every warp has the same split). The
+                // next stage's weights are already in flight.
+                sync_threads();
+                chunk_end = (b + QMM_XS_CHUNK_UNITS * 32 / F::ELEMS).min(b1);
+                chunk_unit0 = (b * units) as usize;
+                stage_x_chunk(chunk_unit0, ((chunk_end - b) * units) as usize);
+                sync_threads();
+            }
+        }
+        stage_math(st, &cur, chunk_unit0);
         st += 1;
     }
     // Lane holds D[g][2t, 2t+1] (acc[.][0..2]) and D[g+8][2t, 2t+1] (acc[.][2..4]).
@@ -459,12 +502,12 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
 }
 
 /// Register budgets (`minctasm`: blocks of 256 threads per SM the registers must allow — 3: 85
-/// registers, 2: 128, 1: 255) and pipeline depth (stages in flight per warp, in registers).
-/// Nothing else limits occupancy: the kernels use no shared memory besides one flag. Chosen by
-/// measurement (nvidia-h200, docs/perf/qmatmul.md session 4): more warps beat a deeper pipeline
-/// (F16/BF16/F32 one tile: 3 blocks at depth 1 gave 0.85–0.94 of copy, 2 blocks at depth 2
-/// 0.73–0.87); K-quants at depth 2 or at 85 registers spill and were slower; every kernel here
-/// is spill-free (`cargo xtask ptx --ptxas`).
+/// registers, 2: 128, 1: 255). Chosen by measurement (nvidia-h200, docs/perf/qmatmul.md
+/// sessions 4–5): more warps beat a deeper pipeline (F16/BF16/F32 one tile: 3 blocks at depth 1
+/// gave 0.85–0.94 of copy, 2 blocks at depth 2 0.73–0.87); K-quants at depth 2 or at 85
+/// registers spill and were slower. Q6_K nt3/nt4 fit 128 registers once x is staged in shared
+/// memory. Every kernel here is spill-free (`cargo xtask ptx --ptxas`); the staged x chunk
+/// (≤ 80 KiB) still allows two blocks per SM.
 macro_rules! qmm_kernels {
     ($fmt:ty => $($name:ident = $t:literal @ $sect:literal),+) => {
         $(
@@ -501,8 +544,8 @@ qmm_kernels!(Q5K =>
 qmm_kernels!(Q6K =>
     qmm_q6k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q6k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q6k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q6k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q8_0 =>
     qmm_q8_0_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q8_0_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",

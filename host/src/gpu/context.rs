@@ -19,6 +19,8 @@ pub struct Gpu {
     stream: Arc<CudaStream>,
     module: Arc<CudaModule>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// Dynamic shared memory each kernel has been allowed beyond the default 48 KiB.
+    smem_allowed: Mutex<HashMap<&'static str, u32>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -62,7 +64,7 @@ impl Gpu {
                 ctx.load_module(Ptx::from_src(KERNELS_PTX)).while_(|| "loading the kernels' PTX (driver JIT)".into())?
             }
         };
-        Ok(Gpu { ctx, stream, module, functions: Mutex::new(HashMap::new()) })
+        Ok(Gpu { ctx, stream, module, functions: Mutex::new(HashMap::new()), smem_allowed: Mutex::new(HashMap::new()) })
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {
@@ -82,6 +84,26 @@ impl Gpu {
         let f = self.module.load_function(name).while_(|| format!("looking up kernel `{name}` in the PTX"))?;
         map.insert(name, f.clone());
         Ok(f)
+    }
+
+    /// Lets kernel `name` launch with `bytes` of dynamic shared memory (the driver refuses more
+    /// than 48 KiB unless the function is opted in; done once per kernel and size).
+    pub fn allow_dynamic_smem(&self, name: &'static str, bytes: u32) -> Result<(), GpuError> {
+        if bytes <= 48 << 10 {
+            return Ok(());
+        }
+        let mut map = self.smem_allowed.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(name).is_some_and(|&b| b >= bytes) {
+            return Ok(());
+        }
+        let f = self.function(name)?;
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+        .while_(|| format!("allowing `{name}` {bytes} bytes of dynamic shared memory"))?;
+        map.insert(name, bytes);
+        Ok(())
     }
 
     /// Zero-filled device buffer of `n` elements.

@@ -84,7 +84,8 @@ pub fn gemv_f32(
 
 use flashtree_reference::quant::GgmlType;
 use kernel_abi::{
-    qmm_ksplit, qmm_lanes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_ksplit, qmm_lanes, qmm_stages_x, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK,
+    QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 /// Kernel name prefix and block geometry `(elements, bytes)` of a weight type on the
@@ -434,10 +435,22 @@ pub fn qmm_prepared(
         ("qmm_bf16", _) => "qmm_bf16_nt4",
         (other, _) => return Err(GpuError::shape("qmm", format!("no kernel for {other}"))),
     };
+    // Multi-tile kernels of the formats that stage x keep x chunks in dynamic shared memory.
+    let stages_x = match ty {
+        GgmlType::Q4_K => qmm_stages_x::Q4_K,
+        GgmlType::Q5_K => qmm_stages_x::Q5_K,
+        GgmlType::Q6_K => qmm_stages_x::Q6_K,
+        GgmlType::Q8_0 => qmm_stages_x::Q8_0,
+        GgmlType::F16 => qmm_stages_x::F16,
+        GgmlType::BF16 => qmm_stages_x::BF16,
+        _ => qmm_stages_x::F32,
+    };
+    let smem = qmm_xs_smem_bytes(tiles as u32, stages_x);
+    gpu.allow_dynamic_smem(name, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
         block_dim: (QMM_WARPS * 32, 1, 1),
-        shared_mem_bytes: 0,
+        shared_mem_bytes: smem,
     };
     // Chained: only the packed weights are read before the kernel's `griddepcontrol.wait`, so its
     // first weight loads overlap the previous kernel's tail.
