@@ -66,33 +66,6 @@ pub unsafe fn ld_nc_u16(p: *const u16) -> u16 {
     r
 }
 
-/// `ld.global.cs.v4.u32`: streaming (evict-first) load.
-#[inline(always)]
-pub unsafe fn ld_cs_v4(p: *const U32x4) -> U32x4 {
-    let (a, b, c, d): (u32, u32, u32, u32);
-    asm!("ld.global.cs.v4.u32 {{{0},{1},{2},{3}}}, [{4}];",
-         out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg64) p,
-         options(readonly, nostack));
-    U32x4([a, b, c, d])
-}
-
-/// `st.global.cs.v4.u32`: streaming (evict-first) store.
-#[inline(always)]
-pub unsafe fn st_cs_v4(p: *mut U32x4, v: U32x4) {
-    asm!("st.global.cs.v4.u32 [{0}], {{{1},{2},{3},{4}}};",
-         in(reg64) p, in(reg32) v.0[0], in(reg32) v.0[1], in(reg32) v.0[2], in(reg32) v.0[3],
-         options(nostack));
-}
-
-/// `ld.global.nc.L1::no_allocate.v2.u32`: streaming 8-byte read (8-byte aligned).
-#[inline(always)]
-pub unsafe fn ld_stream_v2(p: *const u32) -> [u32; 2] {
-    let (a, b): (u32, u32);
-    asm!("ld.global.nc.L1::no_allocate.v2.u32 {{{0},{1}}}, [{2}];",
-         out(reg32) a, out(reg32) b, in(reg64) p, options(pure, readonly, nostack));
-    [a, b]
-}
-
 /// `ld.global.nc.u16` with L1 allocation (for 2-byte-aligned block formats whose sectors are
 /// read by several instructions in a row).
 #[inline(always)]
@@ -109,13 +82,4 @@ pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
     let r: f32;
     asm!("ld.global.cg.f32 {0}, [{1}];", out(reg32) r, in(reg64) p, options(readonly, nostack));
     r
-}
-
-/// `ld.global.nc.v2.f32` (read-only path), 8-byte aligned.
-#[inline(always)]
-pub unsafe fn ld_nc_v2_f32(p: *const f32) -> [f32; 2] {
-    let (a, b): (f32, f32);
-    asm!("ld.global.nc.v2.f32 {{{0},{1}}}, [{2}];", out(reg32) a, out(reg32) b, in(reg64) p,
-         options(pure, readonly, nostack));
-    [a, b]
 }

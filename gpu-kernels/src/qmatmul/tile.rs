@@ -127,6 +127,8 @@ unsafe fn qmm<F: Format, const T: usize>(
     };
     let mut acc = [[0.0f32; 4]; T];
     // The math of stage `st` on its lane data `cur` (`chunk_unit0`: first unit of the staged x).
+    // The `#[inline(always)]` on this file's closures is part of the measured code generation:
+    // without it LLVM inlines differently (other register counts, and `qmm_f16_nt3` spills).
     let mut stage_math = #[inline(always)]
     |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: usize| {
         let b = b0 + st * F::PER_STAGE;
