@@ -84,30 +84,41 @@ pub fn gemv_f32(
 
 use flashtree_reference::quant::GgmlType;
 use kernel_abi::{
-    qmm_ksplit, qmm_lanes, qmm_stages_x, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK,
-    QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_ksplit, qmm_lanes, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK,
+    QMM_WARPS,
 };
 
-/// Kernel name prefix and block geometry `(elements, bytes)` of a weight type on the
-/// tensor-core path.
-pub fn qmm_format(ty: GgmlType) -> Option<(&'static str, (u32, u32, u32))> {
-    use kernel_abi::qmm_format as f;
-    Some(match ty {
-        GgmlType::Q4_K => ("qmm_q4k", f::Q4_K),
-        GgmlType::Q5_K => ("qmm_q5k", f::Q5_K),
-        GgmlType::Q6_K => ("qmm_q6k", f::Q6_K),
-        GgmlType::Q8_0 => ("qmm_q8_0", f::Q8_0),
-        GgmlType::F16 => ("qmm_f16", f::F16),
-        GgmlType::BF16 => ("qmm_bf16", f::BF16),
-        GgmlType::F32 => ("qmm_f32", f::F32),
+/// The tensor-core kernel family of a weight type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QmmFamily {
+    /// Kernel name prefix (`qmm_q4k` → `qmm_q4k_nt1` … `_nt4`).
+    pub prefix: &'static str,
+    /// `(elements, bytes, blocks per stage)` of one weight block (`kernel_abi::qmm_format`).
+    pub geometry: (u32, u32, u32),
+    /// Whether its multi-tile kernels stage x in shared memory (`kernel_abi::qmm_stages_x`).
+    pub stages_x: bool,
+}
+
+/// The tensor-core kernel family of `ty`, or `None` if it has none.
+pub fn qmm_format(ty: GgmlType) -> Option<QmmFamily> {
+    use kernel_abi::{qmm_format as f, qmm_stages_x as s};
+    let (prefix, geometry, stages_x) = match ty {
+        GgmlType::Q4_K => ("qmm_q4k", f::Q4_K, s::Q4_K),
+        GgmlType::Q5_K => ("qmm_q5k", f::Q5_K, s::Q5_K),
+        GgmlType::Q6_K => ("qmm_q6k", f::Q6_K, s::Q6_K),
+        GgmlType::Q8_0 => ("qmm_q8_0", f::Q8_0, s::Q8_0),
+        GgmlType::F16 => ("qmm_f16", f::F16, s::F16),
+        GgmlType::BF16 => ("qmm_bf16", f::BF16, s::BF16),
+        GgmlType::F32 => ("qmm_f32", f::F32, s::F32),
         _ => return None,
-    })
+    };
+    Some(QmmFamily { prefix, geometry, stages_x })
 }
 
 /// Bytes of W `[out, in]` of type `ty` in the packed layout of the `qmm_*` kernels
 /// ([`qmm_pack_weights`]): `⌈out/16⌉·16` rows.
 pub fn qmm_packed_bytes(ty: GgmlType, out: usize, inp: usize) -> Result<usize, GpuError> {
-    let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp)?;
+    let (elems, bytes, _) = qmm_shape(ty, out, inp)?.geometry;
     out.div_ceil(16)
         .checked_mul(16 * bytes as usize)
         .and_then(|v| v.checked_mul(inp / elems as usize))
@@ -169,7 +180,7 @@ fn packed_sources(ty: GgmlType, bytes: usize) -> Result<Vec<usize>, GpuError> {
 /// are moved, never changed (the layout is a permutation of each group's block), so the product
 /// is the one of the raw matrix.
 pub fn qmm_pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Result<Vec<u8>, GpuError> {
-    let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp)?;
+    let (elems, bytes, _) = qmm_shape(ty, out, inp)?.geometry;
     let (elems, bytes) = (elems as usize, bytes as usize);
     let blocks = inp / elems;
     let row_bytes = blocks * bytes;
@@ -254,17 +265,17 @@ pub fn qmm_needs_pairs(ty: GgmlType) -> bool {
 }
 
 /// The kernel family and block geometry of `ty` for a `[out, in]` matrix, or why there is none.
-fn qmm_shape(ty: GgmlType, out: usize, inp: usize) -> Result<(&'static str, (u32, u32, u32)), GpuError> {
-    let (prefix, geometry) = qmm_format(ty)
+fn qmm_shape(ty: GgmlType, out: usize, inp: usize) -> Result<QmmFamily, GpuError> {
+    let family = qmm_format(ty)
         .ok_or_else(|| GpuError::shape("qmm", format!("weight type {ty:?} has no tensor-core kernel")))?;
-    let elems = geometry.0 as usize;
+    let elems = family.geometry.0 as usize;
     if out == 0 || inp == 0 || !inp.is_multiple_of(elems) {
         return Err(GpuError::shape(
             "qmm",
             format!("[{out}, {inp}]: in must be a positive multiple of {elems} for {ty:?}"),
         ));
     }
-    Ok((prefix, geometry))
+    Ok(family)
 }
 
 fn to_u32(v: usize, what: &str) -> Result<u32, GpuError> {
@@ -355,7 +366,8 @@ pub fn qmm_prepared(
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
-    let (prefix, (elems, _, _)) = qmm_shape(ty, out, inp)?;
+    let family = qmm_shape(ty, out, inp)?;
+    let (prefix, elems) = (family.prefix, family.geometry.0);
     if n == 0 || n > QMM_MAX_N as usize {
         return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
     }
@@ -436,16 +448,7 @@ pub fn qmm_prepared(
         (other, _) => return Err(GpuError::shape("qmm", format!("no kernel for {other}"))),
     };
     // Multi-tile kernels of the formats that stage x keep x chunks in dynamic shared memory.
-    let stages_x = match ty {
-        GgmlType::Q4_K => qmm_stages_x::Q4_K,
-        GgmlType::Q5_K => qmm_stages_x::Q5_K,
-        GgmlType::Q6_K => qmm_stages_x::Q6_K,
-        GgmlType::Q8_0 => qmm_stages_x::Q8_0,
-        GgmlType::F16 => qmm_stages_x::F16,
-        GgmlType::BF16 => qmm_stages_x::BF16,
-        _ => qmm_stages_x::F32,
-    };
-    let smem = qmm_xs_smem_bytes(tiles as u32, stages_x);
+    let smem = qmm_xs_smem_bytes(tiles as u32, family.stages_x);
     gpu.allow_dynamic_smem(name, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
@@ -479,7 +482,7 @@ mod tests {
     #[test]
     fn lane_layout_is_a_permutation_of_each_group_block() {
         for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::F32] {
-            let (_, (_, bytes, _)) = qmm_shape(ty, 16, 256).unwrap();
+            let (_, bytes, _) = qmm_shape(ty, 16, 256).unwrap().geometry;
             let mut src = packed_sources(ty, bytes as usize).unwrap();
             src.sort_unstable();
             assert!(src.iter().copied().eq(0..16 * bytes as usize), "{ty:?}");
@@ -491,7 +494,7 @@ mod tests {
     #[test]
     fn pack_places_lane_pieces_and_zero_pads() {
         for (ty, inp, out) in [(GgmlType::Q6_K, 512, 19), (GgmlType::Q8_0, 96, 33), (GgmlType::Q4_K, 256, 16)] {
-            let (_, (elems, bytes, _)) = qmm_shape(ty, out, inp).unwrap();
+            let (elems, bytes, _) = qmm_shape(ty, out, inp).unwrap().geometry;
             let (blocks, bytes) = (inp / elems as usize, bytes as usize);
             let row_bytes = blocks * bytes;
             let raw: Vec<u8> = (0..out * row_bytes).map(|i| (i * 7 % 251 + 1) as u8).collect();
