@@ -12,7 +12,6 @@
 //! Only kernels that contain the wait may be chained. `FLASHTREE_CHAIN=0` turns the attribute off
 //! (an ordinary serialized launch of the same kernel), for A/B measurements.
 
-use std::any::Any;
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
@@ -28,24 +27,36 @@ pub fn chaining_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("FLASHTREE_CHAIN").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
-/// One launch of a kernel with its arguments in order (each boxed, so its address is stable
-/// until the launch call).
+/// Most arguments a chained kernel takes.
+const MAX_ARGS: usize = 16;
+/// Bytes of one argument slot (8-byte aligned): a device pointer or a small parameter struct.
+const SLOT_BYTES: usize = 32;
+
+/// One launch of a kernel with its arguments in order, held in fixed slots (no allocation per
+/// launch: the pointers the driver reads are taken from the slots at launch time).
 pub struct ChainedLaunch<'a> {
     gpu: &'a Gpu,
     name: &'static str,
-    values: Vec<Box<dyn Any>>,
-    args: Vec<*mut c_void>,
+    slots: [[u64; SLOT_BYTES / 8]; MAX_ARGS],
+    len: usize,
+    /// Set when an argument did not fit (reported by [`Self::launch`]).
+    overflow: Option<String>,
 }
 
 impl<'a> ChainedLaunch<'a> {
     pub fn new(gpu: &'a Gpu, name: &'static str) -> Self {
-        ChainedLaunch { gpu, name, values: Vec::new(), args: Vec::new() }
+        ChainedLaunch { gpu, name, slots: [[0; SLOT_BYTES / 8]; MAX_ARGS], len: 0, overflow: None }
     }
 
-    fn push<T: 'static>(&mut self, v: T) -> &mut Self {
-        let mut b: Box<T> = Box::new(v);
-        self.args.push(&mut *b as *mut T as *mut c_void);
-        self.values.push(b);
+    fn push<T: Copy>(&mut self, v: T) -> &mut Self {
+        let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
+        if self.len == MAX_ARGS || size > SLOT_BYTES || align > 8 {
+            self.overflow = Some(format!("argument {} ({size} bytes, align {align})", self.len));
+            return self;
+        }
+        // Safety: the slot is 8-byte aligned and at least `size` bytes long.
+        unsafe { std::ptr::write(self.slots[self.len].as_mut_ptr() as *mut T, v) };
+        self.len += 1;
         self
     }
 
@@ -62,7 +73,7 @@ impl<'a> ChainedLaunch<'a> {
     }
 
     /// A by-value argument (a `kernel-abi` parameter struct).
-    pub fn value<T: DeviceRepr + 'static>(&mut self, v: T) -> &mut Self {
+    pub fn value<T: DeviceRepr + Copy>(&mut self, v: T) -> &mut Self {
         self.push(v)
     }
 
@@ -73,7 +84,15 @@ impl<'a> ChainedLaunch<'a> {
     /// The arguments must match the kernel's signature, and the kernel must execute
     /// `griddepcontrol.wait` before any access to memory that other kernels write.
     pub unsafe fn launch(&mut self, cfg: LaunchConfig) -> Result<(), GpuError> {
-        let f = self.gpu.function(self.name)?;
+        let name = self.name;
+        if let Some(what) = &self.overflow {
+            return Err(GpuError::shape(name, format!("{what} does not fit a chained launch's argument slots")));
+        }
+        let f = self.gpu.function(name)?;
+        let mut args = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+        for (arg, slot) in args.iter_mut().zip(self.slots.iter_mut()).take(self.len) {
+            *arg = slot.as_mut_ptr() as *mut c_void;
+        }
         let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
         attr.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
@@ -89,8 +108,7 @@ impl<'a> ChainedLaunch<'a> {
             attrs: &mut attr,
             numAttrs: chaining_enabled() as u32,
         };
-        let name = self.name;
-        sys::cuLaunchKernelEx(&config, f.cu_function(), self.args.as_mut_ptr(), std::ptr::null_mut())
+        sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut())
             .result()
             .while_(|| format!("launching {name} (chained)"))
     }
