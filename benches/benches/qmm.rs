@@ -1,4 +1,5 @@
-//! Tensor-core `qmm` at the Qwen3.5-27B shapes, every weight type, n = 1, 8, 16, 22, 32.
+//! Tensor-core `qmm` at the Qwen3.5-27B shapes, every weight type, n = 1, 8, 16, 22, 32 (plus
+//! Q4_K/Q5_K matrices larger than L2).
 //! Roofline: weight bytes once per call over the copy ceiling (x, y, partials are ≤ 2 % of it).
 //! Prints time, GB/s, fraction of the copy ceiling and t(n)/t(1). Weight sets smaller than
 //! 2× L2 are rotated over several copies so every call streams from device memory.
@@ -57,6 +58,13 @@ fn main() {
         }
     }
     cases.push((GgmlType::Q6_K, 5120, 248_320));
+    // Every 27B Q4_K/Q5_K matrix fits the H200's 60 MiB L2 (Q5_K 5120→17408: 58 MiB), so the
+    // steady state of those kernels is measured on larger ones too: gate and up fused
+    // (5120→34816) and the vocabulary projection shape.
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K] {
+        cases.push((ty, 5120, 34_816));
+        cases.push((ty, 5120, 248_320));
+    }
     // FLASHTREE_BENCH_FILTER=<substring of "Q4_K 5120->17408"> runs matching cases only.
     let filter = std::env::var("FLASHTREE_BENCH_FILTER").unwrap_or_default();
     cases.retain(|(ty, inp, out)| format!("{ty:?} {inp}->{out}").contains(&filter));

@@ -116,11 +116,14 @@ pub fn qmm_format(ty: GgmlType) -> Option<QmmFamily> {
 }
 
 /// Bytes of W `[out, in]` of type `ty` in the packed layout of the `qmm_*` kernels
-/// ([`qmm_pack_weights`]): `⌈out/16⌉·16` rows.
+/// ([`qmm_pack_weights`]): `⌈out/128⌉·128` rows, the rows past `out` zero. Every warp of a
+/// kernel block loads its 16 rows unconditionally (a bounds check costs the tightest kernels
+/// a register), so the last block's rows must exist.
 pub fn qmm_packed_bytes(ty: GgmlType, out: usize, inp: usize) -> Result<usize, GpuError> {
     let (elems, bytes, _) = qmm_shape(ty, out, inp)?.geometry;
-    out.div_ceil(16)
-        .checked_mul(16 * bytes as usize)
+    let rows = QMM_ROWS_PER_BLOCK as usize;
+    out.div_ceil(rows)
+        .checked_mul(rows * bytes as usize)
         .and_then(|v| v.checked_mul(inp / elems as usize))
         .ok_or_else(|| GpuError::shape("qmm", format!("W {ty:?} [{out}, {inp}] size overflows")))
 }
@@ -499,11 +502,11 @@ mod tests {
             let row_bytes = blocks * bytes;
             let raw: Vec<u8> = (0..out * row_bytes).map(|i| (i * 7 % 251 + 1) as u8).collect();
             let packed = qmm_pack_weights(ty, &raw, out, inp).unwrap();
-            assert_eq!(packed.len(), out.div_ceil(16) * 16 * row_bytes);
+            assert_eq!(packed.len(), out.div_ceil(128) * 128 * row_bytes);
             assert_eq!(packed.len(), qmm_packed_bytes(ty, out, inp).unwrap());
             let (pieces, _) = lane_layout(ty).unwrap();
             let (row, off, len, stride) = pieces[1];
-            for group in 0..out.div_ceil(16) {
+            for group in 0..out.div_ceil(128) * 8 {
                 for b in 0..blocks {
                     let base = (group * blocks + b) * 16 * bytes;
                     // Lane 4·3 + 2 (g = 3, t = 2): its second piece follows its first.

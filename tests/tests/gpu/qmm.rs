@@ -318,9 +318,9 @@ fn qmm_rejects_bad_shapes_and_types() {
     assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 2, &mut y, &mut ws)).contains("not n = 2"));
     let wb = gpu.zeros::<u8>(2 * 512 * 4).unwrap();
     assert!(e(qmm_prepared(gpu, GgmlType::BF16, &wb, 4, 512, 1, &mut y, &mut ws)).contains("with pairs"));
-    // Q6_K [1, 512] is 420 bytes raw; packed (16 rows) it is 6720.
+    // Q6_K [1, 512] is 420 bytes raw; packed (128 rows) it is 53760.
     let w6 = gpu.zeros::<u8>(420).unwrap();
-    assert!(e(qmm(gpu, GgmlType::Q6_K, &w6, 1, 512, &x, 1, &mut y, &mut ws)).contains("needs 6720 bytes packed"));
-    let w2 = gpu.zeros::<u8>(16 * 2 * 144).unwrap();
+    assert!(e(qmm(gpu, GgmlType::Q6_K, &w6, 1, 512, &x, 1, &mut y, &mut ws)).contains("needs 53760 bytes packed"));
+    let w2 = gpu.zeros::<u8>(128 * 2 * 144).unwrap();
     qmm_prepared(gpu, GgmlType::Q4_K, &w2, 4, 512, 1, &mut y, &mut ws).unwrap();
 }
