@@ -136,9 +136,10 @@ pub mod qmm_format {
 ///   quad need, stored once: field `f` of row `r` at `32·PRIVATE + Σ_{f' < f} 16·len(f') +
 ///   r·len(f)`.
 ///
-/// Every byte of the 16 rows' blocks appears exactly once (`16·BYTES` in all), so the packed
-/// matrix has the raw size. A piece is `(row, offset at t = 0, length, t stride)`: lane `t`
-/// takes the row's bytes `offset + t·stride .. + length`.
+/// Every byte of the 16 rows' blocks appears exactly once (`16·BYTES` in all), so each packed
+/// group has the raw size (the host pads the matrix with zero rows to whole 128-row blocks). A
+/// piece is `(row, offset at t = 0, length, t stride)`: lane `t` takes the row's bytes
+/// `offset + t·stride .. + length`.
 pub mod qmm_lanes {
     /// `(row: 0 = g, 1 = g + 8, offset, length, t stride)`.
     pub type Piece = (u8, u16, u8, u8);

@@ -179,7 +179,8 @@ fn packed_sources(ty: GgmlType, bytes: usize) -> Result<Vec<usize>, GpuError> {
 /// `packed[(group·blocks + b)·16·BYTES + p] = W[16·group + r][b·BYTES + e]` with `(r, e)` the
 /// source of packed position `p`,
 ///
-/// with zero rows padding the last group (a zero block is a zero weight in every format). Bytes
+/// with zero rows up to a whole 128-row kernel block ([`qmm_packed_bytes`]; a zero block is a
+/// zero weight in every format). Bytes
 /// are moved, never changed (the layout is a permutation of each group's block), so the product
 /// is the one of the raw matrix.
 pub fn qmm_pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Result<Vec<u8>, GpuError> {
