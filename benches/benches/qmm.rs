@@ -57,12 +57,16 @@ fn main() {
             cases.push((ty, inp, out));
         }
     }
-    cases.push((GgmlType::Q6_K, 5120, 248_320));
-    // Every 27B Q4_K/Q5_K matrix fits the H200's 60 MiB L2 (Q5_K 5120→17408: 58 MiB), so the
-    // steady state of those kernels is measured on larger ones too: gate and up fused
-    // (5120→34816) and the vocabulary projection shape.
-    for ty in [GgmlType::Q4_K, GgmlType::Q5_K] {
+    // Every 27B Q4_K/Q5_K matrix fits the H200's 60 MiB L2 (Q5_K 5120→17408: 58 MiB), and the
+    // other types' 27B matrices (60–180 MB) are short launches whose time is set by how the
+    // blocks fill the SMs (docs/perf/qmatmul.md, session 6). So each type is also measured on
+    // gate and up fused (5120→34816) and the block types on the vocabulary projection shape (the
+    // model's output head: Q6_K in Q4_K_M files, Q8_0/Q4_K/Q5_K in others), where a launch is long
+    // enough to show the kernel's steady state.
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::BF16, GgmlType::F16] {
         cases.push((ty, 5120, 34_816));
+    }
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0] {
         cases.push((ty, 5120, 248_320));
     }
     // FLASHTREE_BENCH_FILTER=<substring of "Q4_K 5120->17408"> runs matching cases only.

@@ -375,11 +375,10 @@ pub struct Q6kLane {
     ql: [[[[u32; 2]; 2]; 2]; 2],
     /// `[row][hf][word]`: qh bytes `32hf + 8t .. +8`.
     qh: [[[u32; 2]; 2]; 2],
-    /// `[row]`: scales[2 units × … ] needed by this lane: scale `8hf + 2tq + t/2` for all 8 units,
-    /// packed as bytes `[u]`.
-    sc: [[u32; 2]; 2],
-    /// `[row]`: d as f16 bits.
-    d: [u32; 2],
+    /// `[row][j]`: f16x2 `(d·sc, d·sc)` of units `2j` and `2j + 1` (the lane's scale of unit `u`
+    /// is `scales[8hf + 2tq + t/2]`), each rounded once to f16 — decoded once per block, not per
+    /// unit and k16 step.
+    dsc: [[u32; 4]; 2],
 }
 
 pub struct Q6K;
@@ -391,7 +390,7 @@ impl Format for Q6K {
     const STAGES_X: bool = qmm_stages_x::Q6_K;
     const BF16: bool = false;
     type Lane = Q6kLane;
-    const ZERO: Q6kLane = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], sc: [[0; 2]; 2], d: [0; 2] };
+    const ZERO: Q6kLane = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], dsc: [[0; 4]; 2] };
 
     #[inline(always)]
     unsafe fn load(blk: *const u8, lane: u32) -> Q6kLane {
@@ -400,7 +399,7 @@ impl Format for Q6K {
         let d_at = qmm_lanes::field_offset(qmm_lanes::Q6_K, 1);
         // 24 private words: per row and half hf: ql (parity 0), ql (parity 1), qh, 2 words each.
         let wds = private_words::<24>(blk, lane);
-        let mut l = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], sc: [[0; 2]; 2], d: [0; 2] };
+        let mut l = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], dsc: [[0; 4]; 2] };
         // Unit u = 4hf + tq uses scale 8hf + 2tq + t/2: bytes (0, 2, 4, 6) + t/2 of each 8.
         let sel = if t / 2 == 0 { 0x6420 } else { 0x7531 };
         let mut r = 0;
@@ -414,8 +413,19 @@ impl Format for Q6K {
                 hf += 1;
             }
             let sc = field16(blk, sc_at, g + 8 * r as u32);
-            l.sc[r] = [prmt(sc[0], sc[1], sel), prmt(sc[2], sc[3], sel)];
-            l.d[r] = field2(blk, d_at, g + 8 * r as u32);
+            // The lane's 8 signed scale bytes, unit u at byte u % 4 of word u / 4.
+            let bytes = [prmt(sc[0], sc[1], sel), prmt(sc[2], sc[3], sel)];
+            let d = field2(blk, d_at, g + 8 * r as u32);
+            let dd = d | (d << 16);
+            let mut j = 0;
+            while j < 4 {
+                // Bytes 2(j%2), 2(j%2)+1 of word j/2 into the low bytes of halves 0 and 1, then
+                // f16 `1024 + (sc + 128)` (`i8_pair_offset`) − 1152 = sc exactly, then · d.
+                let pair = prmt(bytes[j / 2], 0, if j % 2 == 0 { 0x4140 } else { 0x4342 });
+                let scf = hsub2(i8_pair_offset(pair), 0x6480_6480);
+                l.dsc[r][j] = hmul2(scf, dd);
+                j += 1;
+            }
             r += 1;
         }
         l
@@ -431,10 +441,9 @@ impl Format for Q6K {
             let lo = (l.ql[r][hf][(tq % 2) as usize][h as usize] >> (4 * (tq / 2))) & 0x0f0f_0f0f;
             let hi = ((l.qh[r][hf][h as usize] >> (2 * tq)) & 0x0303_0303) << 4;
             let q = lo | hi; // 0..63 per byte; value q − 32
-            let sc = (l.sc[r][(u / 4) as usize] >> (8 * (u % 4))) & 0xff;
-            // signed 8-bit scale → f16 via (1024 + (sc ^ 0x80)) − (1024 + 128)
-            let scf = hsub2(((sc ^ 0x80) | ((sc ^ 0x80) << 16)) | MAGIC_1024, 0x6480_6480);
-            let dsc = hmul2(scf, l.d[r] | (l.d[r] << 16));
+                             // (d·sc, d·sc) of unit u from the block's decoded pairs.
+            let pair = l.dsc[r][(u / 2) as usize];
+            let dsc = prmt(pair, pair, if u % 2 == 0 { 0x1010 } else { 0x3232 });
             // q − 32: (1024 + q) − (1024 + 32) exactly.
             let a = hsub2(and_or(q, 0x003f_003f, MAGIC_1024), 0x6420_6420);
             let b = hsub2(and_or(q >> 8, 0x003f_003f, MAGIC_1024), 0x6420_6420);
