@@ -14,9 +14,10 @@
 //! shapes — see docs/perf/qmatmul.md, session 4; a ring filled by per-lane `cp.async`, session 7,
 //! was slower too: these kernels are issue-bound at n = 1 and every copy instruction costs.)
 //! For each 32-element unit and each tile of 8 columns the lane reads 16 bytes of prepared x
-//! (two k16 steps of B fragments) and issues `mma.m16n8k16`: from global memory (L1), or — multi-tile kernels of the formats listed in
-//! `kernel_abi::qmm_stages_x` — from a chunk of `QMM_XS_CHUNK_UNITS` units that the block copies
-//! into dynamic shared memory once (two barriers per chunk).
+//! (two k16 steps of B fragments) and issues `mma.m16n8k16`: from global memory (L1), or —
+//! multi-tile kernels of the formats listed in `kernel_abi::qmm_stages_x` — from a chunk of
+//! `QMM_XS_CHUNK_UNITS` units that the block copies into dynamic shared memory once (two
+//! barriers per chunk).
 //!
 //! Chained launches (`device::griddep`): the kernel lets the next one launch at entry, issues its
 //! first stage of weight loads, and only then waits for the previous kernel; x, the sums, the
