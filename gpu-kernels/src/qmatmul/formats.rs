@@ -440,8 +440,9 @@ impl Format for Q6K {
         while r < 2 {
             let lo = (l.ql[r][hf][(tq % 2) as usize][h as usize] >> (4 * (tq / 2))) & 0x0f0f_0f0f;
             let hi = ((l.qh[r][hf][h as usize] >> (2 * tq)) & 0x0303_0303) << 4;
-            let q = lo | hi; // 0..63 per byte; value q − 32
-                             // (d·sc, d·sc) of unit u from the block's decoded pairs.
+            // 0..63 per byte; the weight is (q − 32)·d·sc.
+            let q = lo | hi;
+            // (d·sc, d·sc) of unit u from the block's decoded pairs.
             let pair = l.dsc[r][(u / 2) as usize];
             let dsc = prmt(pair, pair, if u % 2 == 0 { 0x1010 } else { 0x3232 });
             // q − 32: (1024 + q) − (1024 + 32) exactly.
