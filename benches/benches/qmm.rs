@@ -1,11 +1,14 @@
 //! Tensor-core `qmm` at the Qwen3.5-27B shapes, every weight type, n = 1, 8, 16, 22, 32 (plus
-//! Q4_K/Q5_K matrices larger than L2).
+//! matrices larger than L2), and the fused gate/up SwiGLU kernels at the MLP shape.
 //! Roofline: weight bytes once per call over the copy ceiling (x, y, partials are ≤ 2 % of it).
 //! Prints time, GB/s, fraction of the copy ceiling and t(n)/t(1). Weight sets smaller than
 //! 2× L2 are rotated over several copies so every call streams from device memory.
 
 use criterion::Throughput;
-use flashtree::gpu::qmatmul::{qmm, qmm_needs_pairs, qmm_pack_weights, qmm_prepare, qmm_prepared, QmmWorkspace};
+use flashtree::gpu::qmatmul::{
+    qmm, qmm_needs_pairs, qmm_pack_gate_up, qmm_pack_weights, qmm_prepare, qmm_prepared, qmm_swiglu_prepared,
+    qmm_swiglu_rows, QmmWorkspace,
+};
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 use flashtree_reference::quant::GgmlType;
 
@@ -118,5 +121,49 @@ fn main() {
             }
         }
     }
+    swiglu_cases(&gpu, ceiling, l2, &filter, &mut ws);
     c.final_summary();
+}
+
+/// The fused gate/up SwiGLU kernels at the 27B MLP shape (5120 → 2 × 17408), every type:
+/// `qmm-swiglu` (matmul on prepared x, output `silu(g)·u` `[n, 17408]`) against the plain kernel
+/// on the same packed bytes as one `[34816, 5120]` matrix (`qmm-gateup`, output `[n, 34816]`),
+/// measured back to back. The fused kernel saves the second pass the plain one needs (reading
+/// both products and writing `silu(g)·u`) and a launch; the ratio shows what the epilogue costs.
+fn swiglu_cases(gpu: &flashtree::gpu::Gpu, ceiling: f64, l2: usize, filter: &str, ws: &mut QmmWorkspace) {
+    let (inp, ff) = (5120usize, 17408usize);
+    let rows = qmm_swiglu_rows(ff);
+    let mut dy = gpu.zeros::<f32>(32 * rows).unwrap();
+    let x: Vec<f32> = (0..32 * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let dx = gpu.upload(&x).unwrap();
+    for ty in
+        [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::BF16, GgmlType::F16, GgmlType::F32]
+    {
+        let name = format!("{ty:?} {inp}->2x{ff}");
+        if !format!("swiglu {name}").contains(filter) {
+            continue;
+        }
+        let gate = weights(ty, ff, inp, 11);
+        let up = weights(ty, ff, inp, 12);
+        let bytes = gate.len() + up.len();
+        let packed = qmm_pack_gate_up(ty, &gate, &up, ff, inp).unwrap();
+        drop((gate, up));
+        let copies = (2 * l2).div_ceil(bytes).max(1);
+        let bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&packed).unwrap()).collect();
+        drop(packed);
+        let (mut f1, mut p1) = (0.0, 0.0);
+        for n in NS {
+            qmm_prepare(gpu, &dx, n, inp, qmm_needs_pairs(ty), ws).unwrap();
+            let fused =
+                median_secs(gpu, 20, |i| qmm_swiglu_prepared(gpu, ty, &bufs[i % copies], ff, inp, n, &mut dy, ws));
+            let plain = median_secs(gpu, 20, |i| qmm_prepared(gpu, ty, &bufs[i % copies], rows, inp, n, &mut dy, ws));
+            if n == 1 {
+                (f1, p1) = (fused, plain);
+            }
+            let note = format!("matmul only; t(n)/t(1) = {:.2}; fused/plain = {:.3}", fused / f1, fused / plain);
+            report("qmm-swiglu", &format!("{name} n={n}"), bytes as f64, fused, ceiling, &note);
+            let note = format!("matmul only, no epilogue; t(n)/t(1) = {:.2}", plain / p1);
+            report("qmm-gateup", &format!("{name} n={n}"), bytes as f64, plain, ceiling, &note);
+        }
+    }
 }

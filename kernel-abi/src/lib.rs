@@ -112,6 +112,11 @@ pub struct QmmParams {
     pub n: u32,
     /// Splits of the K dimension over `blockIdx.y` (a function of the shape only).
     pub ksplit: u32,
+    /// 0: plain product, `y[c, o]` for `o < out_features` (pitch `out_features`). Otherwise the
+    /// fused SwiGLU epilogue over `ff = swiglu_ff` features: W holds gate and up interleaved by
+    /// 8 rows (rows `16b + j` = gate row `8b + j`, rows `16b + 8 + j` = up row `8b + j`, `j < 8`,
+    /// so `out_features = 16·⌈ff/8⌉`), and `y[c, f] = silu(g_f) · u_f` for `f < ff` (pitch `ff`).
+    pub swiglu_ff: u32,
 }
 
 /// `(elements, bytes, blocks per stage)` of each weight format of the `qmm_*` kernels.

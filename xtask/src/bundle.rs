@@ -147,8 +147,29 @@ run_benches() {
   export FLASHTREE_BENCH_SUMMARY="$out/bench-summary.tsv"
   : > "$FLASHTREE_BENCH_SUMMARY"
   for b in "$here"/bin/bench-*; do
-    echo "== $(basename "$b")"
+    name="$(basename "$b")"
+    echo "== $name"
+    # Issue-bound kernels follow the SM clock, which falls under sustained load: sample it (and
+    # the throttle reasons) every 100 ms while the bench runs, and print its range afterwards.
+    sampler=""
+    if command -v nvidia-smi > /dev/null; then
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv,noheader,nounits -lms 100 > "$out/clocks-$name.csv" 2> /dev/null &
+      sampler=$!
+    fi
     "$b" --bench 2>&1 | tee -a "$out/bench.log"
+    if [ -n "$sampler" ]; then
+      kill "$sampler" 2> /dev/null || true
+      wait "$sampler" 2> /dev/null || true
+      f="$out/clocks-$name.csv"
+      if [ -s "$f" ] && grep -qE "^[^,]*, *[0-9]+," "$f"; then
+        sm="$(cut -d, -f2 "$f" | tr -d ' ' | grep -E '^[0-9]+$' | sort -n || true)"
+        cnt="$(printf '%s\n' "$sm" | grep -c . || true)"
+        reasons="$(cut -d, -f6 "$f" | tr -d ' ' | grep -v '^0x0000000000000000$' | sort | uniq -c | tr -s ' ' | tr '\n' ';' || true)"
+        echo "SM clock during $name: min $(printf '%s\n' "$sm" | head -1), median $(printf '%s\n' "$sm" | sed -n "$(((cnt + 1) / 2))p"), max $(printf '%s\n' "$sm" | tail -1) MHz over $cnt samples; throttle reasons (count value): ${reasons:-none}" \
+          | tee -a "$out/clocks-summary.txt"
+      fi
+    fi
   done
   echo
   echo "== summary (ceiling: copy bandwidth ${FLASHTREE_COPY_GBPS} GB/s measured in this run)"

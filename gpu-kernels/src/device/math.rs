@@ -56,3 +56,23 @@ pub fn fma_ordered(a: f32, b: f32, c: f32) -> f32 {
     };
     r
 }
+
+/// `rcp.approx.f32`: 1/x, max error 1 ulp (no flush of subnormals).
+#[inline(always)]
+pub fn rcp_approx(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("rcp.approx.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `silu(x) = x · 1/(1 + e^-x)` with [`exp_fast`] and [`rcp_approx`]. Relative error ≤
+/// `|x|·2^-23 + 2^-21`: the roundings of `log2 e` and of `−x·log2 e` move the exponent by
+/// ≤ `1.5·|x|·log2 e·2^-24`, i.e. `e^-x` by ≤ `1.5·|x|·2^-24` relative, and `ex2.approx` adds
+/// ≤ 2^-22 (both scaled by `e/(1+e) ≤ 1`); then the add (2^-24), the reciprocal (1 ulp) and the
+/// product (2^-24). Saturates cleanly: `x → −∞` gives `−0`
+/// (`e^-x = ∞`), `x > 88` gives `x` (`e^-x` flushes to 0). (A `div.rn` here made a register-tight
+/// kernel spill.)
+#[inline(always)]
+pub fn silu(x: f32) -> f32 {
+    x * rcp_approx(1.0 + exp_fast(-x))
+}

@@ -1,7 +1,8 @@
 //! `qmatmul`: `y[n, out] = W[out, in] · x[n, in]` with W in its storage type.
 //!
 //! * [`gemv`] — one token, F32/BF16 weights, f32 arithmetic (CUDA cores).
-//! * [`prep`] + [`tile`] — 1…32 tokens, every weight type, tensor cores (`mma.sync.m16n8k16`).
+//! * [`prep`] + [`tile`] — 1…32 tokens, every weight type, tensor cores (`mma.sync.m16n8k16`);
+//!   also fused with an MLP's SwiGLU (`silu(gate·x) ⊙ (up·x)` from gate and up interleaved).
 //!
 //! # Activation format of the tensor-core path
 //!

@@ -37,6 +37,15 @@
 //! block of a row group to finish (an atomic counter per row group, reset by that block) adds
 //! the `ksplit` partials in split order 0, 1, … — never in arrival order — and writes `y`.
 //!
+//! Fused SwiGLU (`qmm_<format>_swiglu_nt<T>`, `QmmParams::swiglu_ff = ff > 0`): W is gate and up
+//! interleaved by 8 rows (`host::gpu::qmatmul::qmm_pack_gate_up`), so a warp's rows `g` and
+//! `g + 8` are the gate and up rows of feature `row0/2 + g` and the lane holding `g_f·s_c` holds
+//! `u_f·s_c` too: it writes `y[c, f] = silu(g)·u` (`device::math::silu`) straight from its
+//! accumulators, `[n, ff]`, instead of both products for a second pass to combine. With split K
+//! the last block's thread of a gate row reduces the gate and up partials (split order, as
+//! above) and applies the same epilogue. The products are the plain kernel's, so the fused
+//! kernels are batch-invariant the same way.
+//!
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
@@ -46,7 +55,7 @@ use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::fence::fence_gpu;
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_cg_f32, ld_v2_f32, ld_v4, U32x4};
-use crate::device::math::fma_ordered;
+use crate::device::math::{fma_ordered, silu};
 use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered, mma_f16_16816_zero_ordered};
 use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, st_shared_v4, Shared};
 use crate::device::sync::sync_threads;
@@ -55,9 +64,11 @@ use crate::device::*;
 #[link_section = ".shared"]
 static QMM_IS_LAST: Shared<u32> = Shared::uninit();
 
-/// The kernel body, monomorphised per format `F` and tile count `T`.
+/// The kernel body, monomorphised per format `F`, tile count `T` and epilogue (`SWIGLU`: the
+/// fused gate/up epilogue of `QmmParams::swiglu_ff`; a separate kernel so that the plain
+/// kernels' code is not touched by it — a runtime flag changed their register allocation).
 #[inline(always)]
-unsafe fn qmm<F: Format, const T: usize>(
+unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
     w: *const u8,
     xh: *const u16,
     xb_hi: *const u16,
@@ -396,6 +407,26 @@ unsafe fn qmm<F: Format, const T: usize>(
     // Lane holds D[g][2t, 2t+1] (acc[.][0..2]) and D[g+8][2t, 2t+1] (acc[.][2..4]).
     let out = p.out_features as usize;
     let rows = [row0 + g, row0 + g + 8];
+    // Fused SwiGLU (`p.swiglu_ff > 0`): rows `g` and `g + 8` of a warp's 16 are the gate and up
+    // rows of the same feature `row0/2 + g`, so a lane holds both operands of its outputs.
+    let ff = if SWIGLU { p.swiglu_ff as usize } else { 0 };
+    if SWIGLU && ksplit == 1 {
+        let f = (row0 / 2 + g) as usize;
+        let mut tile = 0;
+        while tile < T {
+            let mut j = 0;
+            while j < 2 {
+                let col = 8 * tile + 2 * t as usize + j;
+                if col < p.n as usize && f < ff {
+                    let s = *xscale.add(col);
+                    *y.add(col * ff + f) = silu(acc[tile][j] * s) * (acc[tile][j + 2] * s);
+                }
+                j += 1;
+            }
+            tile += 1;
+        }
+        return;
+    }
     // Calls `f(value, col, row)` for each of this lane's outputs that exists.
     let for_each_output = |f: &mut dyn FnMut(f32, usize, usize)| {
         let mut tile = 0;
@@ -434,19 +465,31 @@ unsafe fn qmm<F: Format, const T: usize>(
     fence_gpu();
     // Rows of this group × columns, one output per thread per step; splits added in order.
     let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - block_x() * QMM_ROWS_PER_BLOCK).max(1);
-    let total = group_rows * p.n;
-    let mut i = thread_x();
-    while i < total {
-        let col = i / group_rows;
-        let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
-        let idx = col as usize * out + row as usize;
+    let sum_splits = |idx: usize| {
         let mut sum = 0.0f32;
         let mut s = 0;
         while s < ksplit as usize {
             sum += ld_cg_f32(partial.add(s * plane + idx));
             s += 1;
         }
-        *y.add(idx) = sum * *xscale.add(col as usize);
+        sum
+    };
+    let total = group_rows * p.n;
+    let mut i = thread_x();
+    while i < total {
+        let col = i / group_rows;
+        let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
+        let idx = col as usize * out + row as usize;
+        if !SWIGLU {
+            *y.add(idx) = sum_splits(idx) * *xscale.add(col as usize);
+        } else if row % 16 < 8 {
+            // Fused SwiGLU: the thread of a gate row also reduces the up row 8 below it.
+            let f = (row / 16 * 8 + row % 16) as usize;
+            if f < ff {
+                let s = *xscale.add(col as usize);
+                *y.add(col as usize * ff + f) = silu(sum_splits(idx) * s) * (sum_splits(idx + 8) * s);
+            }
+        }
         i += block_dim_x();
     }
     if thread_x() == 0 {
@@ -513,7 +556,7 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
 /// memory. Every kernel here is spill-free (`cargo xtask ptx --ptxas`); the staged x chunk
 /// (≤ 80 KiB) still allows two blocks per SM.
 macro_rules! qmm_kernels {
-    ($fmt:ty => $($name:ident = $t:literal @ $sect:literal),+) => {
+    ($fmt:ty => $($name:ident / $fused:ident = $t:literal @ $sect:literal),+) => {
         $(
             #[no_mangle]
             #[link_section = $sect]
@@ -529,44 +572,62 @@ macro_rules! qmm_kernels {
                 y: *mut f32,
                 p: QmmParams,
             ) {
-                qmm::<$fmt, $t>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
+                qmm::<$fmt, $t, false>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
+            }
+
+            /// The fused SwiGLU variant (`QmmParams::swiglu_ff`).
+            #[no_mangle]
+            #[link_section = $sect]
+            pub unsafe extern "ptx-kernel" fn $fused(
+                w: *const u8,
+                xh: *const u16,
+                xb_hi: *const u16,
+                xb_lo: *const u16,
+                xscale: *const f32,
+                xsum: *const f32,
+                partial: *mut f32,
+                counters: *mut u32,
+                y: *mut f32,
+                p: QmmParams,
+            ) {
+                qmm::<$fmt, $t, true>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
             }
         )+
     };
 }
 
 qmm_kernels!(Q4K =>
-    qmm_q4k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q4k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q4k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q4k_nt1 / qmm_q4k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q4k_nt2 / qmm_q4k_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q5K =>
-    qmm_q5k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q5k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q5k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q5k_nt1 / qmm_q5k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
+    qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q6K =>
-    qmm_q6k_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q6k_nt1 / qmm_q6k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q8_0 =>
-    qmm_q8_0_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q8_0_nt1 / qmm_q8_0_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F16 =>
-    qmm_f16_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_f16_nt1 / qmm_f16_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt2 / qmm_f16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt3 / qmm_f16_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f16_nt4 / qmm_f16_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Bf16 =>
-    qmm_bf16_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_bf16_nt1 / qmm_bf16_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt2 / qmm_bf16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt3 / qmm_bf16_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_bf16_nt4 / qmm_bf16_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F32W =>
-    qmm_f32_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f32_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f32_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_f32_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_f32_nt1 / qmm_f32_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f32_nt2 / qmm_f32_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
+    qmm_f32_nt3 / qmm_f32_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f32_nt4 / qmm_f32_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");

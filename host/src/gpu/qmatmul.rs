@@ -370,22 +370,179 @@ pub fn qmm_prepared(
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
+    launch(gpu, ty, w, out, inp, n, y, None, ws)
+}
+
+/// Rows of the interleaved gate/up matrix of `ff` features ([`qmm_pack_gate_up`]):
+/// `16·⌈ff/8⌉`.
+pub fn qmm_swiglu_rows(ff: usize) -> usize {
+    16 * ff.div_ceil(8)
+}
+
+/// Interleaves gate and up `[ff, in]` (raw GGUF bytes of type `ty`, rows contiguous) by 8 rows —
+/// rows `16b + j` = gate row `8b + j`, rows `16b + 8 + j` = up row `8b + j` (`j < 8`; rows past
+/// `ff` zero) — and packs the result like [`qmm_pack_weights`]: the W of [`qmm_swiglu`]. In the
+/// kernels' `m16` tile, rows `g` and `g + 8` are the gate and up rows of one feature, so the lane
+/// that holds one result holds the other.
+pub fn qmm_pack_gate_up(ty: GgmlType, gate: &[u8], up: &[u8], ff: usize, inp: usize) -> Result<Vec<u8>, GpuError> {
+    let rows = swiglu_rows(ff)?;
+    let (elems, bytes, _) = qmm_shape(ty, rows, inp)?.geometry;
+    let row_bytes = inp / elems as usize * bytes as usize;
+    for (name, m) in [("gate", gate), ("up", up)] {
+        if m.len() != ff * row_bytes {
+            return Err(GpuError::shape(
+                "qmm_swiglu",
+                format!(
+                    "{name} {ty:?} [{ff}, {inp}] is {} bytes, not {} ({row_bytes} per row)",
+                    m.len(),
+                    ff * row_bytes
+                ),
+            ));
+        }
+    }
+    let mut inter = vec![0u8; rows * row_bytes];
+    for f in 0..ff {
+        let (b, j) = (f / 8, f % 8);
+        let src = f * row_bytes..(f + 1) * row_bytes;
+        let g_at = (16 * b + j) * row_bytes;
+        let u_at = (16 * b + 8 + j) * row_bytes;
+        inter[g_at..g_at + row_bytes].copy_from_slice(&gate[src.clone()]);
+        inter[u_at..u_at + row_bytes].copy_from_slice(&up[src]);
+    }
+    qmm_pack_weights(ty, &inter, rows, inp)
+}
+
+/// [`qmm_pack_gate_up`] and upload: the device buffer [`qmm_swiglu`] takes.
+pub fn qmm_upload_gate_up(
+    gpu: &Gpu,
+    ty: GgmlType,
+    gate: &[u8],
+    up: &[u8],
+    ff: usize,
+    inp: usize,
+) -> Result<CudaSlice<u8>, GpuError> {
+    gpu.upload(&qmm_pack_gate_up(ty, gate, up, ff, inp)?)
+}
+
+/// The fused SwiGLU product of an MLP: `y[c, f] = silu(g_f) · u_f` with `g = gate · x[c]`,
+/// `u = up · x[c]`, for `f < ff`, `c < n ≤ 32`; W from [`qmm_pack_gate_up`], x `[n, in]` f32,
+/// y `[n, ff]` f32. The gate and up products are the ones [`qmm`] computes (same arithmetic,
+/// batch-invariant the same way), and the activation is applied where they are produced, so
+/// neither is written to memory. The workspace needs `max_out ≥` [`qmm_swiglu_rows`]`(ff)`.
+#[allow(clippy::too_many_arguments)]
+pub fn qmm_swiglu(
+    gpu: &Gpu,
+    ty: GgmlType,
+    w: &CudaSlice<u8>,
+    ff: usize,
+    inp: usize,
+    x: &CudaSlice<f32>,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    qmm_shape(ty, swiglu_rows(ff)?, inp)?;
+    qmm_prepare(gpu, x, n, inp, qmm_needs_pairs(ty), ws)?;
+    qmm_swiglu_prepared(gpu, ty, w, ff, inp, n, y, ws)
+}
+
+/// [`qmm_swiglu`] on the activations last converted by [`qmm_prepare`].
+#[allow(clippy::too_many_arguments)]
+pub fn qmm_swiglu_prepared(
+    gpu: &Gpu,
+    ty: GgmlType,
+    w: &CudaSlice<u8>,
+    ff: usize,
+    inp: usize,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    launch(gpu, ty, w, swiglu_rows(ff)?, inp, n, y, Some(ff), ws)
+}
+
+fn swiglu_rows(ff: usize) -> Result<usize, GpuError> {
+    if ff == 0 || ff > u32::MAX as usize / 4 {
+        return Err(GpuError::shape("qmm_swiglu", format!("ff = {ff} features: must be 1..2^30")));
+    }
+    Ok(qmm_swiglu_rows(ff))
+}
+
+/// The `qmm_*` kernel of a family for `tiles` tiles of 8 columns, plain or fused SwiGLU.
+fn kernel_name(prefix: &str, tiles: usize, swiglu: bool) -> Option<&'static str> {
+    const NAMES: [(&str, [&str; 4], [&str; 4]); 7] = [
+        (
+            "qmm_q4k",
+            ["qmm_q4k_nt1", "qmm_q4k_nt2", "qmm_q4k_nt3", "qmm_q4k_nt4"],
+            ["qmm_q4k_swiglu_nt1", "qmm_q4k_swiglu_nt2", "qmm_q4k_swiglu_nt3", "qmm_q4k_swiglu_nt4"],
+        ),
+        (
+            "qmm_q5k",
+            ["qmm_q5k_nt1", "qmm_q5k_nt2", "qmm_q5k_nt3", "qmm_q5k_nt4"],
+            ["qmm_q5k_swiglu_nt1", "qmm_q5k_swiglu_nt2", "qmm_q5k_swiglu_nt3", "qmm_q5k_swiglu_nt4"],
+        ),
+        (
+            "qmm_q6k",
+            ["qmm_q6k_nt1", "qmm_q6k_nt2", "qmm_q6k_nt3", "qmm_q6k_nt4"],
+            ["qmm_q6k_swiglu_nt1", "qmm_q6k_swiglu_nt2", "qmm_q6k_swiglu_nt3", "qmm_q6k_swiglu_nt4"],
+        ),
+        (
+            "qmm_q8_0",
+            ["qmm_q8_0_nt1", "qmm_q8_0_nt2", "qmm_q8_0_nt3", "qmm_q8_0_nt4"],
+            ["qmm_q8_0_swiglu_nt1", "qmm_q8_0_swiglu_nt2", "qmm_q8_0_swiglu_nt3", "qmm_q8_0_swiglu_nt4"],
+        ),
+        (
+            "qmm_f16",
+            ["qmm_f16_nt1", "qmm_f16_nt2", "qmm_f16_nt3", "qmm_f16_nt4"],
+            ["qmm_f16_swiglu_nt1", "qmm_f16_swiglu_nt2", "qmm_f16_swiglu_nt3", "qmm_f16_swiglu_nt4"],
+        ),
+        (
+            "qmm_bf16",
+            ["qmm_bf16_nt1", "qmm_bf16_nt2", "qmm_bf16_nt3", "qmm_bf16_nt4"],
+            ["qmm_bf16_swiglu_nt1", "qmm_bf16_swiglu_nt2", "qmm_bf16_swiglu_nt3", "qmm_bf16_swiglu_nt4"],
+        ),
+        (
+            "qmm_f32",
+            ["qmm_f32_nt1", "qmm_f32_nt2", "qmm_f32_nt3", "qmm_f32_nt4"],
+            ["qmm_f32_swiglu_nt1", "qmm_f32_swiglu_nt2", "qmm_f32_swiglu_nt3", "qmm_f32_swiglu_nt4"],
+        ),
+    ];
+    let (_, plain, fused) = NAMES.iter().find(|(p, _, _)| *p == prefix)?;
+    let i = tiles.clamp(1, 4) - 1;
+    Some(if swiglu { fused[i] } else { plain[i] })
+}
+
+/// Checks and launches one `qmm_*` kernel over `out` rows of packed W; `swiglu = Some(ff)`:
+/// the fused epilogue (`out` = [`qmm_swiglu_rows`]`(ff)`, y `[n, ff]`).
+#[allow(clippy::too_many_arguments)]
+fn launch(
+    gpu: &Gpu,
+    ty: GgmlType,
+    w: &CudaSlice<u8>,
+    out: usize,
+    inp: usize,
+    n: usize,
+    y: &mut CudaSlice<f32>,
+    swiglu: Option<usize>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    let op = if swiglu.is_some() { "qmm_swiglu" } else { "qmm" };
     let family = qmm_shape(ty, out, inp)?;
     let (prefix, elems) = (family.prefix, family.geometry.0);
     if n == 0 || n > QMM_MAX_N as usize {
-        return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+        return Err(GpuError::shape(op, format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
     }
     if inp > ws.max_in || out > ws.max_out {
         return Err(GpuError::shape(
-            "qmm",
-            format!("[{out}, {inp}] exceeds the workspace ([{}, {}])", ws.max_out, ws.max_in),
+            op,
+            format!("[{out}, {inp}] (rows, in) exceeds the workspace ([{}, {}])", ws.max_out, ws.max_in),
         ));
     }
     match ws.prepared {
         Some((pn, pin, pairs)) if pn == n && pin == inp && (pairs || !qmm_needs_pairs(ty)) => {}
         other => {
             return Err(GpuError::shape(
-                "qmm",
+                op,
                 format!(
                     "the workspace holds activations {other:?} (n, in, pairs), not n = {n}, in = {inp}{}",
                     if qmm_needs_pairs(ty) { " with pairs" } else { "" }
@@ -396,17 +553,19 @@ pub fn qmm_prepared(
     let need_w = qmm_packed_bytes(ty, out, inp)?;
     if need_w > u32::MAX as usize {
         return Err(GpuError::shape(
-            "qmm",
+            op,
             format!("W {ty:?} [{out}, {inp}] is {need_w} bytes packed: the kernels address at most 4 GiB per matrix"),
         ));
     }
-    if w.len() < need_w || y.len() < n * out {
+    let y_cols = swiglu.unwrap_or(out);
+    let packer = if swiglu.is_some() { "qmm_pack_gate_up" } else { "qmm_pack_weights" };
+    if w.len() < need_w || y.len() < n * y_cols {
         return Err(GpuError::shape(
-            "qmm",
+            op,
             format!(
-                "W {ty:?} [{out}, {inp}] needs {need_w} bytes packed by qmm_pack_weights (has {}), y {} values (has {})",
+                "W {ty:?} [{out}, {inp}] needs {need_w} bytes packed by {packer} (has {}), y {} values (has {})",
                 w.len(),
-                n * out,
+                n * y_cols,
                 y.len()
             ),
         ));
@@ -419,38 +578,10 @@ pub fn qmm_prepared(
         in_features: to_u32(inp, "in")?,
         n: n as u32,
         ksplit: ksplit_override().unwrap_or_else(|| qmm_ksplit(out32, blocks_per_row)).clamp(1, 16).min(blocks_per_row),
+        swiglu_ff: to_u32(swiglu.unwrap_or(0), "ff")?,
     };
-    let name: &'static str = match (prefix, tiles) {
-        ("qmm_q4k", 1) => "qmm_q4k_nt1",
-        ("qmm_q4k", 2) => "qmm_q4k_nt2",
-        ("qmm_q4k", 3) => "qmm_q4k_nt3",
-        ("qmm_q4k", _) => "qmm_q4k_nt4",
-        ("qmm_q5k", 1) => "qmm_q5k_nt1",
-        ("qmm_q5k", 2) => "qmm_q5k_nt2",
-        ("qmm_q5k", 3) => "qmm_q5k_nt3",
-        ("qmm_q5k", _) => "qmm_q5k_nt4",
-        ("qmm_q6k", 1) => "qmm_q6k_nt1",
-        ("qmm_q6k", 2) => "qmm_q6k_nt2",
-        ("qmm_q6k", 3) => "qmm_q6k_nt3",
-        ("qmm_q6k", _) => "qmm_q6k_nt4",
-        ("qmm_q8_0", 1) => "qmm_q8_0_nt1",
-        ("qmm_q8_0", 2) => "qmm_q8_0_nt2",
-        ("qmm_q8_0", 3) => "qmm_q8_0_nt3",
-        ("qmm_q8_0", _) => "qmm_q8_0_nt4",
-        ("qmm_f16", 1) => "qmm_f16_nt1",
-        ("qmm_f16", 2) => "qmm_f16_nt2",
-        ("qmm_f16", 3) => "qmm_f16_nt3",
-        ("qmm_f16", _) => "qmm_f16_nt4",
-        ("qmm_bf16", 1) => "qmm_bf16_nt1",
-        ("qmm_bf16", 2) => "qmm_bf16_nt2",
-        ("qmm_bf16", 3) => "qmm_bf16_nt3",
-        ("qmm_f32", 1) => "qmm_f32_nt1",
-        ("qmm_f32", 2) => "qmm_f32_nt2",
-        ("qmm_f32", 3) => "qmm_f32_nt3",
-        ("qmm_f32", _) => "qmm_f32_nt4",
-        ("qmm_bf16", _) => "qmm_bf16_nt4",
-        (other, _) => return Err(GpuError::shape("qmm", format!("no kernel for {other}"))),
-    };
+    let name = kernel_name(prefix, tiles, swiglu.is_some())
+        .ok_or_else(|| GpuError::shape(op, format!("no kernel for {prefix}")))?;
     // Multi-tile kernels of the formats that stage x keep x chunks in dynamic shared memory.
     let smem = qmm_xs_smem_bytes(tiles as u32, family.stages_x);
     gpu.allow_dynamic_smem(name, smem)?;
@@ -535,5 +666,30 @@ mod tests {
         assert!(e.contains("100 bytes, not 288"), "{e}");
         let e = qmm_pack_weights(GgmlType::Q4_0, &[0u8; 18], 1, 32).unwrap_err().to_string();
         assert!(e.contains("Q4_0"), "{e}");
+    }
+
+    /// Gate and up interleave by 8 rows, the rows past `ff` are zero, and the result is the
+    /// plain packing of that interleaved matrix.
+    #[test]
+    fn gate_up_interleave_by_eight_rows() {
+        let (ty, ff, inp) = (GgmlType::Q8_0, 19, 64);
+        let row_bytes = 2 * 34;
+        let gate: Vec<u8> = (0..ff * row_bytes).map(|i| (i % 97 + 1) as u8).collect();
+        let up: Vec<u8> = (0..ff * row_bytes).map(|i| (i % 89 + 100) as u8).collect();
+        let rows = qmm_swiglu_rows(ff);
+        assert_eq!(rows, 48);
+        let mut inter = vec![0u8; rows * row_bytes];
+        for r in 0..rows {
+            let (b, j) = (r / 16, r % 16);
+            let f = 8 * b + j % 8;
+            if f < ff {
+                let src = if j < 8 { &gate } else { &up };
+                inter[r * row_bytes..(r + 1) * row_bytes].copy_from_slice(&src[f * row_bytes..(f + 1) * row_bytes]);
+            }
+        }
+        let want = qmm_pack_weights(ty, &inter, rows, inp).unwrap();
+        assert_eq!(qmm_pack_gate_up(ty, &gate, &up, ff, inp).unwrap(), want);
+        let e = qmm_pack_gate_up(ty, &gate[1..], &up, ff, inp).unwrap_err().to_string();
+        assert!(e.contains("gate Q8_0 [19, 64]") && e.contains("not 1292"), "{e}");
     }
 }

@@ -6,4 +6,5 @@ mod graph;
 mod norm;
 mod qmatmul;
 mod qmm;
+mod qmm_swiglu;
 mod sample;

@@ -18,7 +18,7 @@ use flashtree_reference::quant::{self, k_scales, GgmlType};
 use flashtree_tests::gpu::gpu_or_skip;
 use proptest::prelude::*;
 
-const TYPES: [GgmlType; 7] =
+pub(crate) const TYPES: [GgmlType; 7] =
     [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32];
 
 struct Rng(u64);
@@ -120,20 +120,20 @@ fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32]) -> Vec<f64> {
     }
 }
 
-struct Case {
-    ty: GgmlType,
-    out: usize,
-    inp: usize,
-    raw: Vec<u8>,
-    w: Vec<f32>,
+pub(crate) struct Case {
+    pub ty: GgmlType,
+    pub out: usize,
+    pub inp: usize,
+    pub raw: Vec<u8>,
+    pub w: Vec<f32>,
 }
 
 /// K granularity of the tensor-core kernels for `ty` (32 for the float types).
-fn qmm_block(ty: GgmlType) -> usize {
+pub(crate) fn qmm_block(ty: GgmlType) -> usize {
     ty.block_size().max(32)
 }
 
-fn case(ty: GgmlType, out: usize, blocks: usize, seed: u64) -> Case {
+pub(crate) fn case(ty: GgmlType, out: usize, blocks: usize, seed: u64) -> Case {
     let mut rng = Rng(seed | 1);
     let inp = blocks * qmm_block(ty);
     let raw = random_weights(ty, out, inp, &mut rng);
@@ -151,7 +151,8 @@ fn run(gpu: &Gpu, c: &Case, x: &[f32], n: usize) -> Vec<f32> {
     gpu.download(&dy).unwrap()
 }
 
-fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
+/// The f64 reference `y[col, o]` of every output and its error bound (above), `[n, out]`.
+pub(crate) fn expected(c: &Case, x: &[f32], n: usize) -> Vec<(f64, f64)> {
     let m = magnitudes(c.ty, &c.raw, &c.w);
     let (wq, xrel) = match c.ty {
         GgmlType::F16 => (0.0, 2f64.powi(-11)),
@@ -164,6 +165,7 @@ fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> 
     let steps = c.inp / 16 + 24;
     let u = 2f64.powi(-23);
     let gamma = steps as f64 * u / (1.0 - steps as f64 * u);
+    let mut res = Vec::with_capacity(n * c.out);
     for col in 0..n {
         let xc = &x[col * c.inp..(col + 1) * c.inp];
         let xmax = xc.iter().fold(0f64, |a, &v| a.max((v as f64).abs()));
@@ -177,38 +179,36 @@ fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> 
                 abs += (wi * xi).abs();
                 bound += xi.abs() * wq * mr[i] + wi.abs() * (xrel * xi.abs() + 2f64.powi(-24) * xmax);
             }
-            let tol = bound * 1.01 + gamma * abs + 1e-30;
-            let got = y[col * c.out + o] as f64;
-            prop_assert!(
-                got.is_finite(),
-                "{:?} [{}, {}] y[{}, {}] = {} (not written?)",
-                c.ty,
-                c.out,
-                c.inp,
-                col,
-                o,
-                got
-            );
-            prop_assert!(
-                (got - want).abs() <= tol,
-                "{:?} [{}, {}] n={} y[{}, {}] = {} vs {} (err {:e} > {:e})",
-                c.ty,
-                c.out,
-                c.inp,
-                n,
-                col,
-                o,
-                got,
-                want,
-                (got - want).abs(),
-                tol
-            );
+            res.push((want, bound * 1.01 + gamma * abs + 1e-30));
         }
+    }
+    res
+}
+
+fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
+    for (i, &(want, tol)) in expected(c, x, n).iter().enumerate() {
+        let (col, o) = (i / c.out, i % c.out);
+        let got = y[i] as f64;
+        prop_assert!(got.is_finite(), "{:?} [{}, {}] y[{}, {}] = {} (not written?)", c.ty, c.out, c.inp, col, o, got);
+        prop_assert!(
+            (got - want).abs() <= tol,
+            "{:?} [{}, {}] n={} y[{}, {}] = {} vs {} (err {:e} > {:e})",
+            c.ty,
+            c.out,
+            c.inp,
+            n,
+            col,
+            o,
+            got,
+            want,
+            (got - want).abs(),
+            tol
+        );
     }
     Ok(())
 }
 
-fn activations(seed: u64, n: usize, inp: usize) -> Vec<f32> {
+pub(crate) fn activations(seed: u64, n: usize, inp: usize) -> Vec<f32> {
     let mut rng = Rng(seed ^ 0x9e37_79b9_7f4a_7c15);
     (0..n)
         .flat_map(|c| {
