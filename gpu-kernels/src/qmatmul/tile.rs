@@ -465,36 +465,167 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
     fence_gpu();
     // Rows of this group × columns, one output per thread per step; splits added in order.
     let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - block_x() * QMM_ROWS_PER_BLOCK).max(1);
-    let sum_splits = |idx: usize| {
-        let mut sum = 0.0f32;
-        let mut s = 0;
-        while s < ksplit as usize {
-            sum += ld_cg_f32(partial.add(s * plane + idx));
-            s += 1;
-        }
-        sum
-    };
-    let total = group_rows * p.n;
-    let mut i = thread_x();
-    while i < total {
-        let col = i / group_rows;
-        let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
-        let idx = col as usize * out + row as usize;
-        if !SWIGLU {
-            *y.add(idx) = sum_splits(idx) * *xscale.add(col as usize);
-        } else if row % 16 < 8 {
-            // Fused SwiGLU: the thread of a gate row also reduces the up row 8 below it.
-            let f = (row / 16 * 8 + row % 16) as usize;
-            if f < ff {
-                let s = *xscale.add(col as usize);
-                *y.add(col as usize * ff + f) = silu(sum_splits(idx) * s) * (sum_splits(idx + 8) * s);
+    // The float formats' kernels run at 80 registers (3 blocks per SM), where any change to this
+    // loop made ptxas spill: they keep one output per thread and step (its splits' loads are
+    // unrolled by the compiler).
+    if F::ELEMS == 32 && !F::OFFSET {
+        let sum_splits = |idx: usize| {
+            let mut sum = 0.0f32;
+            let mut s = 0;
+            while s < ksplit as usize {
+                sum += ld_cg_f32(partial.add(s * plane + idx));
+                s += 1;
             }
+            sum
+        };
+        let total = group_rows * p.n;
+        let mut i = thread_x();
+        while i < total {
+            let col = i / group_rows;
+            let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
+            let idx = col as usize * out + row as usize;
+            if !SWIGLU {
+                *y.add(idx) = sum_splits(idx) * *xscale.add(col as usize);
+            } else if row % 16 < 8 {
+                // Fused SwiGLU: the thread of a gate row also reduces the up row 8 below it.
+                let f = (row / 16 * 8 + row % 16) as usize;
+                if f < ff {
+                    let s = *xscale.add(col as usize);
+                    *y.add(col as usize * ff + f) = silu(sum_splits(idx) * s) * (sum_splits(idx + 8) * s);
+                }
+            }
+            i += block_dim_x();
         }
-        i += block_dim_x();
+    } else {
+        // Each thread reduces a batch of items at a time (plain: 4 outputs; SwiGLU: 2 features,
+        // each a gate row and the up row 8 below it): every partial of the batch is requested before
+        // any is added, so a batch costs one L2 round trip instead of one per output (or per gate and
+        // up). The adds stay in split order 0, 1, … for every output.
+        // Slots of loaded partials per batch: one per output (plain), two per feature (SwiGLU).
+        const SLOTS: usize = 4;
+        let (items_per_batch, operands) = if SWIGLU { (SLOTS / 2, 2) } else { (SLOTS, 1) };
+        // Every index into the arrays below is a compile-time constant (`unroll4`), so they stay in
+        // registers: per batch 4 slots × 4 splits of loads in flight at once.
+        let per_col = if SWIGLU { group_rows / 2 } else { group_rows };
+        let total = per_col * p.n;
+        let stride = block_dim_x();
+        let mut i0 = thread_x();
+        while i0 < total {
+            // Per slot: the partial index it sums (`usize::MAX`: none); per item: column and y index.
+            let mut src = [usize::MAX; SLOTS];
+            let mut dst = [(0usize, usize::MAX); SLOTS];
+            unroll4(
+                #[inline(always)]
+                |j| {
+                    let i = i0 + j as u32 * stride;
+                    if j >= items_per_batch || i >= total {
+                        return;
+                    }
+                    let (col, local) = (i / per_col, i % per_col);
+                    let (row, out_idx) = if SWIGLU {
+                        // Feature `f`: gate row `16·(f/8) + f%8` of the packed matrix.
+                        let f = (block_x() * QMM_ROWS_PER_BLOCK / 2 + local) as usize;
+                        let row = (block_x() * QMM_ROWS_PER_BLOCK + 16 * (local / 8) + local % 8) as usize;
+                        (row, if f < ff { col as usize * ff + f } else { usize::MAX })
+                    } else {
+                        let row = (block_x() * QMM_ROWS_PER_BLOCK + local) as usize;
+                        (row, col as usize * out + row)
+                    };
+                    if out_idx == usize::MAX {
+                        return;
+                    }
+                    dst[j] = (col as usize, out_idx);
+                    src[j * operands] = col as usize * out + row;
+                    if SWIGLU {
+                        src[j * operands + 1] = col as usize * out + row + 8;
+                    }
+                },
+            );
+            // With one tile (n ≤ 8) a thread's batch often holds one item (always at n ≤ 2: 128
+            // outputs, 256 threads): then its sources take all four rows of loads (more splits
+            // per round trip). (Multi-tile kernels keep one mode: a second one made Q8_0 nt4
+            // spill.)
+            let p = partial as *const f32;
+            let sums = if T > 1 || i0 + stride < total {
+                ordered_split_sums::<1>(p, plane, ksplit as usize, &src)
+            } else if SWIGLU {
+                ordered_split_sums::<2>(p, plane, ksplit as usize, &src)
+            } else {
+                ordered_split_sums::<4>(p, plane, ksplit as usize, &src)
+            };
+            unroll4(
+                #[inline(always)]
+                |j| {
+                    let (col, out_idx) = dst[j];
+                    if j < items_per_batch && out_idx != usize::MAX {
+                        let s = *xscale.add(col);
+                        *y.add(out_idx) =
+                            if SWIGLU { silu(sums[2 * j] * s) * (sums[2 * j + 1] * s) } else { sums[j] * s };
+                    }
+                },
+            );
+            i0 += items_per_batch as u32 * stride;
+        }
     }
     if thread_x() == 0 {
         *counters.add(block_x() as usize) = 0;
     }
+}
+
+/// The split-K sums `Σ_s partial[s·plane + src[k]]`, added in split order `s = 0, 1, …` from
+/// 0.0, of the sources `k < 4 / W` with `src[k] != usize::MAX`: each chunk loads `4·W` splits of
+/// every source (16 loads in flight) before adding them, so a chunk costs one L2 round trip.
+/// Every index is a compile-time constant, so the 16 values stay in registers.
+#[inline(always)]
+unsafe fn ordered_split_sums<const W: usize>(
+    partial: *const f32,
+    plane: usize,
+    ksplit: usize,
+    src: &[usize; 4],
+) -> [f32; 4] {
+    let mut sums = [0.0f32; 4];
+    let mut s0 = 0usize;
+    while s0 < ksplit {
+        let mut v = [[0.0f32; 4]; 4];
+        unroll4(
+            #[inline(always)]
+            |r| {
+                unroll4(
+                    #[inline(always)]
+                    |s1| {
+                        let (k, s) = (r / W, s0 + 4 * (r % W) + s1);
+                        if src[k] != usize::MAX && s < ksplit {
+                            v[r][s1] = ld_cg_f32(partial.add(s * plane + src[k]));
+                        }
+                    },
+                )
+            },
+        );
+        unroll4(
+            #[inline(always)]
+            |r| {
+                unroll4(
+                    #[inline(always)]
+                    |s1| {
+                        if s0 + 4 * (r % W) + s1 < ksplit {
+                            sums[r / W] += v[r][s1];
+                        }
+                    },
+                )
+            },
+        );
+        s0 += 4 * W;
+    }
+    sums
+}
+
+/// Calls `f(0)` … `f(3)`, each index a compile-time constant.
+#[inline(always)]
+fn unroll4(mut f: impl FnMut(usize)) {
+    f(0);
+    f(1);
+    f(2);
+    f(3);
 }
 
 /// Calls `f(u)` for every unit `u` of a block with `u` a compile-time constant at each call
