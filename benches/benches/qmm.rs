@@ -121,7 +121,7 @@ fn main() {
             }
         }
     }
-    swiglu_cases(&gpu, ceiling, l2, &filter, &mut ws);
+    swiglu_cases(&gpu, &mut c, ceiling, l2, &filter, &mut ws);
     c.final_summary();
 }
 
@@ -130,7 +130,14 @@ fn main() {
 /// on the same packed bytes as one `[34816, 5120]` matrix (`qmm-gateup`, output `[n, 34816]`),
 /// measured back to back. The fused kernel saves the second pass the plain one needs (reading
 /// both products and writing `silu(g)·u`) and a launch; the ratio shows what the epilogue costs.
-fn swiglu_cases(gpu: &flashtree::gpu::Gpu, ceiling: f64, l2: usize, filter: &str, ws: &mut QmmWorkspace) {
+fn swiglu_cases(
+    gpu: &flashtree::gpu::Gpu,
+    c: &mut criterion::Criterion,
+    ceiling: f64,
+    l2: usize,
+    filter: &str,
+    ws: &mut QmmWorkspace,
+) {
     let (inp, ff) = (5120usize, 17408usize);
     let rows = qmm_swiglu_rows(ff);
     let mut dy = gpu.zeros::<f32>(32 * rows).unwrap();
@@ -164,6 +171,18 @@ fn swiglu_cases(gpu: &flashtree::gpu::Gpu, ceiling: f64, l2: usize, filter: &str
             report("qmm-swiglu", &format!("{name} n={n}"), bytes as f64, fused, ceiling, &note);
             let note = format!("matmul only, no epilogue; t(n)/t(1) = {:.2}", plain / p1);
             report("qmm-gateup", &format!("{name} n={n}"), bytes as f64, plain, ceiling, &note);
+            if ty == GgmlType::Q4_K && (n == 1 || n == 22) {
+                let mut g = c.benchmark_group("qmm_swiglu/q4_k");
+                g.throughput(Throughput::Bytes(bytes as u64));
+                g.bench_function(format!("{inp}->2x{ff} n={n}"), |b| {
+                    b.iter_custom(|iters| {
+                        event_duration(gpu, iters, |i| {
+                            qmm_swiglu_prepared(gpu, ty, &bufs[i % copies], ff, inp, n, &mut dy, ws)
+                        })
+                    })
+                });
+                g.finish();
+            }
         }
     }
 }

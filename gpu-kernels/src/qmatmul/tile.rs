@@ -36,6 +36,11 @@
 //! With `ksplit > 1`, each block writes its partial sums to `partial[s][c][o]`, and the last
 //! block of a row group to finish (an atomic counter per row group, reset by that block) adds
 //! the `ksplit` partials in split order 0, 1, … — never in arrival order — and writes `y`.
+//! That block holds its SM while it reduces (one block per SM for the Q4_K/Q5_K multi-tile
+//! kernels), so the reduction is latency-critical: each thread requests the partials of 4
+//! outputs × 4 splits before adding any (one L2 round trip per chunk instead of one per output;
+//! n = 22 on 5120→17408 Q4_K: 67.0 → 53.8 µs). The float formats' 80-register kernels keep one
+//! output per step (any change there made ptxas spill).
 //!
 //! Fused SwiGLU (`qmm_<format>_swiglu_nt<T>`, `QmmParams::swiglu_ff = ff > 0`): W is gate and up
 //! interleaved by 8 rows (`host::gpu::qmatmul::qmm_pack_gate_up`), so a warp's rows `g` and
@@ -541,18 +546,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                     }
                 },
             );
-            // With one tile (n ≤ 8) a thread's batch often holds one item (always at n ≤ 2: 128
-            // outputs, 256 threads): then its sources take all four rows of loads (more splits
-            // per round trip). (Multi-tile kernels keep one mode: a second one made Q8_0 nt4
-            // spill.)
-            let p = partial as *const f32;
-            let sums = if T > 1 || i0 + stride < total {
-                ordered_split_sums::<1>(p, plane, ksplit as usize, &src)
-            } else if SWIGLU {
-                ordered_split_sums::<2>(p, plane, ksplit as usize, &src)
-            } else {
-                ordered_split_sums::<4>(p, plane, ksplit as usize, &src)
-            };
+            // Splits in chunks of 4: the chunk's loads of every slot first, then its adds in order.
+            let sums = ordered_split_sums(partial, plane, ksplit as usize, &src);
             unroll4(
                 #[inline(always)]
                 |j| {
@@ -573,16 +568,12 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
 }
 
 /// The split-K sums `Σ_s partial[s·plane + src[k]]`, added in split order `s = 0, 1, …` from
-/// 0.0, of the sources `k < 4 / W` with `src[k] != usize::MAX`: each chunk loads `4·W` splits of
-/// every source (16 loads in flight) before adding them, so a chunk costs one L2 round trip.
-/// Every index is a compile-time constant, so the 16 values stay in registers.
+/// 0.0, of the four sources `k` with `src[k] != usize::MAX`: each chunk of 4 splits loads every
+/// source's partials (16 loads in flight) before adding them, so a chunk costs one L2 round trip.
+/// Every index is a compile-time constant, so the 16 values stay in registers. (Giving a lone
+/// source all 16 loads of a chunk measured no faster at n = 1: docs/perf/qmatmul.md, session 8.)
 #[inline(always)]
-unsafe fn ordered_split_sums<const W: usize>(
-    partial: *const f32,
-    plane: usize,
-    ksplit: usize,
-    src: &[usize; 4],
-) -> [f32; 4] {
+unsafe fn ordered_split_sums(partial: *const f32, plane: usize, ksplit: usize, src: &[usize; 4]) -> [f32; 4] {
     let mut sums = [0.0f32; 4];
     let mut s0 = 0usize;
     while s0 < ksplit {
@@ -593,9 +584,8 @@ unsafe fn ordered_split_sums<const W: usize>(
                 unroll4(
                     #[inline(always)]
                     |s1| {
-                        let (k, s) = (r / W, s0 + 4 * (r % W) + s1);
-                        if src[k] != usize::MAX && s < ksplit {
-                            v[r][s1] = ld_cg_f32(partial.add(s * plane + src[k]));
+                        if src[r] != usize::MAX && s0 + s1 < ksplit {
+                            v[r][s1] = ld_cg_f32(partial.add((s0 + s1) * plane + src[r]));
                         }
                     },
                 )
@@ -607,14 +597,14 @@ unsafe fn ordered_split_sums<const W: usize>(
                 unroll4(
                     #[inline(always)]
                     |s1| {
-                        if s0 + 4 * (r % W) + s1 < ksplit {
-                            sums[r / W] += v[r][s1];
+                        if s0 + s1 < ksplit {
+                            sums[r] += v[r][s1];
                         }
                     },
                 )
             },
         );
-        s0 += 4 * W;
+        s0 += 4;
     }
     sums
 }
