@@ -244,17 +244,33 @@ pub struct QmmPrepParams {
 /// Elements of one column written by one block of `qmm_prep_x` (grid `(n, ⌈in / this⌉)`).
 pub const QMM_PREP_CHUNK: u32 = 1024;
 
-/// K splits of the `qmm_*` kernels for `out_features` rows of `blocks_per_row` weight blocks:
-/// the smallest power of two giving ≥ 512 blocks of 128 rows, at most 16, and keeping at least
-/// 2 weight blocks per split. Depends on the shape only (never on the token count), so a
-/// column's summation order is the same for every batch size.
-pub const fn qmm_ksplit(out_features: u32, blocks_per_row: u32) -> u32 {
+/// Per-block overhead of a `qmm_*` launch (its pipeline fill and epilogue, the split's share of
+/// the reduction) in hundredths of one whole-K block's time: fitted on nvidia-h200 (session 8 of
+/// docs/perf/qmatmul.md: a K-split sweep over seven 27B shapes).
+pub const QMM_SPLIT_OVERHEAD_PCT: u64 = 8;
+
+/// K splits of the `qmm_*` kernels for `out_features` rows of `blocks_per_row` weight blocks on
+/// a device that keeps `slots` blocks resident at once (SMs × resident blocks per SM of the
+/// format's one-tile kernel): the `s ≤ 16` (keeping at least 2 weight blocks per split) that
+/// minimizes the wave model `⌈row_blocks·s / slots⌉ · (1/s + QMM_SPLIT_OVERHEAD_PCT/100)` —
+/// whole waves of blocks, each block `1/s` of the K work plus a fixed overhead; ties go to fewer
+/// splits. Depends on the shape and the device only (never on the token count), so a column's
+/// summation order is the same for every batch size.
+pub const fn qmm_ksplit(out_features: u32, blocks_per_row: u32, slots: u32) -> u32 {
     let row_blocks = out_features.div_ceil(QMM_ROWS_PER_BLOCK) as u64;
+    let slots = if slots == 0 { 1 } else { slots as u64 };
+    // cost(s) = waves(s)·(100 + c·s)/s, compared cross-multiplied in integers.
+    let (mut best, mut best_num, mut best_den) = (1u32, 0u64, 1u64);
     let mut s = 1u32;
-    while s < 16 && row_blocks * (s as u64) < 512 && (blocks_per_row as u64) >= 4 * s as u64 {
-        s *= 2;
+    while s <= 16 && (s == 1 || blocks_per_row as u64 >= 2 * s as u64) {
+        let waves = (row_blocks * s as u64).div_ceil(slots);
+        let (num, den) = (waves * (100 + QMM_SPLIT_OVERHEAD_PCT * s as u64), s as u64);
+        if s == 1 || num * best_den < best_num * den {
+            (best, best_num, best_den) = (s, num, den);
+        }
+        s += 1;
     }
-    s
+    best
 }
 
 #[cfg(test)]
@@ -262,16 +278,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn qmm_ksplit_depends_on_shape_and_keeps_two_blocks_per_split() {
-        assert_eq!(qmm_ksplit(248_320, 20), 1);
-        assert_eq!(qmm_ksplit(5120, 20), 8);
-        assert_eq!(qmm_ksplit(5120, 68), 16);
-        assert_eq!(qmm_ksplit(17408, 20), 4);
+    fn qmm_ksplit_follows_the_wave_model_and_keeps_two_blocks_per_split() {
+        // nvidia-h200, K-quant one-tile kernels: 132 SMs × 2 blocks. The session-8 sweep's best
+        // measured splits: 5120→17408 (136 row blocks): 3; 17408→5120 (40, 68 blocks of K): 6;
+        // 5120→10240 (80): 3; 5120→12288 (96): 4 … 3; the LM head (1940): 1.
+        let slots = 264;
+        assert_eq!(qmm_ksplit(17408, 20, slots), 3);
+        assert_eq!(qmm_ksplit(5120, 68, slots), 6);
+        assert_eq!(qmm_ksplit(10240, 20, slots), 3);
+        assert_eq!(qmm_ksplit(248_320, 20, slots), 1);
+        // One row block: as many splits as K allows (2 blocks each), at most 16.
+        assert_eq!(qmm_ksplit(100, 3, slots), 1);
+        assert_eq!(qmm_ksplit(100, 4, slots), 2);
+        assert_eq!(qmm_ksplit(100, 544, slots), 16);
         for out in [1u32, 100, 5120, 17408, 248_320] {
             for bpr in [1u32, 2, 3, 20, 68, 544] {
-                let s = qmm_ksplit(out, bpr);
-                assert!(s.is_power_of_two() && s <= 16);
-                assert!(s == 1 || bpr >= 2 * s, "{out} {bpr} {s}");
+                for slots in [0u32, 1, 132, 264, 396] {
+                    let s = qmm_ksplit(out, bpr, slots);
+                    assert!((1..=16).contains(&s));
+                    assert!(s == 1 || bpr >= 2 * s, "{out} {bpr} {s}");
+                }
             }
         }
     }

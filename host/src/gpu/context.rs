@@ -21,6 +21,8 @@ pub struct Gpu {
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Dynamic shared memory each kernel has been allowed beyond the default 48 KiB.
     smem_allowed: Mutex<HashMap<&'static str, u32>>,
+    /// Blocks resident at once on the whole device, per kernel and block size (cached).
+    resident: Mutex<HashMap<(&'static str, u32), u32>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -64,7 +66,14 @@ impl Gpu {
                 ctx.load_module(Ptx::from_src(KERNELS_PTX)).while_(|| "loading the kernels' PTX (driver JIT)".into())?
             }
         };
-        Ok(Gpu { ctx, stream, module, functions: Mutex::new(HashMap::new()), smem_allowed: Mutex::new(HashMap::new()) })
+        Ok(Gpu {
+            ctx,
+            stream,
+            module,
+            functions: Mutex::new(HashMap::new()),
+            smem_allowed: Mutex::new(HashMap::new()),
+            resident: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn context(&self) -> &Arc<CudaContext> {
@@ -84,6 +93,26 @@ impl Gpu {
         let f = self.module.load_function(name).while_(|| format!("looking up kernel `{name}` in the PTX"))?;
         map.insert(name, f.clone());
         Ok(f)
+    }
+
+    /// How many blocks of `threads` threads (no dynamic shared memory) of kernel `name` the whole
+    /// device keeps resident at once: SMs × the driver's occupancy for it (cached).
+    pub fn resident_blocks(&self, name: &'static str, threads: u32) -> Result<u32, GpuError> {
+        let mut map = self.resident.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&v) = map.get(&(name, threads)) {
+            return Ok(v);
+        }
+        let f = self.function(name)?;
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
+            .while_(|| format!("reading the occupancy of `{name}`"))?;
+        let sms = self
+            .ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .while_(|| "reading the SM count".into())?;
+        let v = per_sm.max(1) * (sms.max(1) as u32);
+        map.insert((name, threads), v);
+        Ok(v)
     }
 
     /// Lets kernel `name` launch with `bytes` of dynamic shared memory (the driver refuses more

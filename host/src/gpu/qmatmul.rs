@@ -308,7 +308,7 @@ pub fn qmm(
 }
 
 /// `FLASHTREE_QMM_KSPLIT=<1..16>`: a fixed K split for every shape instead of
-/// [`qmm_ksplit`]'s rule (kernel tuning runs; results stay batch-invariant for a fixed value).
+/// [`qmm_ksplit`]'s wave model (kernel tuning runs; results stay batch-invariant for a fixed value).
 fn ksplit_override() -> Option<u32> {
     static V: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("FLASHTREE_QMM_KSPLIT").ok().and_then(|v| v.parse().ok()))
@@ -512,6 +512,11 @@ fn kernel_name(prefix: &str, tiles: usize, swiglu: bool) -> Option<&'static str>
     Some(if swiglu { fused[i] } else { plain[i] })
 }
 
+/// The plain one-tile kernel of a family (whose residency sets the K split for every n).
+fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
+    kernel_name(prefix, 1, false).ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {prefix}")))
+}
+
 /// Checks and launches one `qmm_*` kernel over `out` rows of packed W; `swiglu = Some(ff)`:
 /// the fused epilogue (`out` = [`qmm_swiglu_rows`]`(ff)`, y `[n, ff]`).
 #[allow(clippy::too_many_arguments)]
@@ -577,7 +582,13 @@ fn launch(
         out_features: out32,
         in_features: to_u32(inp, "in")?,
         n: n as u32,
-        ksplit: ksplit_override().unwrap_or_else(|| qmm_ksplit(out32, blocks_per_row)).clamp(1, 16).min(blocks_per_row),
+        ksplit: match ksplit_override() {
+            Some(v) => v,
+            // The one-tile kernel's residency for every n: the split must not depend on n.
+            None => qmm_ksplit(out32, blocks_per_row, gpu.resident_blocks(kernel_name_nt1(prefix)?, QMM_WARPS * 32)?),
+        }
+        .clamp(1, 16)
+        .min(blocks_per_row),
         swiglu_ff: to_u32(swiglu.unwrap_or(0), "ff")?,
     };
     let name = kernel_name(prefix, tiles, swiglu.is_some())
