@@ -244,13 +244,28 @@ pub struct QmmPrepParams {
 /// Elements of one column written by one block of `qmm_prep_x` (grid `(n, ⌈in / this⌉)`).
 pub const QMM_PREP_CHUNK: u32 = 1024;
 
+/// K splits of the `qmm_*` kernels of the float formats (F16, BF16, F32): the smallest power of
+/// two giving ≥ 512 blocks of 128 rows, at most 16, and keeping at least 2 weight blocks per split.
+/// (The wave model of [`qmm_ksplit`] was fitted on the block formats; applied to the float
+/// formats it measured up to 29 % slower at n = 32, whose multi-tile kernels keep fewer blocks
+/// resident than the one-tile kernel: docs/perf/qmatmul.md, session 8.) Depends on the shape
+/// only.
+pub const fn qmm_ksplit_pow2(out_features: u32, blocks_per_row: u32) -> u32 {
+    let row_blocks = out_features.div_ceil(QMM_ROWS_PER_BLOCK) as u64;
+    let mut s = 1u32;
+    while s < 16 && row_blocks * (s as u64) < 512 && (blocks_per_row as u64) >= 4 * s as u64 {
+        s *= 2;
+    }
+    s
+}
+
 /// Per-block overhead of a `qmm_*` launch (its pipeline fill and epilogue, the split's share of
 /// the reduction) in hundredths of one whole-K block's time: fitted on nvidia-h200 (session 8 of
 /// docs/perf/qmatmul.md: a K-split sweep over seven 27B shapes).
 pub const QMM_SPLIT_OVERHEAD_PCT: u64 = 8;
 
-/// K splits of the `qmm_*` kernels for `out_features` rows of `blocks_per_row` weight blocks on
-/// a device that keeps `slots` blocks resident at once (SMs × resident blocks per SM of the
+/// K splits of the block formats' `qmm_*` kernels (Q4_K, Q5_K, Q6_K, Q8_0) for `out_features`
+/// rows of `blocks_per_row` weight blocks on a device that keeps `slots` blocks resident at once (SMs × resident blocks per SM of the
 /// format's one-tile kernel): the `s ≤ 16` (keeping at least 2 weight blocks per split) that
 /// minimizes the wave model `⌈row_blocks·s / slots⌉ · (1/s + QMM_SPLIT_OVERHEAD_PCT/100)` —
 /// whole waves of blocks, each block `1/s` of the K work plus a fixed overhead; ties go to fewer
@@ -298,6 +313,21 @@ mod tests {
                     assert!((1..=16).contains(&s));
                     assert!(s == 1 || bpr >= 2 * s, "{out} {bpr} {s}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn qmm_ksplit_pow2_depends_on_shape_and_keeps_two_blocks_per_split() {
+        assert_eq!(qmm_ksplit_pow2(248_320, 20), 1);
+        assert_eq!(qmm_ksplit_pow2(5120, 20), 8);
+        assert_eq!(qmm_ksplit_pow2(5120, 68), 16);
+        assert_eq!(qmm_ksplit_pow2(17408, 20), 4);
+        for out in [1u32, 100, 5120, 17408, 248_320] {
+            for bpr in [1u32, 2, 3, 20, 68, 544] {
+                let s = qmm_ksplit_pow2(out, bpr);
+                assert!(s.is_power_of_two() && s <= 16);
+                assert!(s == 1 || bpr >= 2 * s, "{out} {bpr} {s}");
             }
         }
     }

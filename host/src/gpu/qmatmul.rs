@@ -84,8 +84,8 @@ pub fn gemv_f32(
 
 use flashtree_reference::quant::GgmlType;
 use kernel_abi::{
-    qmm_ksplit, qmm_lanes, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK,
-    QMM_WARPS,
+    qmm_ksplit, qmm_ksplit_pow2, qmm_lanes, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK,
+    QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 /// The tensor-core kernel family of a weight type.
@@ -584,6 +584,9 @@ fn launch(
         n: n as u32,
         ksplit: match ksplit_override() {
             Some(v) => v,
+            None if matches!(ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32) => {
+                qmm_ksplit_pow2(out32, blocks_per_row)
+            }
             // The one-tile kernel's residency for every n: the split must not depend on n.
             None => qmm_ksplit(out32, blocks_per_row, gpu.resident_blocks(kernel_name_nt1(prefix)?, QMM_WARPS * 32)?),
         }
