@@ -24,6 +24,7 @@
 //! element depends only on its own row of A and column of B, and the K split (`ksplit`) and the
 //! order in which split partials are added depend on the matrix shape only.
 
+pub mod epilogue;
 pub mod formats;
 pub mod gemv;
 pub mod prep;

@@ -62,7 +62,11 @@ struct Options {
 const Shape kDefaultShapes[] = {
     {5120, 10240}, {5120, 6144}, {5120, 17408}, {17408, 5120}, {6144, 5120}, {5120, 12288},
 };
-const Shape kVocabShape = {5120, 248320};  // output head, Q6_K only
+// Long launches, as in our bench (benches/benches/qmm.rs): gate and up fused (every type but
+// f32) and the output head (the block types), matrices larger than L2 that show a kernel's steady
+// state.
+const Shape kGateUpShape = {5120, 34816};
+const Shape kVocabShape = {5120, 248320};
 
 [[noreturn]] void die(const char * fmt, const char * arg) {
     std::fprintf(stderr, "llamacpp_mul_mat: ");
@@ -120,7 +124,7 @@ void usage() {
         "  --backend auto|cuda|cpu|NAME  ggml backend (default auto: first GPU, else CPU)\n"
         "  --types q4_K,q5_K,...         weight types (default q4_K,q5_K,q6_K,q8_0,bf16,f16,f32)\n"
         "  --shapes INxOUT,...           shapes for every type (default: the 6 Qwen3.5-27B shapes,\n"
-        "                                plus 5120x248320 for q6_K)\n"
+        "                                plus 5120x34816 but for f32 and 5120x248320 for the block types)\n"
         "  --ns 1,8,16,22,32             token counts n\n"
         "  --csv PATH                    write CSV results\n"
         "  --rotate-mib M                weight copies per case cover at least M MiB (default 256)\n"
@@ -200,7 +204,10 @@ std::vector<Case> make_cases(const Options & o) {
             for (const Shape & s : kDefaultShapes) {
                 cases.push_back({t, s});
             }
-            if (t == GGML_TYPE_Q6_K) {
+            if (t != GGML_TYPE_F32) {
+                cases.push_back({t, kGateUpShape});
+            }
+            if (t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_Q8_0) {
                 cases.push_back({t, kVocabShape});
             }
         } else {

@@ -1,0 +1,251 @@
+//! The end of a `qmm_*` kernel (`super::tile`): from each lane's f32 accumulators to `y`.
+//!
+//! * `ksplit = 1`: every lane writes its outputs, times the column's x scale — or, fused SwiGLU,
+//!   `silu(g)·u` from its gate row `g` and up row `g + 8` (W interleaved by 8 rows).
+//! * `ksplit > 1`: every block writes its partial sums to `partial[s][c][o]`; the last block of a
+//!   row group to finish (an atomic counter per row group, reset by that block) adds the `ksplit`
+//!   partials in split order 0, 1, … — never in arrival order — and writes `y` (or the SwiGLU of
+//!   the gate and up sums). That block holds its SM while it reduces, so the reduction is
+//!   latency-critical: in the block formats' kernels each thread requests the partials of 4
+//!   outputs × 4 splits before adding any ([`ordered_split_sums`]); the float formats'
+//!   80-register kernels keep one output per step (any change there made ptxas spill).
+//!
+//! Everything here is inlined into the kernel (`#[inline(always)]`): a separate function measured
+//! a 24-byte stack frame in every kernel and spills in five (docs/perf/qmatmul.md, session 8).
+
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
+
+use super::formats::Format;
+use crate::device::fence::fence_gpu;
+use crate::device::load::ld_cg_f32;
+use crate::device::math::silu;
+use crate::device::shared::Shared;
+use crate::device::sync::sync_threads;
+use crate::device::*;
+
+#[link_section = ".shared"]
+static QMM_IS_LAST: Shared<u32> = Shared::uninit();
+
+/// Writes the results of a warp's 16 rows `row0 ..` (`acc[tile]`: lane `(g, t)` holds
+/// `D[g][2t, 2t+1]` in `[0..2]` and `D[g+8][2t, 2t+1]` in `[2..4]`).
+#[inline(always)]
+pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
+    acc: &[[f32; 4]; T],
+    row0: u32,
+    p: QmmParams,
+    xscale: *const f32,
+    partial: *mut f32,
+    counters: *mut u32,
+    y: *mut f32,
+) {
+    let lane = lane_id();
+    let (g, t) = (lane / 4, lane % 4);
+    let ksplit = p.ksplit.max(1);
+    let split = block_y();
+    let out = p.out_features as usize;
+    let rows = [row0 + g, row0 + g + 8];
+    // Fused SwiGLU (`p.swiglu_ff > 0`): rows `g` and `g + 8` of a warp's 16 are the gate and up
+    // rows of the same feature `row0/2 + g`, so a lane holds both operands of its outputs.
+    let ff = if SWIGLU { p.swiglu_ff as usize } else { 0 };
+    if SWIGLU && ksplit == 1 {
+        let f = (row0 / 2 + g) as usize;
+        let mut tile = 0;
+        while tile < T {
+            let mut j = 0;
+            while j < 2 {
+                let col = 8 * tile + 2 * t as usize + j;
+                if col < p.n as usize && f < ff {
+                    let s = *xscale.add(col);
+                    *y.add(col * ff + f) = silu(acc[tile][j] * s) * (acc[tile][j + 2] * s);
+                }
+                j += 1;
+            }
+            tile += 1;
+        }
+        return;
+    }
+    // Calls `f(value, col, row)` for each of this lane's outputs that exists.
+    let for_each_output = |f: &mut dyn FnMut(f32, usize, usize)| {
+        let mut tile = 0;
+        while tile < T {
+            let mut j = 0;
+            while j < 4 {
+                let col = (8 * tile + 2 * t as usize + (j % 2)) as u32;
+                let row = rows[j / 2];
+                if col < p.n && row < p.out_features {
+                    f(acc[tile][j], col as usize, row as usize);
+                }
+                j += 1;
+            }
+            tile += 1;
+        }
+    };
+    if ksplit == 1 {
+        for_each_output(&mut |v, col, row| *y.add(col * out + row) = v * *xscale.add(col));
+        return;
+    }
+
+    // Split K: publish this split's partials, then the last block of the row group reduces.
+    let plane = QMM_MAX_N as usize * out;
+    for_each_output(&mut |v, col, row| *partial.add(split as usize * plane + col * out + row) = v);
+    fence_gpu();
+    sync_threads();
+    let flag = QMM_IS_LAST.as_mut_ptr();
+    if thread_x() == 0 {
+        let prev = crate::device::atomic::atomic_add_u32(counters.add(block_x() as usize), 1);
+        *flag = (prev == ksplit - 1) as u32;
+    }
+    sync_threads();
+    if *flag == 0 {
+        return;
+    }
+    fence_gpu();
+    // Rows of this group × columns, one output per thread per step; splits added in order.
+    let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - block_x() * QMM_ROWS_PER_BLOCK).max(1);
+    // The float formats' kernels run at 80 registers (3 blocks per SM), where any change to this
+    // loop made ptxas spill: they keep one output per thread and step (its splits' loads are
+    // unrolled by the compiler).
+    if F::ELEMS == 32 && !F::OFFSET {
+        let sum_splits = |idx: usize| {
+            let mut sum = 0.0f32;
+            let mut s = 0;
+            while s < ksplit as usize {
+                sum += ld_cg_f32(partial.add(s * plane + idx));
+                s += 1;
+            }
+            sum
+        };
+        let total = group_rows * p.n;
+        let mut i = thread_x();
+        while i < total {
+            let col = i / group_rows;
+            let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
+            let idx = col as usize * out + row as usize;
+            if !SWIGLU {
+                *y.add(idx) = sum_splits(idx) * *xscale.add(col as usize);
+            } else if row % 16 < 8 {
+                // Fused SwiGLU: the thread of a gate row also reduces the up row 8 below it.
+                let f = (row / 16 * 8 + row % 16) as usize;
+                if f < ff {
+                    let s = *xscale.add(col as usize);
+                    *y.add(col as usize * ff + f) = silu(sum_splits(idx) * s) * (sum_splits(idx + 8) * s);
+                }
+            }
+            i += block_dim_x();
+        }
+    } else {
+        // Each thread reduces a batch of items at a time (plain: 4 outputs; SwiGLU: 2 features,
+        // each a gate row and the up row 8 below it): every partial of the batch is requested before
+        // any is added, so a batch costs one L2 round trip instead of one per output (or per gate and
+        // up). The adds stay in split order 0, 1, … for every output.
+        // Slots of loaded partials per batch: one per output (plain), two per feature (SwiGLU).
+        const SLOTS: usize = 4;
+        let (items_per_batch, operands) = if SWIGLU { (SLOTS / 2, 2) } else { (SLOTS, 1) };
+        // Every index into the arrays below is a compile-time constant (`unroll4`), so they stay in
+        // registers: per batch 4 slots × 4 splits of loads in flight at once.
+        let per_col = if SWIGLU { group_rows / 2 } else { group_rows };
+        let total = per_col * p.n;
+        let stride = block_dim_x();
+        let mut i0 = thread_x();
+        while i0 < total {
+            // Per slot: the partial index it sums (`usize::MAX`: none); per item: column and y index.
+            let mut src = [usize::MAX; SLOTS];
+            let mut dst = [(0usize, usize::MAX); SLOTS];
+            unroll4(
+                #[inline(always)]
+                |j| {
+                    let i = i0 + j as u32 * stride;
+                    if j >= items_per_batch || i >= total {
+                        return;
+                    }
+                    let (col, local) = (i / per_col, i % per_col);
+                    let (row, out_idx) = if SWIGLU {
+                        // Feature `f`: gate row `16·(f/8) + f%8` of the packed matrix.
+                        let f = (block_x() * QMM_ROWS_PER_BLOCK / 2 + local) as usize;
+                        let row = (block_x() * QMM_ROWS_PER_BLOCK + 16 * (local / 8) + local % 8) as usize;
+                        (row, if f < ff { col as usize * ff + f } else { usize::MAX })
+                    } else {
+                        let row = (block_x() * QMM_ROWS_PER_BLOCK + local) as usize;
+                        (row, col as usize * out + row)
+                    };
+                    if out_idx == usize::MAX {
+                        return;
+                    }
+                    dst[j] = (col as usize, out_idx);
+                    src[j * operands] = col as usize * out + row;
+                    if SWIGLU {
+                        src[j * operands + 1] = col as usize * out + row + 8;
+                    }
+                },
+            );
+            // Splits in chunks of 4: the chunk's loads of every slot first, then its adds in order.
+            let sums = ordered_split_sums(partial, plane, ksplit as usize, &src);
+            unroll4(
+                #[inline(always)]
+                |j| {
+                    let (col, out_idx) = dst[j];
+                    if j < items_per_batch && out_idx != usize::MAX {
+                        let s = *xscale.add(col);
+                        *y.add(out_idx) =
+                            if SWIGLU { silu(sums[2 * j] * s) * (sums[2 * j + 1] * s) } else { sums[j] * s };
+                    }
+                },
+            );
+            i0 += items_per_batch as u32 * stride;
+        }
+    }
+    if thread_x() == 0 {
+        *counters.add(block_x() as usize) = 0;
+    }
+}
+
+/// The split-K sums `Σ_s partial[s·plane + src[k]]`, added in split order `s = 0, 1, …` from
+/// 0.0, of the four sources `k` with `src[k] != usize::MAX`: each chunk of 4 splits loads every
+/// source's partials (16 loads in flight) before adding them, so a chunk costs one L2 round trip.
+/// Every index is a compile-time constant, so the 16 values stay in registers. (Giving a lone
+/// source all 16 loads of a chunk measured no faster at n = 1: docs/perf/qmatmul.md, session 8.)
+#[inline(always)]
+unsafe fn ordered_split_sums(partial: *const f32, plane: usize, ksplit: usize, src: &[usize; 4]) -> [f32; 4] {
+    let mut sums = [0.0f32; 4];
+    let mut s0 = 0usize;
+    while s0 < ksplit {
+        let mut v = [[0.0f32; 4]; 4];
+        unroll4(
+            #[inline(always)]
+            |r| {
+                unroll4(
+                    #[inline(always)]
+                    |s1| {
+                        if src[r] != usize::MAX && s0 + s1 < ksplit {
+                            v[r][s1] = ld_cg_f32(partial.add((s0 + s1) * plane + src[r]));
+                        }
+                    },
+                )
+            },
+        );
+        unroll4(
+            #[inline(always)]
+            |r| {
+                unroll4(
+                    #[inline(always)]
+                    |s1| {
+                        if s0 + s1 < ksplit {
+                            sums[r] += v[r][s1];
+                        }
+                    },
+                )
+            },
+        );
+        s0 += 4;
+    }
+    sums
+}
+
+/// Calls `f(0)` … `f(3)`, each index a compile-time constant.
+#[inline(always)]
+fn unroll4(mut f: impl FnMut(usize)) {
+    f(0);
+    f(1);
+    f(2);
+    f(3);
+}
