@@ -110,7 +110,8 @@ pub struct QmmParams {
     /// Token columns computed (≤ [`QMM_MAX_N`], the column pitch of every activation and
     /// partial-sum buffer).
     pub n: u32,
-    /// Splits of the K dimension over `blockIdx.y` (a function of the shape only).
+    /// Splits of the K dimension over `blockIdx.y` (a function of the shape and the device only,
+    /// never of `n`: [`qmm_ksplit`], [`qmm_ksplit_pow2`]).
     pub ksplit: u32,
     /// 0: plain product, `y[c, o]` for `o < out_features` (pitch `out_features`). Otherwise the
     /// fused SwiGLU epilogue over `ff = swiglu_ff` features: W holds gate and up interleaved by

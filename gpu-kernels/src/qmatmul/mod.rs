@@ -22,7 +22,8 @@
 //! Column `c` of the result is computed by the same instructions in the same order whatever the
 //! number of tokens: the tile `c / 8` and lane position `c % 8` are fixed, a tensor-core result
 //! element depends only on its own row of A and column of B, and the K split (`ksplit`) and the
-//! order in which split partials are added depend on the matrix shape only.
+//! order in which split partials are added depend on the matrix shape and the device only
+//! (`kernel_abi::qmm_ksplit`: SM count and occupancy), never on n.
 
 pub mod epilogue;
 pub mod formats;
