@@ -100,7 +100,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         return;
     }
     fence_gpu();
-    // Rows of this group × columns, one output per thread per step; splits added in order.
+    // Rows of this group (× columns: the outputs this block reduces); splits added in order.
     let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - block_x() * QMM_ROWS_PER_BLOCK).max(1);
     // The float formats' kernels run at 80 registers (3 blocks per SM), where any change to this
     // loop made ptxas spill: they keep one output per thread and step (its splits' loads are
@@ -178,7 +178,6 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                     }
                 },
             );
-            // Splits in chunks of 4: the chunk's loads of every slot first, then its adds in order.
             let sums = ordered_split_sums(partial, plane, ksplit as usize, &src);
             unroll4(
                 #[inline(always)]
@@ -210,32 +209,16 @@ unsafe fn ordered_split_sums(partial: *const f32, plane: usize, ksplit: usize, s
     let mut s0 = 0usize;
     while s0 < ksplit {
         let mut v = [[0.0f32; 4]; 4];
-        unroll4(
-            #[inline(always)]
-            |r| {
-                unroll4(
-                    #[inline(always)]
-                    |s1| {
-                        if src[r] != usize::MAX && s0 + s1 < ksplit {
-                            v[r][s1] = ld_cg_f32(partial.add((s0 + s1) * plane + src[r]));
-                        }
-                    },
-                )
-            },
-        );
-        unroll4(
-            #[inline(always)]
-            |r| {
-                unroll4(
-                    #[inline(always)]
-                    |s1| {
-                        if s0 + s1 < ksplit {
-                            sums[r] += v[r][s1];
-                        }
-                    },
-                )
-            },
-        );
+        unroll4x4(|r, s1| {
+            if src[r] != usize::MAX && s0 + s1 < ksplit {
+                v[r][s1] = ld_cg_f32(partial.add((s0 + s1) * plane + src[r]));
+            }
+        });
+        unroll4x4(|r, s1| {
+            if s0 + s1 < ksplit {
+                sums[r] += v[r][s1];
+            }
+        });
         s0 += 4;
     }
     sums
@@ -248,4 +231,13 @@ fn unroll4(mut f: impl FnMut(usize)) {
     f(1);
     f(2);
     f(3);
+}
+
+/// Calls `f(r, s)` for `r`, `s` in `0..4` (row-major), each index a compile-time constant.
+#[inline(always)]
+fn unroll4x4(mut f: impl FnMut(usize, usize)) {
+    unroll4(
+        #[inline(always)]
+        |r| unroll4(|s| f(r, s)),
+    );
 }

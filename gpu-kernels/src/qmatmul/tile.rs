@@ -454,42 +454,30 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
 /// memory. Every kernel here is spill-free (`cargo xtask ptx --ptxas`); the staged x chunk
 /// (≤ 80 KiB) still allows two blocks per SM.
 macro_rules! qmm_kernels {
+    // One entry point: `$swiglu` picks the epilogue (`QmmParams::swiglu_ff`).
+    (@kernel $fmt:ty, $name:ident, $t:literal, $swiglu:literal, $sect:literal) => {
+        #[no_mangle]
+        #[link_section = $sect]
+        pub unsafe extern "ptx-kernel" fn $name(
+            w: *const u8,
+            xh: *const u16,
+            xb_hi: *const u16,
+            xb_lo: *const u16,
+            xscale: *const f32,
+            xsum: *const f32,
+            partial: *mut f32,
+            counters: *mut u32,
+            y: *mut f32,
+            p: QmmParams,
+        ) {
+            qmm::<$fmt, $t, $swiglu>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
+        }
+    };
+    // Per tile count: the plain kernel and its fused SwiGLU twin.
     ($fmt:ty => $($name:ident / $fused:ident = $t:literal @ $sect:literal),+) => {
         $(
-            #[no_mangle]
-            #[link_section = $sect]
-            pub unsafe extern "ptx-kernel" fn $name(
-                w: *const u8,
-                xh: *const u16,
-                xb_hi: *const u16,
-                xb_lo: *const u16,
-                xscale: *const f32,
-                xsum: *const f32,
-                partial: *mut f32,
-                counters: *mut u32,
-                y: *mut f32,
-                p: QmmParams,
-            ) {
-                qmm::<$fmt, $t, false>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
-            }
-
-            /// The fused SwiGLU variant (`QmmParams::swiglu_ff`).
-            #[no_mangle]
-            #[link_section = $sect]
-            pub unsafe extern "ptx-kernel" fn $fused(
-                w: *const u8,
-                xh: *const u16,
-                xb_hi: *const u16,
-                xb_lo: *const u16,
-                xscale: *const f32,
-                xsum: *const f32,
-                partial: *mut f32,
-                counters: *mut u32,
-                y: *mut f32,
-                p: QmmParams,
-            ) {
-                qmm::<$fmt, $t, true>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
-            }
+            qmm_kernels!(@kernel $fmt, $name, $t, false, $sect);
+            qmm_kernels!(@kernel $fmt, $fused, $t, true, $sect);
         )+
     };
 }

@@ -470,42 +470,29 @@ fn swiglu_rows(ff: usize) -> Result<usize, GpuError> {
 
 /// The `qmm_*` kernel of a family for `tiles` tiles of 8 columns, plain or fused SwiGLU.
 fn kernel_name(prefix: &str, tiles: usize, swiglu: bool) -> Option<&'static str> {
+    // `(prefix, [prefix_nt1 …], [prefix_swiglu_nt1 …])`: the names `gpu-kernels` exports.
+    macro_rules! family {
+        ($p:literal) => {
+            (
+                $p,
+                [concat!($p, "_nt1"), concat!($p, "_nt2"), concat!($p, "_nt3"), concat!($p, "_nt4")],
+                [
+                    concat!($p, "_swiglu_nt1"),
+                    concat!($p, "_swiglu_nt2"),
+                    concat!($p, "_swiglu_nt3"),
+                    concat!($p, "_swiglu_nt4"),
+                ],
+            )
+        };
+    }
     const NAMES: [(&str, [&str; 4], [&str; 4]); 7] = [
-        (
-            "qmm_q4k",
-            ["qmm_q4k_nt1", "qmm_q4k_nt2", "qmm_q4k_nt3", "qmm_q4k_nt4"],
-            ["qmm_q4k_swiglu_nt1", "qmm_q4k_swiglu_nt2", "qmm_q4k_swiglu_nt3", "qmm_q4k_swiglu_nt4"],
-        ),
-        (
-            "qmm_q5k",
-            ["qmm_q5k_nt1", "qmm_q5k_nt2", "qmm_q5k_nt3", "qmm_q5k_nt4"],
-            ["qmm_q5k_swiglu_nt1", "qmm_q5k_swiglu_nt2", "qmm_q5k_swiglu_nt3", "qmm_q5k_swiglu_nt4"],
-        ),
-        (
-            "qmm_q6k",
-            ["qmm_q6k_nt1", "qmm_q6k_nt2", "qmm_q6k_nt3", "qmm_q6k_nt4"],
-            ["qmm_q6k_swiglu_nt1", "qmm_q6k_swiglu_nt2", "qmm_q6k_swiglu_nt3", "qmm_q6k_swiglu_nt4"],
-        ),
-        (
-            "qmm_q8_0",
-            ["qmm_q8_0_nt1", "qmm_q8_0_nt2", "qmm_q8_0_nt3", "qmm_q8_0_nt4"],
-            ["qmm_q8_0_swiglu_nt1", "qmm_q8_0_swiglu_nt2", "qmm_q8_0_swiglu_nt3", "qmm_q8_0_swiglu_nt4"],
-        ),
-        (
-            "qmm_f16",
-            ["qmm_f16_nt1", "qmm_f16_nt2", "qmm_f16_nt3", "qmm_f16_nt4"],
-            ["qmm_f16_swiglu_nt1", "qmm_f16_swiglu_nt2", "qmm_f16_swiglu_nt3", "qmm_f16_swiglu_nt4"],
-        ),
-        (
-            "qmm_bf16",
-            ["qmm_bf16_nt1", "qmm_bf16_nt2", "qmm_bf16_nt3", "qmm_bf16_nt4"],
-            ["qmm_bf16_swiglu_nt1", "qmm_bf16_swiglu_nt2", "qmm_bf16_swiglu_nt3", "qmm_bf16_swiglu_nt4"],
-        ),
-        (
-            "qmm_f32",
-            ["qmm_f32_nt1", "qmm_f32_nt2", "qmm_f32_nt3", "qmm_f32_nt4"],
-            ["qmm_f32_swiglu_nt1", "qmm_f32_swiglu_nt2", "qmm_f32_swiglu_nt3", "qmm_f32_swiglu_nt4"],
-        ),
+        family!("qmm_q4k"),
+        family!("qmm_q5k"),
+        family!("qmm_q6k"),
+        family!("qmm_q8_0"),
+        family!("qmm_f16"),
+        family!("qmm_bf16"),
+        family!("qmm_f32"),
     ];
     let (_, plain, fused) = NAMES.iter().find(|(p, _, _)| *p == prefix)?;
     let i = tiles.clamp(1, 4) - 1;
@@ -669,6 +656,29 @@ mod tests {
                         };
                         assert_eq!(packed[at], want, "{ty:?} group {group} block {b} byte {k}");
                     }
+                }
+            }
+        }
+    }
+
+    /// Every kernel name the launcher can pick is an entry point of the embedded PTX.
+    #[test]
+    fn every_kernel_name_is_in_the_ptx() {
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::F32,
+        ] {
+            let prefix = qmm_format(ty).unwrap().prefix;
+            for tiles in 1..=4 {
+                for swiglu in [false, true] {
+                    let name = kernel_name(prefix, tiles, swiglu).unwrap();
+                    let entry = format!(".entry {name}(");
+                    assert!(crate::gpu::KERNELS_PTX.contains(&entry), "{name} is not in the PTX");
                 }
             }
         }

@@ -40,8 +40,8 @@ fn run(gpu: &Gpu, gate: &Case, up: &Case, x: &[f32], n: usize) -> Vec<f32> {
 fn check(gate: &Case, up: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
     let (eg, eu) = (expected(gate, x, n), expected(up, x, n));
     for (i, (&(g, dg), &(u, du))) in eg.iter().zip(&eu).enumerate() {
-        let want = swiglu(g, 1.0) * u;
-        let silu = swiglu(g, 1.0).abs();
+        let silu_g = swiglu(g, 1.0);
+        let (want, silu) = (silu_g * u, silu_g.abs());
         let (s, ua) = (SILU_SLOPE_MAX, u.abs() + du);
         let eval = ((g.abs() + dg) * 2f64.powi(-23) + 2f64.powi(-20)) * (silu + s * dg) * ua;
         let tol = s * dg * ua + silu * du + eval + 1e-30;
