@@ -3,7 +3,7 @@
 //! `KERNELS_PTX=<file>` names a prebuilt PTX to embed as is. Otherwise this script runs
 //! `cargo xtask ptx` (the xtask is built into its own target folder, so the outer cargo's lock is
 //! not contended) whenever the kernel sources change, and embeds
-//! `target/ptx/gpu_kernels.sm_90.ptx`. Building the kernels needs the nightly toolchain named in
+//! `target/ptx/gpu_kernels.sm_90a.ptx`. Building the kernels needs the nightly toolchain named in
 //! `gpu-kernels/rust-toolchain.toml` with `rust-src` and `llvm-tools`.
 
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     build_ptx(&root);
-    let ptx = root.join("target/ptx/gpu_kernels.sm_90.ptx");
+    let ptx = root.join("target/ptx/gpu_kernels.sm_90a.ptx");
     if !ptx.exists() {
         fail(&format!("{} was not produced; run `cargo xtask ptx` to see why", ptx.display()));
     }
@@ -66,7 +66,7 @@ fn fail(msg: &str) -> ! {
         "error: {msg}\n\
          The GPU kernels are built with the nightly toolchain: \
          `rustup component add rust-src llvm-tools --toolchain nightly`, then `cargo xtask ptx`.\n\
-         Or set KERNELS_PTX to a prebuilt gpu_kernels.sm_90.ptx."
+         Or set KERNELS_PTX to a prebuilt gpu_kernels.sm_90a.ptx."
     );
     std::process::exit(1);
 }

@@ -74,11 +74,12 @@ pub const QMM_MAX_N: u32 = 32;
 /// [`qmm_stages_x`]) keep in shared memory at a time (1280 elements: five K-quant blocks).
 pub const QMM_XS_CHUNK_UNITS: u32 = 40;
 
-/// Whether the multi-tile (`n > 8`) `qmm_*` kernels of a format stage x in shared memory, per
-/// format (measured, nvidia-h200, docs/perf/qmatmul.md session 5): Q6_K (it then fits two blocks
-/// per SM: n = 22 on 5120→17408 0.229 → 0.273 of copy) and Q8_0 (+3–8 % on the large shapes).
-/// Q4_K/Q5_K (still one block per SM, or spills at two) and F16 were slower with it; BF16/F32
-/// read two x planes and do not stage.
+/// Whether the multi-tile (`n > 8`) warp-level (`mma.sync`) `qmm_*` kernels of a format stage x
+/// in shared memory, per format (measured, nvidia-h200, docs/perf/qmatmul.md session 5): Q6_K (it
+/// then fits two blocks per SM: n = 22 on 5120→17408 0.229 → 0.273 of copy) and Q8_0 (+3–8 % on
+/// the large shapes). Q4_K/Q5_K (still one block per SM, or spills at two) and F16 were slower
+/// with it; BF16/F32 read two x planes and do not stage. The warpgroup kernels ([`qmm_wgmma`])
+/// always stage x (their B operand is read from shared memory).
 pub mod qmm_stages_x {
     pub const Q4_K: bool = false;
     pub const Q5_K: bool = false;
@@ -87,6 +88,27 @@ pub mod qmm_stages_x {
     pub const F16: bool = false;
     pub const BF16: bool = false;
     pub const F32: bool = false;
+}
+
+/// Which multi-tile `qmm_*` kernels are Hopper warpgroup products (`wgmma.mma_async`,
+/// `gpu-kernels` `qmatmul::tile_wg`) rather than warp-level `mma.sync` (`qmatmul::tile`): per
+/// format, bit `tiles` set for the kernel of `tiles` tiles (see [`qmm_is_wgmma`]). Chosen per
+/// kernel by measurement (nvidia-h200, docs/perf/qmatmul.md session 9). Both kinds give the same
+/// bits on the same operands, so this never changes a result.
+pub mod qmm_wgmma {
+    pub const Q4_K: u32 = 1 << 2 | 1 << 4;
+    pub const Q5_K: u32 = 1 << 2;
+    pub const Q6_K: u32 = 1 << 2 | 1 << 3;
+    pub const Q8_0: u32 = 0;
+    pub const F16: u32 = 0;
+    pub const BF16: u32 = 0;
+    pub const F32: u32 = 0;
+}
+
+/// Whether the kernel of `tiles` tiles of a format with [`qmm_wgmma`] mask `mask` is a warpgroup
+/// kernel.
+pub const fn qmm_is_wgmma(mask: u32, tiles: u32) -> bool {
+    tiles >= 2 && tiles < 32 && mask & (1 << tiles) != 0
 }
 
 /// Dynamic shared memory of a `qmm_*` kernel with `tiles` tiles of 8 columns: the x chunk

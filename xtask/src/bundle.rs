@@ -17,7 +17,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err(format!("gpu-bundle takes no arguments, got `{a}`"));
     }
     let root = workspace_root();
-    let ptx_path = ptx::build(&ptx::PtxOptions { arch: "sm_90".into(), ptxas: false, features: String::new() })?;
+    let ptx_path = ptx::build(&ptx::PtxOptions { arch: "sm_90a".into(), ptxas: false, features: String::new() })?;
     let bundle = root.join(".gpu-bundle");
     let _ = std::fs::remove_dir_all(&bundle);
     let bin = bundle.join("bin");

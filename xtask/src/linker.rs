@@ -59,7 +59,7 @@ fn parse(args: &[String]) -> Result<LinkArgs, String> {
         return Err("linker: no -o output given".into());
     }
     if a.cpu.is_empty() {
-        a.cpu = "sm_90".into();
+        a.cpu = "sm_90a".into();
     }
     Ok(a)
 }

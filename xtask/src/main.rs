@@ -1,6 +1,6 @@
 //! `cargo xtask <task>`: the project's build tasks.
 //!
-//! * `ptx [--arch sm_90|sm_90a] [--ptxas] [--features F]` — build `gpu-kernels` to PTX with the stock nightly
+//! * `ptx [--arch sm_90a] [--ptxas] [--features F]` — build `gpu-kernels` to PTX with the stock nightly
 //!   NVPTX backend; this same binary is the bitcode linker rustc calls (see [`linker`]).
 //! * `gpu-bundle` — release test and bench executables, the PTX and `run.sh` in `.gpu-bundle/`.
 //!
@@ -50,7 +50,7 @@ fn report(result: Result<(), String>) -> ExitCode {
 
 const USAGE: &str = "usage: cargo xtask <task>
 tasks:
-  ptx [--arch sm_90|sm_90a] [--ptxas] [--features F]
+  ptx [--arch sm_90a] [--ptxas] [--features F]
                                         build gpu-kernels to target/ptx/gpu_kernels.<arch>[+F].ptx;
                                         --ptxas assembles it with ptxas -v and fails on spills
   gpu-bundle                            pack release test/bench binaries, PTX and run.sh into .gpu-bundle/";

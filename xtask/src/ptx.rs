@@ -23,18 +23,19 @@ pub struct PtxOptions {
 
 impl PtxOptions {
     pub fn parse(args: &[String]) -> Result<Self, String> {
-        let mut o = PtxOptions { arch: "sm_90".into(), ptxas: false, features: String::new() };
+        let mut o = PtxOptions { arch: "sm_90a".into(), ptxas: false, features: String::new() };
         let mut it = args.iter();
         while let Some(a) = it.next() {
             match a.as_str() {
-                "--arch" => o.arch = it.next().ok_or("--arch needs sm_90 or sm_90a")?.clone(),
+                "--arch" => o.arch = it.next().ok_or("--arch needs sm_90a")?.clone(),
                 "--ptxas" => o.ptxas = true,
                 "--features" => o.features = it.next().ok_or("--features needs a feature list")?.clone(),
                 other => return Err(format!("ptx: unknown argument `{other}`")),
             }
         }
-        if !matches!(o.arch.as_str(), "sm_90" | "sm_90a") {
-            return Err(format!("ptx: --arch must be sm_90 or sm_90a, got `{}`", o.arch));
+        // sm_90a only: the multi-tile qmm kernels use `wgmma` (Hopper's arch-specific features).
+        if o.arch != "sm_90a" {
+            return Err(format!("ptx: --arch must be sm_90a (the kernels use wgmma), got `{}`", o.arch));
         }
         Ok(o)
     }

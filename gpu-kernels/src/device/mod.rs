@@ -16,5 +16,6 @@ pub mod mma;
 pub mod shared;
 pub mod sync;
 pub mod warp;
+pub mod wgmma;
 
 pub use index::*;

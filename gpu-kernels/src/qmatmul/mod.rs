@@ -3,6 +3,8 @@
 //! * [`gemv`] — one token, F32/BF16 weights, f32 arithmetic (CUDA cores).
 //! * [`prep`] + [`tile`] — 1…32 tokens, every weight type, tensor cores (`mma.sync.m16n8k16`);
 //!   also fused with an MLP's SwiGLU (`silu(gate·x) ⊙ (up·x)` from gate and up interleaved).
+//! * [`tile_wg`] — the same products for the multi-tile kernels listed in `kernel_abi::qmm_wgmma`,
+//!   as Hopper warpgroup products (`wgmma.mma_async`; same bits as `mma.sync`).
 //!
 //! # Activation format of the tensor-core path
 //!
@@ -30,3 +32,4 @@ pub mod formats;
 pub mod gemv;
 pub mod prep;
 pub mod tile;
+pub mod tile_wg;

@@ -482,20 +482,17 @@ macro_rules! qmm_kernels {
     };
 }
 
+// The other tile counts of Q4_K, Q5_K and Q6_K are the warpgroup kernels of `super::tile_wg`
+// (`kernel_abi::qmm_wgmma`).
 qmm_kernels!(Q4K =>
     qmm_q4k_nt1 / qmm_q4k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt2 / qmm_q4k_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q5K =>
     qmm_q5k_nt1 / qmm_q5k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=1",
     qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
     qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
 qmm_kernels!(Q6K =>
     qmm_q6k_nt1 / qmm_q6k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q8_0 =>
     qmm_q8_0_nt1 / qmm_q8_0_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",

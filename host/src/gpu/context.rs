@@ -8,7 +8,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::error::{DriverContext, GpuError};
 
-/// The kernels' PTX (sm_90, PTX ISA 8.0), embedded at build time by `host/build.rs`.
+/// The kernels' PTX (sm_90a: Hopper, PTX ISA 8.0), embedded at build time by `host/build.rs`.
 /// `FLASHTREE_PTX=<file>` at run time loads another build instead (for A/B runs of kernel
 /// variants with the same test and bench binaries).
 pub const KERNELS_PTX: &str = include_str!(env!("FLASHTREE_KERNELS_PTX"));

@@ -84,8 +84,8 @@ pub fn gemv_f32(
 
 use flashtree_reference::quant::GgmlType;
 use kernel_abi::{
-    qmm_ksplit, qmm_ksplit_pow2, qmm_lanes, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK,
-    QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_is_wgmma, qmm_ksplit, qmm_ksplit_pow2, qmm_lanes, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N,
+    QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 /// The tensor-core kernel family of a weight type.
@@ -95,24 +95,35 @@ pub struct QmmFamily {
     pub prefix: &'static str,
     /// `(elements, bytes, blocks per stage)` of one weight block (`kernel_abi::qmm_format`).
     pub geometry: (u32, u32, u32),
-    /// Whether its multi-tile kernels stage x in shared memory (`kernel_abi::qmm_stages_x`).
+    /// Whether its multi-tile `mma.sync` kernels stage x in shared memory
+    /// (`kernel_abi::qmm_stages_x`).
     pub stages_x: bool,
+    /// Which of its multi-tile kernels are warpgroup kernels (`kernel_abi::qmm_wgmma`; they always
+    /// stage x).
+    pub wgmma: u32,
+}
+
+impl QmmFamily {
+    /// Dynamic shared memory of its kernel of `tiles` tiles (the staged x chunk, or 0).
+    pub fn smem_bytes(&self, tiles: u32) -> u32 {
+        qmm_xs_smem_bytes(tiles, self.stages_x || qmm_is_wgmma(self.wgmma, tiles))
+    }
 }
 
 /// The tensor-core kernel family of `ty`, or `None` if it has none.
 pub fn qmm_format(ty: GgmlType) -> Option<QmmFamily> {
-    use kernel_abi::{qmm_format as f, qmm_stages_x as s};
-    let (prefix, geometry, stages_x) = match ty {
-        GgmlType::Q4_K => ("qmm_q4k", f::Q4_K, s::Q4_K),
-        GgmlType::Q5_K => ("qmm_q5k", f::Q5_K, s::Q5_K),
-        GgmlType::Q6_K => ("qmm_q6k", f::Q6_K, s::Q6_K),
-        GgmlType::Q8_0 => ("qmm_q8_0", f::Q8_0, s::Q8_0),
-        GgmlType::F16 => ("qmm_f16", f::F16, s::F16),
-        GgmlType::BF16 => ("qmm_bf16", f::BF16, s::BF16),
-        GgmlType::F32 => ("qmm_f32", f::F32, s::F32),
+    use kernel_abi::{qmm_format as f, qmm_stages_x as s, qmm_wgmma as w};
+    let (prefix, geometry, stages_x, wgmma) = match ty {
+        GgmlType::Q4_K => ("qmm_q4k", f::Q4_K, s::Q4_K, w::Q4_K),
+        GgmlType::Q5_K => ("qmm_q5k", f::Q5_K, s::Q5_K, w::Q5_K),
+        GgmlType::Q6_K => ("qmm_q6k", f::Q6_K, s::Q6_K, w::Q6_K),
+        GgmlType::Q8_0 => ("qmm_q8_0", f::Q8_0, s::Q8_0, w::Q8_0),
+        GgmlType::F16 => ("qmm_f16", f::F16, s::F16, w::F16),
+        GgmlType::BF16 => ("qmm_bf16", f::BF16, s::BF16, w::BF16),
+        GgmlType::F32 => ("qmm_f32", f::F32, s::F32, w::F32),
         _ => return None,
     };
-    Some(QmmFamily { prefix, geometry, stages_x })
+    Some(QmmFamily { prefix, geometry, stages_x, wgmma })
 }
 
 /// Bytes of W `[out, in]` of type `ty` in the packed layout of the `qmm_*` kernels
@@ -583,8 +594,8 @@ fn launch(
     };
     let name = kernel_name(prefix, tiles, swiglu.is_some())
         .ok_or_else(|| GpuError::shape(op, format!("no kernel for {prefix}")))?;
-    // Multi-tile kernels of the formats that stage x keep x chunks in dynamic shared memory.
-    let smem = qmm_xs_smem_bytes(tiles as u32, family.stages_x);
+    // Multi-tile kernels that stage x keep x chunks in dynamic shared memory.
+    let smem = family.smem_bytes(tiles as u32);
     gpu.allow_dynamic_smem(name, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
@@ -679,6 +690,34 @@ mod tests {
                     let name = kernel_name(prefix, tiles, swiglu).unwrap();
                     let entry = format!(".entry {name}(");
                     assert!(crate::gpu::KERNELS_PTX.contains(&entry), "{name} is not in the PTX");
+                }
+            }
+        }
+    }
+
+    /// The host sizes a kernel's shared memory from `kernel_abi::qmm_wgmma`; the PTX must agree:
+    /// a kernel issues `wgmma` exactly when the mask says it is a warpgroup kernel.
+    #[test]
+    fn wgmma_masks_match_the_kernels_in_the_ptx() {
+        let ptx = crate::gpu::KERNELS_PTX;
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::F32,
+        ] {
+            let family = qmm_format(ty).unwrap();
+            for tiles in 1..=4 {
+                for swiglu in [false, true] {
+                    let name = kernel_name(family.prefix, tiles, swiglu).unwrap();
+                    let start = ptx.find(&format!(".entry {name}(")).unwrap();
+                    let body = &ptx[start..];
+                    let body = &body[..body.find("\n}").unwrap()];
+                    let expected = qmm_is_wgmma(family.wgmma, tiles as u32);
+                    assert_eq!(body.contains("wgmma.mma_async"), expected, "{name}: warpgroup kernel = {expected}");
                 }
             }
         }

@@ -279,9 +279,10 @@ fn qmm_matches_reference_at_a_27b_shape() {
 }
 
 /// A long K per split (in = 24576, out = 200: 16 splits of 1536 elements) so the multi-tile
-/// kernels that stage x in shared memory (`kernel_abi::qmm_stages_x`) go through more than one
-/// chunk of `QMM_XS_CHUNK_UNITS` units per split: accuracy at n = 22, and the bits of a column
-/// equal those of the one-tile kernel (which reads x from global memory) on it alone.
+/// kernels that stage x in shared memory (`kernel_abi::qmm_stages_x`, and every warpgroup kernel:
+/// `kernel_abi::qmm_wgmma`) go through more than one chunk of `QMM_XS_CHUNK_UNITS` units per
+/// split: accuracy at n = 12, 22 and 32 (every multi-tile kernel), and the bits of a column equal
+/// those of the one-tile kernel (which reads x from global memory) on it alone.
 #[test]
 fn qmm_staged_x_chunks_match_reference_and_one_tile_bits() {
     let Some(gpu) = gpu_or_skip("qmm_staged_x_chunks_match_reference_and_one_tile_bits") else { return };
@@ -289,13 +290,15 @@ fn qmm_staged_x_chunks_match_reference_and_one_tile_bits() {
     assert!(inp / 16 > kernel_abi::QMM_XS_CHUNK_UNITS as usize * 32, "the split must span two chunks");
     for ty in TYPES {
         let c = case(ty, 200, inp / qmm_block(ty), 5);
-        let x = activations(11, 22, c.inp);
-        let y = run(gpu, &c, &x, 22);
-        check(&c, &x, 22, &y).unwrap();
-        let j = 13;
-        let alone = run(gpu, &c, &x[j * c.inp..(j + 1) * c.inp], 1);
-        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&y[j * c.out..(j + 1) * c.out]), bits(&alone), "{ty:?}");
+        for n in [12, 22, 32] {
+            let x = activations(11 + n as u64, n, c.inp);
+            let y = run(gpu, &c, &x, n);
+            check(&c, &x, n, &y).unwrap();
+            let j = 10;
+            let alone = run(gpu, &c, &x[j * c.inp..(j + 1) * c.inp], 1);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&y[j * c.out..(j + 1) * c.out]), bits(&alone), "{ty:?} n = {n}");
+        }
     }
 }
 
