@@ -1,5 +1,6 @@
 //! `qmm_<format>_nt<T>`: tensor-core `y[c, o] = Σ_i W[o, i] · x[c, i]` for up to `8·T` token
-//! columns, every weight format of [`super::formats`].
+//! columns, every weight format of [`super::formats`] — the warp-level `mma.sync` kernels (the
+//! multi-tile kernels listed in `kernel_abi::qmm_wgmma` are in [`super::tile_wg`] instead).
 //!
 //! Geometry: 256-thread blocks of 8 warps; warp `w` of block `(bx, s)` owns output rows
 //! `16·(8·bx + w) .. +16` and the weight blocks of K split `s` (`blockIdx.y`, `ksplit` splits
