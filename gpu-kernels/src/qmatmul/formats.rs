@@ -194,6 +194,41 @@ impl KScales {
         let s = if u % 2 == 0 { 1.0 } else { 0.0625 };
         byte_f32_times(self.sc[r][(u / 4) as usize], u % 4, s, -8_388_608.0 * s)
     }
+
+    /// `sb += s'_u · P_u` for unit `u` of every tile (`pu`: the unit's product from zero).
+    #[inline(always)]
+    pub fn add_unit<const T: usize>(&self, u: u32, pu: &[[f32; 4]; T], sb: &mut [[f32; 4]; T]) {
+        let sc = [self.unit(0, u), self.unit(1, u)];
+        let mut tile = 0;
+        while tile < T {
+            let mut j = 0;
+            while j < 4 {
+                sb[tile][j] = crate::device::math::fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
+                j += 1;
+            }
+            tile += 1;
+        }
+    }
+
+    /// Ends the block for one tile: `acc += d·(sb − 65536·C1) − 64·dmin·C2`, with `C1`, `C2` the
+    /// tensor-core products of the unit scales and mins with the group sums `bs` (this lane's
+    /// B fragment of the tile's column).
+    #[inline(always)]
+    pub fn finish_tile(&self, bs: [u32; 2], sb: &[f32; 4], acc: &mut [f32; 4]) {
+        use crate::device::math::fma_ordered;
+        let a_s = [self.a_s[0], self.a_s[1], self.a_s[0], self.a_s[1]];
+        let a_m = [self.a_m[0], self.a_m[1], self.a_m[0], self.a_m[1]];
+        let c1 = crate::device::mma::mma_f16_16816_zero_ordered(a_s, bs);
+        let c2 = crate::device::mma::mma_f16_16816_zero_ordered(a_m, bs);
+        let mut j = 0;
+        while j < 4 {
+            let r = j / 2;
+            let v = fma_ordered(-65536.0, c1[j], sb[j]);
+            let a = fma_ordered(self.d[r], v, acc[j]);
+            acc[j] = fma_ordered(self.neg_min64[r], c2[j], a);
+            j += 1;
+        }
+    }
 }
 
 /// [`KScales`] of the two rows' headers (`hdr[row]`: word 0 = `d | dmin << 16`, 1..3 = the 12

@@ -94,20 +94,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
 
     // The lane's data of stage `st` (blocks past `b1` are not loaded): plain 16-byte loads
     // straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`).
-    const MAX_STAGE_BLOCKS: usize = 4;
     let load_stage = #[inline(always)]
-    |st: u32| {
-        let mut l = [F::ZERO; MAX_STAGE_BLOCKS];
-        let b = b0 + st * F::PER_STAGE;
-        let mut i = 0;
-        while i < MAX_STAGE_BLOCKS {
-            if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b + (i as u32) < b1) {
-                l[i] = F::load(group.add(((b + i as u32) * block16) as usize), lane);
-            }
-            i += 1;
-        }
-        l
-    };
+    |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
 
     // Multi-tile kernels with f16 activations stage x in shared memory per chunk of
     // `QMM_XS_CHUNK_UNITS` units (all 8 warps read the same columns): one cooperative copy per
@@ -253,20 +241,9 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                                 mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
                                 tile += 1;
                             }
-                            let sc = [ks.unit(0, u), ks.unit(1, u)];
-                            let mut tile = 0;
-                            while tile < T {
-                                let mut j = 0;
-                                while j < 4 {
-                                    sb[tile][j] = fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
-                                    j += 1;
-                                }
-                                tile += 1;
-                            }
+                            ks.add_unit(u, &pu, &mut sb);
                         },
                     );
-                    let a_s = [ks.a_s[0], ks.a_s[1], ks.a_s[0], ks.a_s[1]];
-                    let a_m = [ks.a_m[0], ks.a_m[1], ks.a_m[0], ks.a_m[1]];
                     let mut tile = 0;
                     while tile < T {
                         let col = (8 * tile + g as usize).min(p.n as usize - 1);
@@ -277,16 +254,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                             let v = ld_v2_f32(sums_h.add(at) as *const f32);
                             [v[0].to_bits(), v[1].to_bits()]
                         };
-                        let c1 = mma_f16_16816_zero_ordered(a_s, bs);
-                        let c2 = mma_f16_16816_zero_ordered(a_m, bs);
-                        let mut j = 0;
-                        while j < 4 {
-                            let r = j / 2;
-                            let v = fma_ordered(-65536.0, c1[j], sb[tile][j]);
-                            let a = fma_ordered(ks.d[r], v, acc[tile][j]);
-                            acc[tile][j] = fma_ordered(ks.neg_min64[r], c2[j], a);
-                            j += 1;
-                        }
+                        ks.finish_tile(bs, &sb[tile], &mut acc[tile]);
                         tile += 1;
                     }
                     return;
@@ -394,6 +362,31 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
         st += 1;
     }
     super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, xscale, partial, counters, y);
+}
+
+/// Most weight blocks one pipeline stage holds (`Format::PER_STAGE` ≤ this).
+pub(super) const MAX_STAGE_BLOCKS: usize = 4;
+
+/// The lane's data of the stage whose first block is `b` (blocks at or past `b1` are not loaded):
+/// plain 16-byte loads straight into registers, coalesced by the lane layout
+/// (`kernel_abi::qmm_lanes`). `group`: the warp's 16-row group of packed W.
+#[inline(always)]
+pub(super) unsafe fn load_stage<F: Format>(
+    group: *const u8,
+    b: u32,
+    b1: u32,
+    lane: u32,
+) -> [F::Lane; MAX_STAGE_BLOCKS] {
+    let block16 = 16 * F::BYTES;
+    let mut l = [F::ZERO; MAX_STAGE_BLOCKS];
+    let mut i = 0;
+    while i < MAX_STAGE_BLOCKS {
+        if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b + (i as u32) < b1) {
+            l[i] = F::load(group.add(((b + i as u32) * block16) as usize), lane);
+        }
+        i += 1;
+    }
+    l
 }
 
 /// Calls `f(u)` for every unit `u` of a block with `u` a compile-time constant at each call

@@ -30,10 +30,9 @@
 use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{Format, Q4K, Q5K, Q6K};
+use super::tile::{load_stage, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v2_f32, ld_v4, U32x4};
-use crate::device::math::fma_ordered;
-use crate::device::mma::mma_f16_16816_zero_ordered;
 use crate::device::shared::{dynamic_smem, smem_addr, st_shared_v4};
 use crate::device::sync::sync_threads;
 use crate::device::wgmma;
@@ -72,20 +71,8 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
     let group = w.add(((row0 / 16) * blocks * block16) as usize);
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
 
-    const MAX_STAGE_BLOCKS: usize = 4;
     let load_stage = #[inline(always)]
-    |st: u32| {
-        let mut l = [F::ZERO; MAX_STAGE_BLOCKS];
-        let b = b0 + st * F::PER_STAGE;
-        let mut i = 0;
-        while i < MAX_STAGE_BLOCKS {
-            if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b + (i as u32) < b1) {
-                l[i] = F::load(group.add(((b + i as u32) * block16) as usize), lane);
-            }
-            i += 1;
-        }
-        l
-    };
+    |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
 
     let xs = smem_addr(dynamic_smem());
     // Descriptor of the chunk's first k16 step; step `s` adds `s·step_bytes(T) / 16`.
@@ -218,32 +205,12 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
                     wait_unit(u);
                     let pu = &mut bufs[u as usize % D];
                     wgmma::fence_operands(pu);
-                    let sc = [ks.unit(0, u), ks.unit(1, u)];
-                    let mut tile = 0;
-                    while tile < T {
-                        let mut j = 0;
-                        while j < 4 {
-                            sb[tile][j] = fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
-                            j += 1;
-                        }
-                        tile += 1;
-                    }
+                    ks.add_unit(u, pu, &mut sb);
                 },
             );
-            let a_s = [ks.a_s[0], ks.a_s[1], ks.a_s[0], ks.a_s[1]];
-            let a_m = [ks.a_m[0], ks.a_m[1], ks.a_m[0], ks.a_m[1]];
             let mut tile = 0;
             while tile < T {
-                let c1 = mma_f16_16816_zero_ordered(a_s, bs[tile]);
-                let c2 = mma_f16_16816_zero_ordered(a_m, bs[tile]);
-                let mut j = 0;
-                while j < 4 {
-                    let r = j / 2;
-                    let v = fma_ordered(-65536.0, c1[j], sb[tile][j]);
-                    let a = fma_ordered(ks.d[r], v, acc[tile][j]);
-                    acc[tile][j] = fma_ordered(ks.neg_min64[r], c2[j], a);
-                    j += 1;
-                }
+                ks.finish_tile(bs[tile], &sb[tile], &mut acc[tile]);
                 tile += 1;
             }
         }

@@ -672,18 +672,14 @@ mod tests {
         }
     }
 
+    /// Every weight type with a tensor-core kernel family.
+    const QMM_TYPES: [GgmlType; 7] =
+        [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32];
+
     /// Every kernel name the launcher can pick is an entry point of the embedded PTX.
     #[test]
     fn every_kernel_name_is_in_the_ptx() {
-        for ty in [
-            GgmlType::Q4_K,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-            GgmlType::Q8_0,
-            GgmlType::F16,
-            GgmlType::BF16,
-            GgmlType::F32,
-        ] {
+        for ty in QMM_TYPES {
             let prefix = qmm_format(ty).unwrap().prefix;
             for tiles in 1..=4 {
                 for swiglu in [false, true] {
@@ -700,15 +696,7 @@ mod tests {
     #[test]
     fn wgmma_masks_match_the_kernels_in_the_ptx() {
         let ptx = crate::gpu::KERNELS_PTX;
-        for ty in [
-            GgmlType::Q4_K,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-            GgmlType::Q8_0,
-            GgmlType::F16,
-            GgmlType::BF16,
-            GgmlType::F32,
-        ] {
+        for ty in QMM_TYPES {
             let family = qmm_format(ty).unwrap();
             for tiles in 1..=4 {
                 for swiglu in [false, true] {
