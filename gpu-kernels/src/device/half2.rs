@@ -65,3 +65,23 @@ pub fn and_xor(a: u32, b: u32, c: u32) -> u32 {
     };
     r
 }
+
+/// `fma.rn.f16x2` with `b` and `c` splatted from their half `H` (0: low, 1: high):
+/// `a · (b_H, b_H) + (c_H, c_H)`, one rounding per half. Written as 16-bit moves so `ptxas`
+/// can fold the splats into the instruction's operand selects instead of permuting registers.
+#[inline(always)]
+pub fn hfma2_splat<const H: u32>(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        if H == 0 {
+            asm!("{{ .reg .b16 bl, bh, cl, ch; .reg .b32 b2, c2; mov.b32 {{bl, bh}}, {2}; mov.b32 {{cl, ch}}, {3}; \
+                  mov.b32 b2, {{bl, bl}}; mov.b32 c2, {{cl, cl}}; fma.rn.f16x2 {0}, {1}, b2, c2; }}",
+                 out(reg32) r, in(reg32) a, in(reg32) b, in(reg32) c, options(pure, nomem, nostack))
+        } else {
+            asm!("{{ .reg .b16 bl, bh, cl, ch; .reg .b32 b2, c2; mov.b32 {{bl, bh}}, {2}; mov.b32 {{cl, ch}}, {3}; \
+                  mov.b32 b2, {{bh, bh}}; mov.b32 c2, {{ch, ch}}; fma.rn.f16x2 {0}, {1}, b2, c2; }}",
+                 out(reg32) r, in(reg32) a, in(reg32) b, in(reg32) c, options(pure, nomem, nostack))
+        }
+    };
+    r
+}

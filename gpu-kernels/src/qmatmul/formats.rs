@@ -7,18 +7,21 @@
 //! as k-slots `2t, 2t+1, 2t+8, 2t+9` — the same order `qmm_prep_x` stores x in, so
 //! `Σ_k A[r, k] · B[k, c]` is the dot product of row `r` with column `c` over the unit.
 //!
-//! Two ways to feed the tensor cores:
+//! Three ways to feed the tensor cores:
 //!
-//! * **Offset formats** (Q4_K, Q5_K, Q8_0: one scale per 32-element unit): the A fragment holds
-//!   the raw quant plus a constant, `OFF + q'` (an exact small integer in f16, built with one
-//!   `lop3` per two weights: the bits go straight into the mantissa of the f16 `1024`), the unit's
-//!   product `P = Σ_k (OFF + q'_k)·x̂_k` is taken in f32 from a zero accumulator, and the unit adds
-//!   (Q8_0) `scale·P + bias·S` to the row's f32 sum (Q4_K, Q5_K: summed per super-block, see
-//!   [`KScales`]), where `S = Σ_k x̂_k` (from `qmm_prep_x`) and
+//! * **Offset format** (Q8_0: one scale per 32-element unit): the A fragment holds the raw quant
+//!   plus a constant, `OFF + q' = 1152 + q` (an exact integer in f16), the unit's product
+//!   `P = Σ_k (OFF + q'_k)·x̂_k` is taken in f32 from a zero accumulator, and the unit adds
+//!   `scale·P + bias·S` to the row's f32 sum, where `S = Σ_k x̂_k` (from `qmm_prep_x`) and
 //!   `(scale, bias)` are exact-ish f32 per row and unit: for `w = a·q' − b`, `scale = a` and
 //!   `bias = −(OFF·a + b)`. No weight is ever rounded; the error is the f32 arithmetic on
 //!   `P` (magnitude ≤ `(OFF + max q')·Σ|x̂|`), on `S` and in the two fmas — bound in
 //!   `tests/tests/gpu/qmm.rs`.
+//! * **K-quant super-blocks** (Q4_K, Q5_K: 6-bit scale and min per 32-element unit, f16 `d`,
+//!   `dmin` per 256): the A fragment is the exact integer `sc_u·q` (< 2048), made from the offset
+//!   fragment `1024 + q` by one `fma.f16x2` per two weights; the block's 16 k16 steps go into one
+//!   f32 product `P`, and the block adds `d·P − 64·dmin·C` (see [`KScales`]). No weight is
+//!   rounded, and the per-unit work is per weight, not per output column.
 //! * **Scaled formats** (Q6_K: one scale per 16 elements, which a k16 step of this lane layout
 //!   straddles; F16, BF16, F32): weights become f16/bf16 values in the fragment. Q6_K:
 //!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so
@@ -27,7 +30,7 @@
 use kernel_abi::{qmm_format, qmm_lanes, qmm_stages_x};
 
 use crate::device::convert::pack_bf16x2;
-use crate::device::half2::{and_or, hmul2, hsub2, prmt};
+use crate::device::half2::{and_or, hfma2_splat, hmul2, hsub2, prmt};
 use crate::device::load::{ld_nc_u16_cached, ld_nc_v4, ld_stream_v4, U32x4};
 
 /// Private chunk `j` of lane `lane` in a packed block: `512·j + 16·lane` (streamed once, no L1
@@ -77,15 +80,6 @@ fn move_bit(v: u32, from: u32, to: u32) -> u32 {
     }
 }
 
-/// The f32 value of byte `j` (0..4) of `v`, exactly: `(2^23 + byte) − 2^23` with the byte put
-/// into the mantissa of `2^23` by one `prmt` (no int→float conversion unit).
-#[inline(always)]
-fn byte_f32_times(v: u32, j: u32, scale: f32, minus_2p23_scale: f32) -> f32 {
-    let bits = prmt(v, 0x4B00_0000, 0x7440 | j);
-    // (2^23 + byte)·scale − 2^23·scale = byte·scale, exact when that product fits f32.
-    crate::device::math::fma(f32::from_bits(bits), scale, minus_2p23_scale)
-}
-
 /// f16x2 `(1024, 1024)`: `0x6400 | q` is the f16 `1024 + q` for `q < 1024`.
 const MAGIC_1024: u32 = 0x6400_6400;
 
@@ -124,7 +118,7 @@ pub trait Format {
     /// The block's [`KScales`] for lane `(g, t)` (super-block formats only).
     #[inline(always)]
     fn super_scales(_l: &Self::Lane, _t: u32) -> KScales {
-        KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] }
+        KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_m: [0; 2] }
     }
     /// `([scale_g, scale_g8], [bias_g, bias_g8])` of unit `u` (offset formats only).
     #[inline(always)]
@@ -161,17 +155,18 @@ fn k_scale_bytes(hdr: &[u32; 4], j: u32) -> (u32, u32) {
 }
 
 /// How a K-quant super-block (Q4_K, Q5_K: `w = d·sc_u·q − dmin·m_u` in unit `u`, 6-bit `sc_u`,
-/// `m_u`) is summed, per row and column, from the unit products `P_u = Σ_k A_k·x̂_k` (A the
-/// offset fragment: `1024 + q` for even `u`, `1024 + 16q` for odd `u`, so `A = 1024 + q/s'_u·…`):
+/// `m_u`) is summed, per row and column:
 ///
-/// `Σ_k w_k x̂_k = d·(Σ_u s'_u·P_u − 1024·Σ_u s'_u·S_u) − dmin·Σ_u m_u·S_u`,
+/// `Σ_k w_k x̂_k = d·P − 64·dmin·C`, `P = Σ_k (sc_u·q_k)·x̂_k`, `C = Σ_u m_u·S_u/64`,
 ///
-/// with `s'_u = sc_u` (even) or `sc_u/16` (odd) and `S_u = Σ_{k∈u} x̂_k`. The two sums over `S`
-/// are tensor-core products over the block's 8 units (one k16 step: `A = (s'_u | s'_u)` or
-/// `(m_u | m_u)`, `B = (hi | lo)` of `S_u/64` in f16, so the products are exact and the sums
-/// carry `S` to ≈ 2^-22), scaled back by `64`: `−65536·C1` and `−64·dmin·C2`. Per unit the lane
-/// does 4 fmas (`s'_u·P_u`), per block 12 — instead of decoding and applying a scale and a bias
-/// for every unit.
+/// with `S_u = Σ_{k∈u} x̂_k`. The A fragments of `P` are the exact integers `sc_u·q ≤ 63·31`
+/// (< 2048, so exact in f16): the offset fragment `1024 + q` (even `u`) or `1024 + 16q` (odd `u`)
+/// goes through one `fma.f16x2` with `(s'_u, −1024·s'_u)`, `s'_u = sc_u` or `sc_u/16`, whose
+/// exact result `sc_u·q` needs no rounding. So `P` is one tensor-core sum over the block's 16
+/// k16 steps with no per-unit work on the products (the scaling cost is per weight pair, not per
+/// output: it does not grow with the number of token columns), and no offset enters it. `C` is
+/// one tensor-core product over the block's 8 units (`A = (m_u | m_u)`, `B = (hi | lo)` of
+/// `S_u/64` in f16, exact products, `S` carried to ≈ 2^-22), scaled back by `64`.
 #[derive(Clone, Copy)]
 pub struct KScales {
     /// `[row][half]`: the 6-bit `sc_u` of units `4·half .. +4`, one per byte.
@@ -180,52 +175,56 @@ pub struct KScales {
     pub d: [f32; 2],
     /// `[row]`: `−64·dmin`.
     pub neg_min64: [f32; 2],
-    /// `[row]`: f16x2 `(s'_2t, s'_2t+1)` (A register of the `C1` product).
-    pub a_s: [u32; 2],
-    /// `[row]`: f16x2 `(m_2t, m_2t+1)` (A register of the `C2` product).
+    /// `[row]`: f16x2 `(m_2t, m_2t+1)` (A register of the `C` product).
     pub a_m: [u32; 2],
 }
 
 impl KScales {
-    /// `s'_u` of row `r` (exact in f32; decoded where it is used, so the 16 values of a block
-    /// are never all live at once).
+    /// f16x2 `(s'_2c, s'_2c+1) = (sc_2c, sc_2c+1 / 16)` and `(−1024·sc_2c, −64·sc_2c+1)` of row
+    /// `r`, unit pair `c`, all exact: one `prmt` puts the two bytes into the mantissas of
+    /// `(1024, 64)` (whose last mantissa bits weigh 1 and 1/16), one subtraction removes them, one
+    /// multiplication by `−1024` (`1024·63 < 65504`) gives the biases.
     #[inline(always)]
-    pub fn unit(&self, r: usize, u: u32) -> f32 {
-        let s = if u % 2 == 0 { 1.0 } else { 0.0625 };
-        byte_f32_times(self.sc[r][(u / 4) as usize], u % 4, s, -8_388_608.0 * s)
+    fn pair(&self, r: usize, c: u32) -> (u32, u32) {
+        let word = self.sc[r][(c / 2) as usize];
+        let lo = 2 * (c % 2);
+        // Bytes: sc_2c, 0x64, sc_2c+1, 0x54 (the constant's bytes 5 and 7).
+        let p = prmt(word, 0x5400_6400, lo | 5 << 4 | (lo + 1) << 8 | 7 << 12);
+        let s = hsub2(p, 0x5400_6400);
+        (s, hmul2(s, 0xe400_e400))
     }
 
-    /// `sb += s'_u · P_u` for unit `u` of every tile (`pu`: the unit's product from zero).
+    /// The A fragment `sc_u·q` of unit `u` from its offset fragment `off` (`[a0, a1, a2, a3]`:
+    /// rows `g, g+8, g, g+8`): `fma(off, s'_u, −1024·s'_u)` per f16x2, exact.
     #[inline(always)]
-    pub fn add_unit<const T: usize>(&self, u: u32, pu: &[[f32; 4]; T], sb: &mut [[f32; 4]; T]) {
-        let sc = [self.unit(0, u), self.unit(1, u)];
-        let mut tile = 0;
-        while tile < T {
-            let mut j = 0;
+    pub fn scale_frag(&self, off: [u32; 4], u: u32) -> [u32; 4] {
+        let mut a = [0u32; 4];
+        let mut r = 0;
+        while r < 2 {
+            let (s, b) = self.pair(r, u / 2);
+            let mut j = r;
             while j < 4 {
-                sb[tile][j] = crate::device::math::fma_ordered(sc[j / 2], pu[tile][j], sb[tile][j]);
-                j += 1;
+                a[j] = if u % 2 == 0 { hfma2_splat::<0>(off[j], s, b) } else { hfma2_splat::<1>(off[j], s, b) };
+                j += 2;
             }
-            tile += 1;
+            r += 1;
         }
+        a
     }
 
-    /// Ends the block for one tile: `acc += d·(sb − 65536·C1) − 64·dmin·C2`, with `C1`, `C2` the
-    /// tensor-core products of the unit scales and mins with the group sums `bs` (this lane's
-    /// B fragment of the tile's column).
+    /// Ends the block for one tile: `acc += d·P − 64·dmin·C`, with `P` the block's product
+    /// (this lane's four outputs) and `C` the tensor-core product of the unit mins with the
+    /// group sums `bs` (this lane's B fragment of the tile's column).
     #[inline(always)]
-    pub fn finish_tile(&self, bs: [u32; 2], sb: &[f32; 4], acc: &mut [f32; 4]) {
+    pub fn finish_tile(&self, bs: [u32; 2], pb: &[f32; 4], acc: &mut [f32; 4]) {
         use crate::device::math::fma_ordered;
-        let a_s = [self.a_s[0], self.a_s[1], self.a_s[0], self.a_s[1]];
         let a_m = [self.a_m[0], self.a_m[1], self.a_m[0], self.a_m[1]];
-        let c1 = crate::device::mma::mma_f16_16816_zero_ordered(a_s, bs);
-        let c2 = crate::device::mma::mma_f16_16816_zero_ordered(a_m, bs);
+        let c = crate::device::mma::mma_f16_16816_zero_ordered(a_m, bs);
         let mut j = 0;
         while j < 4 {
             let r = j / 2;
-            let v = fma_ordered(-65536.0, c1[j], sb[j]);
-            let a = fma_ordered(self.d[r], v, acc[j]);
-            acc[j] = fma_ordered(self.neg_min64[r], c2[j], a);
+            let a = fma_ordered(self.d[r], pb[j], acc[j]);
+            acc[j] = fma_ordered(self.neg_min64[r], c[j], a);
             j += 1;
         }
     }
@@ -235,7 +234,7 @@ impl KScales {
 /// scale bytes) for lane quad position `t`.
 #[inline(always)]
 fn k_super_scales(hdr: &[[u32; 4]; 2], t: u32) -> KScales {
-    let mut ks = KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_s: [0; 2], a_m: [0; 2] };
+    let mut ks = KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_m: [0; 2] };
     // Bytes 2t and 2t+1 of the 8 sub-block bytes into halves 0 and 1.
     let sel = 2 * t | (2 * t + 1) << 8;
     let mut r = 0;
@@ -246,9 +245,6 @@ fn k_super_scales(hdr: &[[u32; 4]; 2], t: u32) -> KScales {
         let (sc_lo, m_lo) = k_scale_bytes(h, 0);
         let (sc_hi, m_hi) = k_scale_bytes(h, 4);
         ks.sc[r] = [sc_lo, sc_hi];
-        // (1024 + sc_2t, 1024 + sc_2t+1)·(1, 1/16) − (1024, 64) = (sc_2t, sc_2t+1 / 16), exact.
-        let sp = and_or(prmt(sc_lo, sc_hi, sel), 0x00ff_00ff, MAGIC_1024);
-        ks.a_s[r] = crate::device::half2::hfma2(sp, 0x2c00_3c00, 0xd400_e400);
         let mp = and_or(prmt(m_lo, m_hi, sel), 0x00ff_00ff, MAGIC_1024);
         ks.a_m[r] = hsub2(mp, MAGIC_1024);
         r += 1;

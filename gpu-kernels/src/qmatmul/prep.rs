@@ -7,7 +7,8 @@
 //! of two `1 / s_c`, rounded to f16 at its fragment position, optionally also as bf16 hi + lo,
 //! and the unit sum `S[unit][c] = Σ_i f16(x̂_i)` (f32, butterfly order — fixed, so it is the same
 //! for every launch), and after the `units × 32` f32 sums the same sums as f16 hi + lo of
-//! `S / 64` in groups of 8 units ([`group_sum_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
+//! `S / 64` in groups of 8 units ([`group_sum_slot`]); the f16 values also go to the core-matrix
+//! plane of the warpgroup kernels ([`core_matrix_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
 //! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
 
 use kernel_abi::{QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
@@ -50,6 +51,21 @@ pub const fn group_sum_slot(unit: usize, c: usize) -> usize {
     (group * QMM_MAX_N as usize + c) * 16 + 4 * (j / 2) + j % 2
 }
 
+/// Index (in u16) of element `e` (0..32) of unit `unit`, column `c`, in the core-matrix plane
+/// that the warpgroup kernels (`qmatmul::tile_wg`) copy into shared memory unchanged: k16 step
+/// `s = 2·unit + h` at `512·s`, then 8-column group `c / 8` at `128·(c / 8)`, k half `kk` at
+/// `64·kk`, column `c % 8` at `8·(c % 8)`: one 16-byte row of an 8 × 8 core matrix, holding
+/// the four fragment words `(2h + kk)` of the lane quad positions `t = 0..4` (so `2t + half`),
+/// where `position_in_block(e) = 8t + 2·(2h + kk) + half`. Steps are 1024 bytes for all 32
+/// columns; a kernel of `T` tiles copies the first `256·T` bytes of each.
+#[inline(always)]
+pub const fn core_matrix_slot(unit: usize, e: u32, c: usize) -> usize {
+    let pos = position_in_block(e) as usize;
+    let (t, word, half) = (pos / 8, (pos % 8) / 2, pos % 2);
+    let (h, kk) = (word / 2, word % 2);
+    (2 * unit + h) * 512 + (c / 8) * 128 + kk * 64 + (c % 8) * 8 + 2 * t + half
+}
+
 #[link_section = ".shared"]
 static PREP_MAX: Shared<[u32; 8]> = Shared::uninit();
 
@@ -66,6 +82,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     xh: *mut u16,
     xb_hi: *mut u16,
     xb_lo: *mut u16,
+    xcm: *mut u16,
     xscale: *mut f32,
     xsum: *mut f32,
     p: QmmPrepParams,
@@ -143,6 +160,8 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
             let h = f32_to_f16(v);
             let dst = base + unit * 32 + position_in_block(lane) as usize;
             *xh.add(dst) = h;
+            // The same value in the warpgroup kernels' plane (see `core_matrix_slot`).
+            *xcm.add(core_matrix_slot(unit, lane, c as usize)) = h;
             if p.pairs != 0 {
                 let hi = f32_to_bf16(v);
                 let lo = f32_to_bf16(v - f32::from_bits((hi as u32) << 16));

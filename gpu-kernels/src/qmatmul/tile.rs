@@ -27,9 +27,11 @@
 //! * Scaled formats (Q6_K, F16, BF16, F32) accumulate straight into the f32 accumulators.
 //! * Q8_0 takes each unit's product `P` from a zero accumulator and adds `scale·P + bias·S`
 //!   (two f32 fmas per output, `S` = the unit sums of x̂ from `qmm_prep_x`).
-//! * Q4_K and Q5_K add `s'_u·P_u` per unit into a super-block sum and finish each super-block
-//!   with two small tensor-core products over the unit sums (`formats::KScales`): 4 fmas per
-//!   unit and output instead of a decoded scale and bias per unit.
+//! * Q4_K and Q5_K take one product per super-block with the exact integers `sc_u·q` as A
+//!   (one `fma.f16x2` per two weights) and finish it with `d·P` and one small tensor-core
+//!   product of the unit mins with the unit sums (`formats::KScales`): per output two fmas per
+//!   256 weights, instead of four per 32 (the session 9 form: unit products from zero, scaled
+//!   in f32, whose cost grew with the number of columns).
 //!
 //! Lanes of padding columns (c ≥ n) load column `n − 1`'s x, so no load is predicated and nothing
 //! is zeroed per stage; their results are never stored.
@@ -220,28 +222,32 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                 }
                 let lanedata = cur[i_blk as usize];
                 if F::SUPER {
-                    // K-quant super-block: Σ_u s'_u·P_u from zero-accumulator unit products, then
-                    // the block's correction products (see `formats::KScales`).
+                    // K-quant super-block: one product `P` over the block's units with the
+                    // scaled fragments `sc_u·q`, then `d·P` and the mins' correction product
+                    // (see `formats::KScales`).
                     let ks = F::super_scales(&lanedata, t);
-                    let mut sb = [[0.0f32; 4]; T];
+                    let mut pb = [[0.0f32; 4]; T];
                     unroll_units::<F>(
                         #[inline(always)]
                         |u| {
                             let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
-                            let mut pu = [[0.0f32; 4]; T];
-                            let a0 = F::frag(&lanedata, u, 0);
+                            let a0 = ks.scale_frag(F::frag(&lanedata, u, 0), u);
                             let mut tile = 0;
                             while tile < T {
-                                pu[tile] = mma_f16_16816_zero_ordered(a0, [xf[tile][0], xf[tile][1]]);
+                                let bf = [xf[tile][0], xf[tile][1]];
+                                if u == 0 {
+                                    pb[tile] = mma_f16_16816_zero_ordered(a0, bf);
+                                } else {
+                                    mma_f16_16816_ordered(&mut pb[tile], a0, bf);
+                                }
                                 tile += 1;
                             }
-                            let a1 = F::frag(&lanedata, u, 1);
+                            let a1 = ks.scale_frag(F::frag(&lanedata, u, 1), u);
                             let mut tile = 0;
                             while tile < T {
-                                mma_f16_16816_ordered(&mut pu[tile], a1, [xf[tile][2], xf[tile][3]]);
+                                mma_f16_16816_ordered(&mut pb[tile], a1, [xf[tile][2], xf[tile][3]]);
                                 tile += 1;
                             }
-                            ks.add_unit(u, &pu, &mut sb);
                         },
                     );
                     let mut tile = 0;
@@ -254,7 +260,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                             let v = ld_v2_f32(sums_h.add(at) as *const f32);
                             [v[0].to_bits(), v[1].to_bits()]
                         };
-                        ks.finish_tile(bs, &sb[tile], &mut acc[tile]);
+                        ks.finish_tile(bs, &pb[tile], &mut acc[tile]);
                         tile += 1;
                     }
                     return;
@@ -457,6 +463,7 @@ macro_rules! qmm_kernels {
             xh: *const u16,
             xb_hi: *const u16,
             xb_lo: *const u16,
+            _xcm: *const u16,
             xscale: *const f32,
             xsum: *const f32,
             partial: *mut f32,
@@ -479,12 +486,9 @@ macro_rules! qmm_kernels {
 // The other tile counts of Q4_K, Q5_K and Q6_K are the warpgroup kernels of `super::tile_wg`
 // (`kernel_abi::qmm_wgmma`).
 qmm_kernels!(Q4K =>
-    qmm_q4k_nt1 / qmm_q4k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q4k_nt1 / qmm_q4k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q5K =>
-    qmm_q5k_nt1 / qmm_q5k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=1",
-    qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q5k_nt1 / qmm_q5k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q6K =>
     qmm_q6k_nt1 / qmm_q6k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");

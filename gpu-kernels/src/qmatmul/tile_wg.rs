@@ -4,39 +4,45 @@
 //! of `T` warp-level `mma.sync` per k16 step.
 //!
 //! Why: the multi-tile `mma.sync` kernels spend per k16 step `T` products and `T` x-fragment
-//! loads (with their address arithmetic) in every warp's issue stream, and wait for each unit's
-//! product before scaling it; with 235–255 registers they run 8 warps per SM and are
-//! latency-bound (docs/perf/qmatmul.md, session 7). Here one asynchronous product per k16 step
-//! covers every column, x is never loaded into registers, and a unit's dequantization overlaps
-//! the previous unit's product.
+//! loads (with their address arithmetic) in every warp's issue stream; with 200–255 registers
+//! they run 8 warps per SM and are latency-bound (docs/perf/qmatmul.md, session 7). Here one
+//! asynchronous product per k16 step covers every column, x is never loaded into registers, and
+//! the dequantization of the next unit overlaps the products in flight; every kernel here fits
+//! 128 registers (two blocks, 16 warps per SM).
 //!
 //! Same values, same order, same bits: each tile's accumulators receive exactly the operations
-//! of the `mma.sync` kernel (a unit's two k16 steps, the per-unit scaling `fma`s, the
-//! super-block corrections), and `wgmma` gives the same bits as `mma.sync` on the same operands
+//! of the `mma.sync` kernel (the k16 steps in order, the super-block's `d·P` and mins
+//! correction), and `wgmma` gives the same bits as `mma.sync` on the same operands
 //! (`device::wgmma`), so column `c` is bitwise the same at every `n` (the GPU batch-invariance
 //! test covers it).
 //!
 //! Geometry, packed W, the register pipeline of weight stages and the epilogue are those of
 //! [`super::tile`]; warps `0..4` and `4..8` of a block are its two warpgroups (rows `0..64`,
-//! `64..128`). x is staged per chunk of `QMM_XS_CHUNK_UNITS` units in the wgmma core-matrix
-//! layout: k16 step `s` of the chunk (`s = 2·unit + h`) at `s·256·T` bytes, core matrix
-//! (8 columns `8j..`, k half `kk`) at `+ 256·j + 128·kk`, column `c % 8` at `+ 16·(c % 8)` —
-//! one thread per (unit, column) moves its 64 bytes with a 4 × 4 word transpose out of the
-//! fragment order of `qmm_prep_x` (word `2h + kk` of lane quad position `t` holds k slots
-//! `8kk + 2t, +1` of step `h`).
+//! `64..128`). x comes from the core-matrix plane of `qmm_prep_x` (`prep::core_matrix_slot`):
+//! k16 step `s` at `1024·s` bytes, core matrix (8 columns `8j..`, k half `kk`) at
+//! `+ 256·j + 128·kk`, column `c % 8` at `+ 16·(c % 8)` — the wgmma no-swizzle K-major layout
+//! (LBO 128, SBO 256). The block copies it with `cp.async` into two shared-memory buffers of
+//! `CHUNK_UNITS` units (`256·T` bytes per step), the next chunk while the current one is
+//! multiplied: no registers, no transposes, and no load latency in the warps' issue streams.
+//! (Session 9's kernels copied each chunk through registers with a 4 × 4 word transpose right
+//! before using it: ncu put 27 % of the warps' stall samples on those loads.)
 //!
-//! Traffic: weight bytes once; x `n·in·2` bytes per 128-row block from L2 into shared memory.
+//! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
 use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{Format, Q4K, Q5K, Q6K};
 use super::tile::{load_stage, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
-use crate::device::load::{ld_v2_f32, ld_v4, U32x4};
-use crate::device::shared::{dynamic_smem, smem_addr, st_shared_v4};
+use crate::device::load::ld_v2_f32;
+use crate::device::shared::{cp_async_16, cp_async_commit, cp_async_wait, dynamic_smem, smem_addr};
 use crate::device::sync::sync_threads;
 use crate::device::wgmma;
 use crate::device::*;
+
+/// Units of x per shared-memory buffer (two buffers: the `QMM_XS_CHUNK_UNITS` of
+/// `kernel_abi::qmm_xs_smem_bytes`).
+const CHUNK_UNITS: u32 = QMM_XS_CHUNK_UNITS / 2;
 
 /// Bytes of one staged k16 step (`8·T` columns × 16 k × 2 bytes).
 const fn step_bytes(t: usize) -> u32 {
@@ -47,7 +53,7 @@ const fn step_bytes(t: usize) -> u32 {
 #[inline(always)]
 unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
     w: *const u8,
-    xh: *const u16,
+    xcm: *const u16,
     xsum: *const f32,
     xscale: *const f32,
     partial: *mut f32,
@@ -74,46 +80,45 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
     let load_stage = #[inline(always)]
     |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
 
+    // x: two buffers of `CHUNK_UNITS` units in the core-matrix layout, filled with `cp.async`
+    // straight from the `qmm_prep_x` plane (`prep::core_matrix_slot`, the same layout): chunk
+    // `k + 1` is copied while chunk `k` is multiplied.
     let xs = smem_addr(dynamic_smem());
-    // Descriptor of the chunk's first k16 step; step `s` adds `s·step_bytes(T) / 16`.
-    let desc0 = wgmma::b_desc(xs, 128, 256);
-    let stage_x_chunk = #[inline(always)]
-    |unit0: usize, nunits: usize| {
-        let cols = 8 * T;
-        let total = nunits * cols;
-        let mut i = thread_x() as usize;
-        while i < total {
-            let (u, c) = (i / cols, i % cols);
-            // Padding columns (c ≥ n) copy column n − 1: finite values, never stored.
-            let src = xh.add(c.min(n - 1) * k + (unit0 + u) * 32) as *const U32x4;
-            let v = [ld_v4(src).0, ld_v4(src.add(1)).0, ld_v4(src.add(2)).0, ld_v4(src.add(3)).0];
-            let col_at = (c / 8) as u32 * 256 + (c % 8) as u32 * 16;
-            let mut word = 0;
-            while word < 4 {
-                let (h, kk) = (word / 2, word % 2);
-                let at = (2 * u as u32 + h as u32) * step_bytes(T) + col_at + 128 * kk as u32;
-                st_shared_v4(xs + at, [v[0][word], v[1][word], v[2][word], v[3][word]]);
-                word += 1;
-            }
-            i += block_dim_x() as usize;
+    let buf_bytes = CHUNK_UNITS * 2 * step_bytes(T);
+    let chunk_blocks = CHUNK_UNITS * 32 / F::ELEMS;
+    let chunks = (b1 - b0).div_ceil(chunk_blocks);
+    let issue_chunk = #[inline(always)]
+    |kc: u32| {
+        let cb0 = b0 + kc * chunk_blocks;
+        let nsteps = 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units;
+        // 16-byte pieces: `16·T` per step (its first `8·T` columns).
+        let per_step = 16 * T as u32;
+        let dst = xs + (kc % 2) * buf_bytes;
+        let src = (xcm as *const u8).add((2 * cb0 * units) as usize * 1024);
+        let mut i = thread_x();
+        while i < nsteps * per_step {
+            let (st, o) = (i / per_step, i % per_step);
+            cp_async_16(dst + st * step_bytes(T) + 16 * o, src.add((st * 1024 + 16 * o) as usize));
+            i += block_dim_x();
         }
-        wgmma::fence_proxy_async_shared();
+        cp_async_commit();
     };
-    // The descriptor of k16 step `h` of unit `unit` (chunk-relative).
+    // The descriptor of k16 step `h` of unit `unit_in_chunk` of buffer `buf`.
     let desc = #[inline(always)]
-    |unit_in_chunk: u32, h: u32| desc0 + (((2 * unit_in_chunk + h) * step_bytes(T)) >> 4) as u64;
+    |buf: u32, unit_in_chunk: u32, h: u32| {
+        wgmma::b_desc(xs, 128, 256) + ((buf * buf_bytes + (2 * unit_in_chunk + h) * step_bytes(T)) >> 4) as u64
+    };
 
     let mut acc = [[0.0f32; 4]; T];
-    // `D` unit-product buffers: unit `i` is scaled from buffer `i % D` while units `i + 1 ..
-    // i + D − 1` are in flight. Kept for the whole kernel: only products define them (`ptxas`
-    // serializes the products if another instruction writes an accumulator inside a pipeline
-    // stage).
-    let mut bufs = [[[0.0f32; 4]; T]; D];
+    // K-quant formats: the block's product `P` (`formats::KScales`). Kept for the whole kernel:
+    // only products define it (`ptxas` serializes the products if another instruction writes an
+    // accumulator inside a pipeline stage).
+    let mut pb = [[0.0f32; 4]; T];
     let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
 
     // One stage's math on its lane data `cur` (`chunk_unit0`: first unit of the staged chunk).
     let mut stage_math = #[inline(always)]
-    |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: u32| {
+    |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: u32, buf: u32| {
         let b = b0 + st * F::PER_STAGE;
         let b_end = (b + F::PER_STAGE).min(b1);
         let stage_units = (b_end - b) * units;
@@ -124,15 +129,20 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
         let valid = #[inline(always)]
         |i: u32| i < max_units && (F::PER_STAGE == 1 || i < stage_units);
         let su0 = b * units - chunk_unit0;
+        // K-quant super-blocks (PER_STAGE = 1): the scales of the stage's one block.
+        let ks = F::super_scales(&cur[0], t);
         // Issues unit `i` of the stage (its two k16 steps) into `d`: from zero (`fresh`) or onto d.
         let issue = #[inline(always)]
         |i: u32, d: &mut [[f32; 4]; T], fresh: bool| {
             let (blk, u) = (i / units, i % units);
-            let a0 = F::frag(&cur[blk as usize], u, 0);
-            let a1 = F::frag(&cur[blk as usize], u, 1);
+            let (mut a0, mut a1) = (F::frag(&cur[blk as usize], u, 0), F::frag(&cur[blk as usize], u, 1));
+            if F::SUPER {
+                a0 = ks.scale_frag(a0, u);
+                a1 = ks.scale_frag(a1, u);
+            }
             wgmma::fence();
-            wgmma::mma_f16::<T>(d, a0, desc(su0 + i, 0), !fresh);
-            wgmma::mma_f16::<T>(d, a1, desc(su0 + i, 1), true);
+            wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh);
+            wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
             wgmma::commit();
         };
         // Waits until unit `i`'s product is complete, with units up to `i + D − 1` issued.
@@ -165,80 +175,75 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
             );
             return;
         }
-        // K-quant super-blocks (PER_STAGE = 1): unit products from zero, `D` in flight, each
-        // scaled when complete; then the block's corrections (`formats::KScales`), exactly as
-        // `super::tile`.
+        // Offset formats with one scale per unit (Q8_0) have no warpgroup kernel: measured
+        // slower than their `mma.sync` kernels (docs/perf/qmatmul.md session 9).
         if !F::SUPER {
             return;
+        }
+        // K-quant super-blocks (PER_STAGE = 1): the block's product `P` from zero over its 8
+        // units (at most D in flight), then `d·P` and the mins' correction exactly as
+        // `super::tile`.
+        let mut bs = [[0u32; 2]; T];
+        let mut tile = 0;
+        while tile < T {
+            let col = (8 * tile + g as usize).min(n - 1);
+            let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
+            let v = ld_v2_f32(sums_h.add(at) as *const f32);
+            bs[tile] = [v[0].to_bits(), v[1].to_bits()];
+            tile += 1;
         }
         unroll::<8>(
             #[inline(always)]
             |i| {
-                if i + 1 < D as u32 && valid(i) {
-                    issue(i, &mut bufs[i as usize % D], true);
+                if i < units {
+                    issue(i, &mut pb, i == 0);
+                    if i + 1 >= D as u32 && i + 1 < units {
+                        wait_unit(i + 1 - D as u32);
+                    }
                 }
             },
         );
-        {
-            let lanedata = &cur[0];
-            let ks = F::super_scales(lanedata, t);
-            let mut bs = [[0u32; 2]; T];
-            let mut tile = 0;
-            while tile < T {
-                let col = (8 * tile + g as usize).min(n - 1);
-                let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-                let v = ld_v2_f32(sums_h.add(at) as *const f32);
-                bs[tile] = [v[0].to_bits(), v[1].to_bits()];
-                tile += 1;
-            }
-            let mut sb = [[0.0f32; 4]; T];
-            unroll::<8>(
-                #[inline(always)]
-                |u| {
-                    if u >= units {
-                        return;
-                    }
-                    let next = u + D as u32 - 1;
-                    if next < units {
-                        issue(next, &mut bufs[next as usize % D], true);
-                    }
-                    wait_unit(u);
-                    let pu = &mut bufs[u as usize % D];
-                    wgmma::fence_operands(pu);
-                    ks.add_unit(u, pu, &mut sb);
-                },
-            );
-            let mut tile = 0;
-            while tile < T {
-                ks.finish_tile(bs[tile], &sb[tile], &mut acc[tile]);
-                tile += 1;
-            }
+        wgmma::wait::<0>();
+        wgmma::fence_operands(&mut pb);
+        let mut tile = 0;
+        while tile < T {
+            ks.finish_tile(bs[tile], &pb[tile], &mut acc[tile]);
+            tile += 1;
         }
-        // Offset formats with one scale per unit (Q8_0) have no warpgroup kernel: measured
-        // slower than their `mma.sync` kernels (docs/perf/qmatmul.md session 9).
     };
 
-    // Register pipeline of weight stages as in `super::tile`; x chunks staged between barriers
-    // (every product reading the old chunk has completed before the first barrier).
+    // Register pipeline of weight stages as in `super::tile`. x chunk `k` starts at block
+    // `b0 + k·chunk_blocks`: there every product reading buffer `(k + 1) % 2` (chunk `k − 1`) has
+    // completed and every thread is past it (first barrier), chunk `k + 1` is requested into it,
+    // and chunk `k`'s copies (requested a chunk earlier) are waited for and published (second
+    // barrier).
     let mut ahead = load_stage(0);
     grid_dependency_wait();
+    issue_chunk(0);
     let mut st = 0;
-    let (mut chunk_end, mut chunk_unit0) = (b0, 0u32);
+    let (mut chunk_unit0, mut buf) = (0u32, 0u32);
     while st < stages {
         let cur = ahead;
         if st + 1 < stages {
             ahead = load_stage(st + 1);
         }
         let b = b0 + st * F::PER_STAGE;
-        if b >= chunk_end {
+        if (b - b0) % chunk_blocks == 0 {
+            let kc = (b - b0) / chunk_blocks;
             wgmma::wait::<0>();
             sync_threads();
-            chunk_end = (b + QMM_XS_CHUNK_UNITS * 32 / F::ELEMS).min(b1);
-            chunk_unit0 = b * units;
-            stage_x_chunk(chunk_unit0 as usize, ((chunk_end - b) * units) as usize);
+            if kc + 1 < chunks {
+                issue_chunk(kc + 1);
+            } else {
+                cp_async_commit();
+            }
+            cp_async_wait::<1>();
+            wgmma::fence_proxy_async_shared();
             sync_threads();
+            chunk_unit0 = b * units;
+            buf = kc % 2;
         }
-        stage_math(st, &cur, chunk_unit0);
+        stage_math(st, &cur, chunk_unit0, buf);
         st += 1;
     }
     wgmma::wait::<0>();
@@ -273,9 +278,10 @@ macro_rules! qmm_wg_kernels {
         #[link_section = $sect]
         pub unsafe extern "ptx-kernel" fn $name(
             w: *const u8,
-            xh: *const u16,
+            _xh: *const u16,
             _xb_hi: *const u16,
             _xb_lo: *const u16,
+            xcm: *const u16,
             xscale: *const f32,
             xsum: *const f32,
             partial: *mut f32,
@@ -283,7 +289,7 @@ macro_rules! qmm_wg_kernels {
             y: *mut f32,
             p: QmmParams,
         ) {
-            qmm_wg::<$fmt, $t, $d, $swiglu>(w, xh, xsum, xscale, partial, counters, y, p)
+            qmm_wg::<$fmt, $t, $d, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p)
         }
     };
     ($fmt:ty => $($name:ident / $fused:ident = $t:literal, depth $d:literal @ $sect:literal),+) => {
@@ -298,9 +304,12 @@ macro_rules! qmm_wg_kernels {
 // per kernel against the `mma.sync` kernels of `super::tile`, docs/perf/qmatmul.md session 9).
 qmm_wg_kernels!(Q4K =>
     qmm_q4k_nt2 / qmm_q4k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=1");
+    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
 qmm_wg_kernels!(Q5K =>
-    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
 qmm_wg_kernels!(Q6K =>
     qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2");

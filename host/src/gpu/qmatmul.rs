@@ -238,6 +238,9 @@ pub struct QmmWorkspace {
     xh: CudaSlice<u16>,
     xb_hi: CudaSlice<u16>,
     xb_lo: CudaSlice<u16>,
+    /// The same f16 values as `xh` in the warpgroup kernels' core-matrix plane, all
+    /// `QMM_MAX_N` columns (zero until written, so a padding column is always finite).
+    xcm: CudaSlice<u16>,
     xscale: CudaSlice<f32>,
     xsum: CudaSlice<f32>,
     partial: CudaSlice<f32>,
@@ -260,6 +263,7 @@ impl QmmWorkspace {
             xh: gpu.zeros(x)?,
             xb_hi: gpu.zeros(x)?,
             xb_lo: gpu.zeros(x)?,
+            xcm: gpu.zeros(x)?,
             xscale: gpu.zeros(n_pad)?,
             // Unit sums: `units × QMM_MAX_N` f32, then the f16 hi/lo group sums (16 halves per
             // group of 8 units and column = 8 f32 slots).
@@ -359,6 +363,7 @@ pub fn qmm_prepare(
             .buf_mut(&mut ws.xh)
             .buf_mut(&mut ws.xb_hi)
             .buf_mut(&mut ws.xb_lo)
+            .buf_mut(&mut ws.xcm)
             .buf_mut(&mut ws.xscale)
             .buf_mut(&mut ws.xsum)
             .value(pp)
@@ -610,6 +615,7 @@ fn launch(
             .buf(&ws.xh)
             .buf(&ws.xb_hi)
             .buf(&ws.xb_lo)
+            .buf(&ws.xcm)
             .buf(&ws.xscale)
             .buf(&ws.xsum)
             .buf_mut(&mut ws.partial)
