@@ -73,18 +73,23 @@ pub fn fence_operands<const T: usize>(d: &mut [[f32; 4]; T]) {
 /// `d = a · B + (accumulate ? d : 0)` for `N = 8·T` columns (T = 2, 3, 4), f16 inputs, f32
 /// accumulators in the `[tile][4]` C-fragment layout. Asynchronous: see the module doc.
 #[inline(always)]
-pub unsafe fn mma_f16<const T: usize>(d: &mut [[f32; 4]; T], a: [u32; 4], b: u64, accumulate: bool) {
+///
+/// The B descriptor is passed as its two 32-bit words (`b_desc`: the low word holds the start
+/// address and LBO, the high word SBO), so a kernel that steps through shared memory adds to
+/// the low word only (one 32-bit add per product instead of 64-bit uniform arithmetic).
+pub unsafe fn mma_f16<const T: usize>(d: &mut [[f32; 4]; T], a: [u32; 4], b: (u32, u32), accumulate: bool) {
     let s = accumulate as u32;
     macro_rules! wg {
         ($shape:literal, [$($j:literal),+], $acc:literal) => {
             asm!(
-                concat!("{{ .reg .pred p; setp.ne.b32 p, {s}, 0; wgmma.mma_async.sync.aligned.", $shape,
-                        ".f32.f16.f16 {{", $acc, "}}, {{{a0},{a1},{a2},{a3}}}, {b}, p, 1, 1, 0; }}"),
+                concat!("{{ .reg .pred p; .reg .b64 bd; setp.ne.b32 p, {s}, 0; mov.b64 bd, {{{blo}, {bhi}}}; ",
+                        "wgmma.mma_async.sync.aligned.", $shape,
+                        ".f32.f16.f16 {{", $acc, "}}, {{{a0},{a1},{a2},{a3}}}, bd, p, 1, 1, 0; }}"),
                 $(
                     inout(reg32) d[$j][0], inout(reg32) d[$j][1], inout(reg32) d[$j][2], inout(reg32) d[$j][3],
                 )+
                 a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
-                b = in(reg64) b, s = in(reg32) s,
+                blo = in(reg32) b.0, bhi = in(reg32) b.1, s = in(reg32) s,
                 options(nostack)
             )
         };

@@ -29,7 +29,7 @@
 //!
 //! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_WARPS, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{Format, Q4K, Q5K, Q6K};
 use super::tile::{load_stage, MAX_STAGE_BLOCKS};
@@ -95,18 +95,27 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
         let per_step = 16 * T as u32;
         let dst = xs + (kc % 2) * buf_bytes;
         let src = (xcm as *const u8).add((2 * cb0 * units) as usize * 1024);
-        let mut i = thread_x();
-        while i < nsteps * per_step {
-            let (st, o) = (i / per_step, i % per_step);
-            cp_async_16(dst + st * step_bytes(T) + 16 * o, src.add((st * 1024 + 16 * o) as usize));
-            i += block_dim_x();
+        // Thread `i` copies piece `i % per_step` of steps `i / per_step + k·steps_per_pass`
+        // (the block is `QMM_WARPS · 32` threads; the last `256 % per_step` idle).
+        let steps_per_pass = QMM_WARPS * 32 / per_step;
+        let (first, o) = (thread_x() / per_step, thread_x() % per_step);
+        if first < steps_per_pass {
+            let mut st = first;
+            while st < nsteps {
+                cp_async_16(dst + st * step_bytes(T) + 16 * o, src.add((st * 1024 + 16 * o) as usize));
+                st += steps_per_pass;
+            }
         }
         cp_async_commit();
     };
     // The descriptor of k16 step `h` of unit `unit_in_chunk` of buffer `buf`.
+    // (Start address and LBO are the low word: steps are added there, as 32-bit adds.)
+    let desc0 = wgmma::b_desc(xs, 128, 256);
+    // All offsets are multiples of 16 bytes, so they are added in 16-byte units.
     let desc = #[inline(always)]
     |buf: u32, unit_in_chunk: u32, h: u32| {
-        wgmma::b_desc(xs, 128, 256) + ((buf * buf_bytes + (2 * unit_in_chunk + h) * step_bytes(T)) >> 4) as u64
+        let lo = desc0 as u32 + buf * (buf_bytes >> 4) + (2 * unit_in_chunk + h) * (step_bytes(T) >> 4);
+        (lo, (desc0 >> 32) as u32)
     };
 
     let mut acc = [[0.0f32; 4]; T];
