@@ -16,8 +16,12 @@
 //! with bf16 tensor-core products. Inside each 32-element block the elements are stored in
 //! the fragment order of `mma.m16n8k16` (see [`prep::position_in_block`]), so one 16-byte load
 //! gives a lane the B fragments of two k16 steps. It also writes the f32 sum of each 32-element
-//! unit of `x̂` (`S[unit][c]`), which the offset weight formats need (see [`formats`]). Columns
-//! `c ≥ n` of a launch's last tile are never written nor read.
+//! unit of `x̂` (`S[unit][c]`), which the offset and K-quant formats need (see [`formats`]), and
+//! the same f16 values in the core-matrix plane the warpgroup kernels copy into shared memory
+//! unchanged ([`prep::core_matrix_slot`]). Columns `c ≥ n` are never written: the `mma.sync`
+//! kernels load column `n − 1` in their place, the warpgroup kernels read whatever finite values
+//! the zero-initialised plane holds there (an earlier call's columns or zeros); a product column
+//! depends only on its own B column, and padding columns' results are never stored.
 //!
 //! # Batch invariance
 //!
