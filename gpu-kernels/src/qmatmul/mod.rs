@@ -19,8 +19,8 @@
 //! unit of `x̂` (`S[unit][c]`), which the offset and K-quant formats need (see [`formats`]), and
 //! the same f16 values in the core-matrix plane the warpgroup kernels copy into shared memory
 //! unchanged ([`prep::core_matrix_slot`]). Columns `c ≥ n` are never written: the `mma.sync`
-//! kernels load column `n − 1` in their place, the warpgroup kernels read whatever finite values
-//! the zero-initialised plane holds there (an earlier call's columns or zeros); a product column
+//! kernels load column `n − 1` in their place, the warpgroup kernels read whatever the
+//! zero-initialised plane holds there (zeros or an earlier call's columns); a product column
 //! depends only on its own B column, and padding columns' results are never stored.
 //!
 //! # Batch invariance

@@ -239,7 +239,7 @@ pub struct QmmWorkspace {
     xb_hi: CudaSlice<u16>,
     xb_lo: CudaSlice<u16>,
     /// The same f16 values as `xh` in the warpgroup kernels' core-matrix plane, all
-    /// `QMM_MAX_N` columns (zero until written, so a padding column is always finite).
+    /// `QMM_MAX_N` columns (zero until written; padding columns are read but never stored).
     xcm: CudaSlice<u16>,
     xscale: CudaSlice<f32>,
     xsum: CudaSlice<f32>,
