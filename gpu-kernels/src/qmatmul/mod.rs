@@ -31,6 +31,34 @@
 //! order in which split partials are added depend on the matrix shape and the device only
 //! (`kernel_abi::qmm_ksplit`: SM count and occupancy), never on n.
 
+/// A `qmm_*` kernel entry point: the parameter list every matmul kernel shares (the host's
+/// `qmm` launch passes W, the four activation planes of `qmm_prep_x`, the scales, the sums, the
+/// split partials, the counters, y and the parameters, in this order), named by the caller so a
+/// kernel can leave the planes it does not read as `_`-prefixed.
+macro_rules! qmm_entry {
+    ($name:ident, $sect:literal,
+     ($w:ident, $xh:ident, $xb_hi:ident, $xb_lo:ident, $xcm:ident, $xscale:ident, $xsum:ident,
+      $partial:ident, $counters:ident, $y:ident, $p:ident) => $body:expr) => {
+        #[no_mangle]
+        #[link_section = $sect]
+        pub unsafe extern "ptx-kernel" fn $name(
+            $w: *const u8,
+            $xh: *const u16,
+            $xb_hi: *const u16,
+            $xb_lo: *const u16,
+            $xcm: *const u16,
+            $xscale: *const f32,
+            $xsum: *const f32,
+            $partial: *mut f32,
+            $counters: *mut u32,
+            $y: *mut f32,
+            $p: QmmParams,
+        ) {
+            $body
+        }
+    };
+}
+
 pub mod epilogue;
 pub mod formats;
 pub mod gemv;

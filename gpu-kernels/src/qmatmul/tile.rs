@@ -456,23 +456,8 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
 macro_rules! qmm_kernels {
     // One entry point: `$swiglu` picks the epilogue (`QmmParams::swiglu_ff`).
     (@kernel $fmt:ty, $name:ident, $t:literal, $swiglu:literal, $sect:literal) => {
-        #[no_mangle]
-        #[link_section = $sect]
-        pub unsafe extern "ptx-kernel" fn $name(
-            w: *const u8,
-            xh: *const u16,
-            xb_hi: *const u16,
-            xb_lo: *const u16,
-            _xcm: *const u16,
-            xscale: *const f32,
-            xsum: *const f32,
-            partial: *mut f32,
-            counters: *mut u32,
-            y: *mut f32,
-            p: QmmParams,
-        ) {
-            qmm::<$fmt, $t, $swiglu>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p)
-        }
+        qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, p) =>
+            qmm::<$fmt, $t, $swiglu>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p));
     };
     // Per tile count: the plain kernel and its fused SwiGLU twin.
     ($fmt:ty => $($name:ident / $fused:ident = $t:literal @ $sect:literal),+) => {

@@ -283,23 +283,8 @@ fn unroll<const N: u32>(mut f: impl FnMut(u32)) {
 /// kernel spill-free (`cargo xtask ptx --ptxas`).
 macro_rules! qmm_wg_kernels {
     (@kernel $fmt:ty, $name:ident, $t:literal, $d:literal, $swiglu:literal, $sect:literal) => {
-        #[no_mangle]
-        #[link_section = $sect]
-        pub unsafe extern "ptx-kernel" fn $name(
-            w: *const u8,
-            _xh: *const u16,
-            _xb_hi: *const u16,
-            _xb_lo: *const u16,
-            xcm: *const u16,
-            xscale: *const f32,
-            xsum: *const f32,
-            partial: *mut f32,
-            counters: *mut u32,
-            y: *mut f32,
-            p: QmmParams,
-        ) {
-            qmm_wg::<$fmt, $t, $d, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p)
-        }
+        qmm_entry!($name, $sect, (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, p) =>
+            qmm_wg::<$fmt, $t, $d, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p));
     };
     ($fmt:ty => $($name:ident / $fused:ident = $t:literal, depth $d:literal @ $sect:literal),+) => {
         $(
