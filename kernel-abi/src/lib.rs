@@ -100,7 +100,7 @@ pub mod qmm_stages_x {
 pub mod qmm_wgmma {
     pub const Q4_K: u32 = 1 << 2 | 1 << 3 | 1 << 4;
     pub const Q5_K: u32 = 1 << 2 | 1 << 3 | 1 << 4;
-    pub const Q6_K: u32 = 1 << 2 | 1 << 3;
+    pub const Q6_K: u32 = 1 << 2 | 1 << 3 | 1 << 4;
     pub const Q8_0: u32 = 0;
     pub const F16: u32 = 0;
     pub const BF16: u32 = 0;
@@ -142,6 +142,25 @@ pub struct QmmParams {
     /// 8 rows (rows `16b + j` = gate row `8b + j`, rows `16b + 8 + j` = up row `8b + j`, `j < 8`,
     /// so `out_features = 16·⌈ff/8⌉`), and `y[c, f] = silu(g_f) · u_f` for `f < ff` (pitch `ff`).
     pub swiglu_ff: u32,
+}
+
+/// Bytes of the packed blocks of a `[out_features, in_features]` matrix of a `qmm_*` format with
+/// `elems` elements in `bytes` bytes per block: `⌈out/128⌉·128` rows (whole kernel blocks; the
+/// rows past `out` are zero). Row-scaled formats ([`qmm_row_scaled`]) store one f32 per packed
+/// row right after them.
+pub const fn qmm_block_bytes(out_features: u32, in_features: u32, elems: u32, bytes: u32) -> u64 {
+    let rows = out_features.div_ceil(QMM_ROWS_PER_BLOCK) as u64 * QMM_ROWS_PER_BLOCK as u64;
+    rows * (in_features / elems) as u64 * bytes as u64
+}
+
+/// Which `qmm_*` formats are stored as f16 values `ŵ` with one power-of-two scale `s_r` per row
+/// (`W[r, i] = s_r·ŵ[r, i]`): BF16, whose 8-bit significands fit f16's 11 once each row is
+/// scaled into f16's range, so its products run at F16's cost (one f16 tensor-core product per
+/// step and the f16 activations) instead of two bf16 products against a hi + lo pair of x. The
+/// packed matrix is the F16 layout of `ŵ`, then the `⌈out/128⌉·128` row scales as f32
+/// ([`qmm_block_bytes`] bytes in); the kernels multiply each output by its row's `s_r` (exact).
+pub mod qmm_row_scaled {
+    pub const BF16: bool = true;
 }
 
 /// `(elements, bytes, blocks per stage)` of each weight format of the `qmm_*` kernels.

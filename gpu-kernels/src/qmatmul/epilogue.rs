@@ -1,6 +1,7 @@
 //! The end of a `qmm_*` kernel (`super::tile`): from each lane's f32 accumulators to `y`.
 //!
-//! * `ksplit = 1`: every lane writes its outputs, times the column's x scale — or, fused SwiGLU,
+//! * `ksplit = 1`: every lane writes its outputs, times the column's x scale (and, row-scaled
+//!   formats, its row's scale first: `(v·s_r)·s_c`, both powers of two) — or, fused SwiGLU,
 //!   `silu(g)·u` from its gate row `g` and up row `g + 8` (W interleaved by 8 rows).
 //! * `ksplit > 1`: every block writes its partial sums to `partial[s][c][o]`; the last block of a
 //!   row group to finish (an atomic counter per row group, reset by that block) adds the `ksplit`
@@ -13,7 +14,7 @@
 //! Everything here is inlined into the kernel (`#[inline(always)]`): a separate function measured
 //! a 24-byte stack frame in every kernel and spills in five (docs/perf/qmatmul.md, session 8).
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
+use kernel_abi::{qmm_block_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
 
 use super::formats::Format;
 use crate::device::fence::fence_gpu;
@@ -26,13 +27,37 @@ use crate::device::*;
 #[link_section = ".shared"]
 static QMM_IS_LAST: Shared<u32> = Shared::uninit();
 
+/// The row scales of a row-scaled format's packed W `w` (`kernel_abi::qmm_row_scaled`: one f32
+/// per packed row after the blocks), or null for the other formats (never read).
+#[inline(always)]
+pub(super) unsafe fn row_scales<F: Format>(w: *const u8, p: QmmParams) -> *const f32 {
+    if F::ROW_SCALED {
+        w.add(qmm_block_bytes(p.out_features, p.in_features, F::ELEMS, F::BYTES) as usize) as *const f32
+    } else {
+        core::ptr::null()
+    }
+}
+
+/// `v` times row `row`'s scale for row-scaled formats (`rscale` from [`row_scales`]), else `v`.
+#[inline(always)]
+unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
+    if F::ROW_SCALED {
+        v * *rscale.add(row)
+    } else {
+        v
+    }
+}
+
 /// Writes the results of a warp's 16 rows `row0 ..` (`acc[tile]`: lane `(g, t)` holds
-/// `D[g][2t, 2t+1]` in `[0..2]` and `D[g+8][2t, 2t+1]` in `[2..4]`).
+/// `D[g][2t, 2t+1]` in `[0..2]` and `D[g+8][2t, 2t+1]` in `[2..4]`); `rscale`: the row scales
+/// of a row-scaled format ([`row_scales`]).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     acc: &[[f32; 4]; T],
     row0: u32,
     p: QmmParams,
+    rscale: *const f32,
     xscale: *const f32,
     partial: *mut f32,
     counters: *mut u32,
@@ -49,6 +74,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     let ff = if SWIGLU { p.swiglu_ff as usize } else { 0 };
     if SWIGLU && ksplit == 1 {
         let f = (row0 / 2 + g) as usize;
+        let (gate_row, up_row) = (rows[0] as usize, rows[1] as usize);
         let mut tile = 0;
         while tile < T {
             let mut j = 0;
@@ -56,7 +82,9 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                 let col = 8 * tile + 2 * t as usize + j;
                 if col < p.n as usize && f < ff {
                     let s = *xscale.add(col);
-                    *y.add(col * ff + f) = silu(acc[tile][j] * s) * (acc[tile][j + 2] * s);
+                    let gate = row_scaled::<F>(acc[tile][j], rscale, gate_row);
+                    let up = row_scaled::<F>(acc[tile][j + 2], rscale, up_row);
+                    *y.add(col * ff + f) = silu(gate * s) * (up * s);
                 }
                 j += 1;
             }
@@ -81,7 +109,9 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         }
     };
     if ksplit == 1 {
-        for_each_output(&mut |v, col, row| *y.add(col * out + row) = v * *xscale.add(col));
+        for_each_output(&mut |v, col, row| {
+            *y.add(col * out + row) = row_scaled::<F>(v, rscale, row) * *xscale.add(col)
+        });
         return;
     }
 
@@ -105,6 +135,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     // The float formats' kernels run at 80 registers (3 blocks per SM), where any change to this
     // loop made ptxas spill: they keep one output per thread and step (its splits' loads are
     // unrolled by the compiler).
+    // (The row-scaled formats are float formats: they take this branch.)
     if F::ELEMS == 32 && !F::OFFSET {
         let sum_splits = |idx: usize| {
             let mut sum = 0.0f32;
@@ -121,14 +152,17 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
             let col = i / group_rows;
             let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
             let idx = col as usize * out + row as usize;
+            let row = row as usize;
             if !SWIGLU {
-                *y.add(idx) = sum_splits(idx) * *xscale.add(col as usize);
+                *y.add(idx) = row_scaled::<F>(sum_splits(idx), rscale, row) * *xscale.add(col as usize);
             } else if row % 16 < 8 {
                 // Fused SwiGLU: the thread of a gate row also reduces the up row 8 below it.
-                let f = (row / 16 * 8 + row % 16) as usize;
+                let f = row / 16 * 8 + row % 16;
                 if f < ff {
                     let s = *xscale.add(col as usize);
-                    *y.add(col as usize * ff + f) = silu(sum_splits(idx) * s) * (sum_splits(idx + 8) * s);
+                    let gate = row_scaled::<F>(sum_splits(idx), rscale, row);
+                    let up = row_scaled::<F>(sum_splits(idx + 8), rscale, row + 8);
+                    *y.add(col as usize * ff + f) = silu(gate * s) * (up * s);
                 }
             }
             i += block_dim_x();

@@ -25,9 +25,10 @@
 //! * **Scaled formats** (Q6_K: one scale per 16 elements, which a k16 step of this lane layout
 //!   straddles; F16, BF16, F32): weights become f16/bf16 values in the fragment. Q6_K:
 //!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so
-//!   `|ŵ − w| ≤ 2^-10 |w|` (f16 subnormals add ≤ 2^-25 absolute).
+//!   `|ŵ − w| ≤ 2^-10 |w|` (f16 subnormals add ≤ 2^-25 absolute). BF16 is stored as row-scaled
+//!   f16 (see [`Half`]); F32 as bf16 hi + lo (see [`F32W`]).
 
-use kernel_abi::{qmm_format, qmm_lanes, qmm_stages_x};
+use kernel_abi::{qmm_format, qmm_lanes, qmm_row_scaled, qmm_stages_x};
 
 use crate::device::convert::pack_bf16x2;
 use crate::device::half2::{and_or, hfma2_splat, hmul2, hsub2, prmt};
@@ -110,6 +111,9 @@ pub trait Format {
     fn frag_lo(_l: &Self::Lane, _u: u32, _h: u32) -> Option<[u32; 4]> {
         None
     }
+    /// Row-scaled formats (`kernel_abi::qmm_row_scaled`): each output is multiplied by its row's
+    /// power-of-two scale, stored as f32 after the packed blocks.
+    const ROW_SCALED: bool = false;
     /// Offset format: `frag` gives `OFF + q'`, and the unit adds `scale·P + bias·S`.
     const OFFSET: bool = false;
     /// K-quant super-block formats (Q4_K, Q5_K): the units' products are combined per block
@@ -562,9 +566,15 @@ fn half_frag(l: &HalfLane, h: u32) -> [u32; 4] {
     [prmt(g0, g1, 0x5410), prmt(r0, r1, 0x5410), prmt(g0, g1, 0x7632), prmt(r0, r1, 0x7632)]
 }
 
-/// F16 (`BF16 = false`) or BF16 (`BF16 = true`) weights: the same lane layout and fragments,
-/// fed to the f16 or the bf16 tensor-core product.
-pub struct Half<const BF16: bool>;
+/// f16 weights: F16 as stored (`ROW_SCALED = false`), or BF16 (`ROW_SCALED = true`) packed by
+/// the host as f16 values `ŵ = w / s_r` with one power-of-two scale `s_r` per row
+/// (`kernel_abi::qmm_row_scaled`): `s_r` puts the row's largest `|ŵ|` in `[2^14, 2^15)`, where a
+/// bf16 significand (8 bits) is exact in f16 (11 bits) for every `|ŵ| ≥ 2^-17` (the f16 normal
+/// range plus the subnormals whose spacing 2^-24 still holds 8 bits); smaller values round to
+/// the subnormal grid, `|ŵ − w/s_r| ≤ 2^-25`, i.e. `≤ 2^-39·max_r |w|` per weight. The same
+/// lane layout, fragments and f16 tensor-core product for both; the epilogue multiplies each
+/// output by its row's `s_r` (exact: a power of two).
+pub struct Half<const ROW_SCALED: bool>;
 
 pub type F16 = Half<false>;
 pub type Bf16 = Half<true>;
@@ -574,7 +584,8 @@ impl<const B: bool> Format for Half<B> {
     const BYTES: u32 = if B { qmm_format::BF16.1 } else { qmm_format::F16.1 };
     const PER_STAGE: u32 = if B { qmm_format::BF16.2 } else { qmm_format::F16.2 };
     const STAGES_X: bool = if B { qmm_stages_x::BF16 } else { qmm_stages_x::F16 };
-    const BF16: bool = B;
+    const BF16: bool = false;
+    const ROW_SCALED: bool = B && qmm_row_scaled::BF16;
     type Lane = HalfLane;
     const ZERO: HalfLane = HalfLane { v: [[0; 4]; 2] };
 

@@ -11,9 +11,11 @@
 //! `qmm_prep_x` rewrites each token column `x[c, :]` once per call as
 //! `x[c, i] = s_c · x̂[c, i]` with a power-of-two `s_c` chosen so that `max_i |x̂[c, i]| ∈
 //! [2^14, 2^15)`, and `x̂` rounded to f16 (one rounding, relative error ≤ 2^-11; values under
-//! `2^-14 · s_c` become f16 subnormals, absolute error ≤ 2^-25 · s_c). For BF16 and F32 weights
-//! the column is also written as a pair of bf16 (`x̂ = hi + lo + r`, `|r| ≤ 2^-16 |x̂|`), used
-//! with bf16 tensor-core products. Inside each 32-element block the elements are stored in
+//! `2^-14 · s_c` become f16 subnormals, absolute error ≤ 2^-25 · s_c). For F32 weights the
+//! column is also written as a pair of bf16 (`x̂ = hi + lo + r`, `|r| ≤ 2^-16 |x̂|`), used with
+//! bf16 tensor-core products. (BF16 weights used that pair until v11; they are now packed as
+//! row-scaled f16 — `formats::Half` — and use the f16 column: their own 8-bit significands are
+//! coarser than the 2^-11 of x̂.) Inside each 32-element block the elements are stored in
 //! the fragment order of `mma.m16n8k16` (see [`prep::position_in_block`]), so one 16-byte load
 //! gives a lane the B fragments of two k16 steps. It also writes the f32 sum of each 32-element
 //! unit of `x̂` (`S[unit][c]`), which the offset and K-quant formats need (see [`formats`]), and

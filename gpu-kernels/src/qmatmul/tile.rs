@@ -367,7 +367,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
         stage_math(st, &cur, chunk_unit0);
         st += 1;
     }
-    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, xscale, partial, counters, y);
+    let rscale = super::epilogue::row_scales::<F>(w, p);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y);
 }
 
 /// Most weight blocks one pipeline stage holds (`Format::PER_STAGE` ≤ this).
@@ -475,8 +476,7 @@ qmm_kernels!(Q4K =>
 qmm_kernels!(Q5K =>
     qmm_q5k_nt1 / qmm_q5k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q6K =>
-    qmm_q6k_nt1 / qmm_q6k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q6k_nt1 / qmm_q6k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q8_0 =>
     qmm_q8_0_nt1 / qmm_q8_0_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=2",

@@ -257,7 +257,8 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
     }
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
-    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, xscale, partial, counters, y);
+    let rscale = super::epilogue::row_scales::<F>(w, p);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y);
 }
 
 /// Calls `f(i)` for `i = 0 .. N` (N ≤ 8), each `i` a compile-time constant at its call.
@@ -306,4 +307,5 @@ qmm_wg_kernels!(Q5K =>
     qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
 qmm_wg_kernels!(Q6K =>
     qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");

@@ -84,8 +84,8 @@ pub fn gemv_f32(
 
 use flashtree_reference::quant::GgmlType;
 use kernel_abi::{
-    qmm_is_wgmma, qmm_ksplit, qmm_ksplit_pow2, qmm_lanes, qmm_xs_smem_bytes, QmmParams, QmmPrepParams, QMM_MAX_N,
-    QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_block_bytes, qmm_is_wgmma, qmm_ksplit, qmm_ksplit_pow2, qmm_lanes, qmm_row_scaled, qmm_xs_smem_bytes,
+    QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 /// The tensor-core kernel family of a weight type.
@@ -126,17 +126,56 @@ pub fn qmm_format(ty: GgmlType) -> Option<QmmFamily> {
     Some(QmmFamily { prefix, geometry, stages_x, wgmma })
 }
 
+/// Whether `ty` is packed as f16 values with one power-of-two scale per row
+/// (`kernel_abi::qmm_row_scaled`; see [`qmm_pack_weights`]).
+pub fn qmm_is_row_scaled(ty: GgmlType) -> bool {
+    ty == GgmlType::BF16 && qmm_row_scaled::BF16
+}
+
 /// Bytes of W `[out, in]` of type `ty` in the packed layout of the `qmm_*` kernels
-/// ([`qmm_pack_weights`]): `⌈out/128⌉·128` rows, the rows past `out` zero. Every warp of a
-/// kernel block loads its 16 rows unconditionally (a bounds check costs the tightest kernels
-/// a register), so the last block's rows must exist.
+/// ([`qmm_pack_weights`]): `⌈out/128⌉·128` rows, the rows past `out` zero, and for row-scaled
+/// types one f32 scale per packed row after them. Every warp of a kernel block loads its 16 rows
+/// unconditionally (a bounds check costs the tightest kernels a register), so the last block's
+/// rows must exist.
 pub fn qmm_packed_bytes(ty: GgmlType, out: usize, inp: usize) -> Result<usize, GpuError> {
     let (elems, bytes, _) = qmm_shape(ty, out, inp)?.geometry;
     let rows = QMM_ROWS_PER_BLOCK as usize;
+    let scales = if qmm_is_row_scaled(ty) { 4 } else { 0 };
     out.div_ceil(rows)
         .checked_mul(rows * bytes as usize)
         .and_then(|v| v.checked_mul(inp / elems as usize))
+        .and_then(|v| v.checked_add(out.div_ceil(rows) * rows * scales))
         .ok_or_else(|| GpuError::shape("qmm", format!("W {ty:?} [{out}, {inp}] size overflows")))
+}
+
+/// BF16 rows `[out, in]` (raw little-endian bytes) as f16 rows `ŵ = w / s_r` (raw bytes, the
+/// F16 storage layout) and the row scales `s_r`: `s_r = 2^(e_r − 14)` with `e_r` the exponent of
+/// the row's largest finite `|w|` (1.0 for a row of zeros), so `max_r |ŵ| ∈ [2^14, 2^15)`.
+///
+/// Exact for every `|ŵ| ≥ 2^-17` (a bf16 significand has 8 bits, f16 holds 11 in its normal
+/// range and ≥ 8 in subnormals down to 2^-17); smaller values are rounded to nearest on the
+/// f16 subnormal grid, `|ŵ − w/s_r| ≤ 2^-25`, which is `≤ 2^-39·max_r |w|` per weight. ±Inf and
+/// NaN stay ±Inf and NaN. `s_r ≥ 2^-147` (the smallest bf16 exponent is −133) is an f32.
+pub fn bf16_rows_to_scaled_f16(raw: &[u8], out: usize, inp: usize) -> (Vec<u8>, Vec<f32>) {
+    let bf16 = |b: &[u8]| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+    let mut f16 = vec![0u8; raw.len()];
+    let mut scales = Vec::with_capacity(out);
+    for (src, dst) in raw.chunks_exact(2 * inp).zip(f16.chunks_exact_mut(2 * inp)).take(out) {
+        let max = src.chunks_exact(2).map(bf16).filter(|v| v.is_finite()).fold(0f32, |m, v| m.max(v.abs()));
+        let scale = if max == 0.0 {
+            1.0
+        } else {
+            // `max = m·2^e` with `m ∈ [1, 2)`: f64 holds every f32 (subnormals too) as a normal.
+            let e = ((max as f64).to_bits() >> 52) as i32 - 1023;
+            2f64.powi(e - 14)
+        };
+        scales.push(scale as f32);
+        for (s, d) in src.chunks_exact(2).zip(dst.chunks_exact_mut(2)) {
+            let v = half::f16::from_f64(bf16(s) as f64 / scale);
+            d.copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    (f16, scales)
 }
 
 /// The lane layout of `ty` (see [`kernel_abi::qmm_lanes`]).
@@ -191,9 +230,12 @@ fn packed_sources(ty: GgmlType, bytes: usize) -> Result<Vec<usize>, GpuError> {
 /// source of packed position `p`,
 ///
 /// with zero rows up to a whole 128-row kernel block ([`qmm_packed_bytes`]; a zero block is a
-/// zero weight in every format). Bytes
-/// are moved, never changed (the layout is a permutation of each group's block), so the product
-/// is the one of the raw matrix.
+/// zero weight in every format). Bytes are moved, never changed (the layout is a permutation of
+/// each group's block), so the product is the one of the raw matrix — except for row-scaled
+/// types (BF16), whose rows are first rewritten as f16 values times a power-of-two row scale
+/// ([`bf16_rows_to_scaled_f16`]: exact for all but the values below `2^-31` of the row's
+/// largest) and packed as F16, with the `⌈out/128⌉·128` scales after the blocks (f32, 1.0 for
+/// the padding rows).
 pub fn qmm_pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Result<Vec<u8>, GpuError> {
     let (elems, bytes, _) = qmm_shape(ty, out, inp)?.geometry;
     let (elems, bytes) = (elems as usize, bytes as usize);
@@ -207,7 +249,20 @@ pub fn qmm_pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Res
     }
     let src = packed_sources(ty, bytes)?;
     let mut packed = vec![0u8; qmm_packed_bytes(ty, out, inp)?];
-    for (group, dst_group) in packed.chunks_exact_mut(blocks * 16 * bytes).enumerate() {
+    let block_bytes = qmm_block_bytes(out as u32, inp as u32, elems as u32, bytes as u32) as usize;
+    let (blocks_part, scales_part) = packed.split_at_mut(block_bytes);
+    let scaled;
+    let raw = if qmm_is_row_scaled(ty) {
+        let (f16, scales) = bf16_rows_to_scaled_f16(raw, out, inp);
+        for (r, d) in scales_part.chunks_exact_mut(4).enumerate() {
+            d.copy_from_slice(&scales.get(r).copied().unwrap_or(1.0).to_le_bytes());
+        }
+        scaled = f16;
+        &scaled[..]
+    } else {
+        raw
+    };
+    for (group, dst_group) in blocks_part.chunks_exact_mut(blocks * 16 * bytes).enumerate() {
         let rows = out.saturating_sub(16 * group).min(16);
         for (b, dst) in dst_group.chunks_exact_mut(16 * bytes).enumerate() {
             for (d, &s) in dst.iter_mut().zip(&src) {
@@ -277,10 +332,10 @@ impl QmmWorkspace {
     }
 }
 
-/// Whether weights of `ty` need the bf16 hi + lo activation pair (BF16 and F32 weights):
-/// the `pairs` argument of [`qmm_prepare`].
+/// Whether weights of `ty` need the bf16 hi + lo activation pair (F32 weights; BF16 weights
+/// also did before they were packed as row-scaled f16): the `pairs` argument of [`qmm_prepare`].
 pub fn qmm_needs_pairs(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::BF16 | GgmlType::F32)
+    matches!(ty, GgmlType::F32) || (ty == GgmlType::BF16 && !qmm_is_row_scaled(ty))
 }
 
 /// The kernel family and block geometry of `ty` for a `[out, in]` matrix, or why there is none.
@@ -331,7 +386,7 @@ fn ksplit_override() -> Option<u32> {
 
 /// Converts `x [n, in]` into the workspace's activation format (`qmm_prep_x`), once for any
 /// number of [`qmm_prepared`] products with the same input. `pairs`: also the bf16 hi + lo
-/// pair that BF16 and F32 weights need.
+/// pair that F32 weights need ([`qmm_needs_pairs`]).
 pub fn qmm_prepare(
     gpu: &Gpu,
     x: &CudaSlice<f32>,
@@ -374,7 +429,7 @@ pub fn qmm_prepare(
 }
 
 /// `y = W · x` for the activations last converted by [`qmm_prepare`] (same `n` and `in`, and
-/// with the bf16 pair for BF16/F32 weights — checked).
+/// with the bf16 pair for F32 weights — checked).
 #[allow(clippy::too_many_arguments)]
 pub fn qmm_prepared(
     gpu: &Gpu,
@@ -715,6 +770,88 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// BF16 → row-scaled f16: every value at or above `2^-17` of the scaled range is exact,
+    /// smaller ones are within half the f16 subnormal spacing, the largest lands in
+    /// `[2^14, 2^15)`, zero rows get scale 1, and non-finite values stay non-finite.
+    #[test]
+    fn bf16_rows_become_exact_row_scaled_f16() {
+        let bf16 = |v: f32| ((v.to_bits() + 0x7fff + ((v.to_bits() >> 16) & 1)) >> 16) as u16;
+        let inp = 64;
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        // A wide row: 0.75 down to 2^-40 of it, both signs, and bf16 subnormals in a tiny row.
+        rows.push(
+            (0..inp)
+                .map(|i| 0.75 * 2f32.powi(-(i as i32 * 40 / inp as i32)) * if i % 3 == 0 { -1.0 } else { 1.0 })
+                .collect(),
+        );
+        rows.push(vec![0.0; inp]);
+        rows.push((0..inp).map(|i| f32::from_bits(((i as u32 % 127) + 1) << 16)).collect());
+        rows.push(
+            (0..inp)
+                .map(|i| {
+                    if i == 5 {
+                        f32::INFINITY
+                    } else if i == 6 {
+                        f32::NAN
+                    } else {
+                        3e30 * (i as f32 - 30.0)
+                    }
+                })
+                .collect(),
+        );
+        let raw: Vec<u8> = rows.iter().flatten().flat_map(|&v| bf16(v).to_le_bytes()).collect();
+        let (f16, scales) = bf16_rows_to_scaled_f16(&raw, rows.len(), inp);
+        assert_eq!(scales[1], 1.0);
+        for (r, row) in raw.chunks_exact(2 * inp).enumerate() {
+            let s = scales[r] as f64;
+            assert_eq!(s.log2().fract(), 0.0, "row {r}: scale {s} is a power of two");
+            let mut max = 0f64;
+            for i in 0..inp {
+                let w = f32::from_bits((u16::from_le_bytes([row[2 * i], row[2 * i + 1]]) as u32) << 16) as f64;
+                let h = half::f16::from_le_bytes([f16[2 * (r * inp + i)], f16[2 * (r * inp + i) + 1]]).to_f64();
+                if !w.is_finite() {
+                    assert_eq!(h.is_nan(), w.is_nan(), "row {r} elem {i}");
+                    assert_eq!(h.is_infinite(), w.is_infinite(), "row {r} elem {i}");
+                    continue;
+                }
+                max = max.max(h.abs());
+                let want = w / s;
+                if want.abs() >= 2f64.powi(-17) {
+                    assert_eq!(h, want, "row {r} elem {i}: exact");
+                } else {
+                    assert!((h - want).abs() <= 2f64.powi(-25), "row {r} elem {i}: {h} vs {want}");
+                }
+            }
+            if r != 1 {
+                assert!((2f64.powi(14)..2f64.powi(15)).contains(&max), "row {r}: max {max}");
+            }
+        }
+        assert!(
+            (0..inp).any(|i| {
+                let h = half::f16::from_le_bytes([f16[2 * i], f16[2 * i + 1]]).to_f64();
+                h != 0.0 && h.abs() < 2f64.powi(-14)
+            }),
+            "the wide row reaches the f16 subnormals"
+        );
+    }
+
+    /// Packed BF16 is the F16 packing of the scaled rows followed by the padded rows' scales.
+    #[test]
+    fn bf16_packs_as_f16_blocks_then_row_scales() {
+        let (out, inp) = (19, 96);
+        let raw: Vec<u8> = (0..out * inp).flat_map(|i| (0x3c00u16 + (i * 37 % 4000) as u16).to_le_bytes()).collect();
+        let packed = qmm_pack_weights(GgmlType::BF16, &raw, out, inp).unwrap();
+        assert_eq!(packed.len(), qmm_packed_bytes(GgmlType::BF16, out, inp).unwrap());
+        let (f16, scales) = bf16_rows_to_scaled_f16(&raw, out, inp);
+        let as_f16 = qmm_pack_weights(GgmlType::F16, &f16, out, inp).unwrap();
+        assert_eq!(&packed[..as_f16.len()], &as_f16[..]);
+        let tail: Vec<f32> =
+            packed[as_f16.len()..].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(tail.len(), 128);
+        assert_eq!(&tail[..out], &scales[..]);
+        assert!(tail[out..].iter().all(|&v| v == 1.0));
     }
 
     #[test]

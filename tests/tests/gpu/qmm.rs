@@ -3,11 +3,12 @@
 //!
 //! Error budget (derived in `gpu-kernels/src/qmatmul/{mod,formats}.rs`), per output `(c, o)`:
 //! * x → f16 after an exact power-of-two scaling: `|Δx_i| ≤ 2^-11 |x_i| + 2^-24 max|x|`
-//!   (bf16 hi + lo for BF16 and F32 weights: `≤ 2^-17 |x_i|`);
+//!   (bf16 hi + lo for F32 weights: `≤ 2^-16 |x_i|`);
 //! * weights: Q6_K rounded to f16 (`|Δw_i| ≤ 2^-10 |w_i|`); Q4_K, Q5_K and Q8_0 exact, their
 //!   per-block and per-unit f32 sums within `2^-14 M_i` / `2^-17 M_i` (see [`magnitudes`]);
-//!   F16 / BF16 exact; F32 split into bf16 hi + lo with the lo·lo product dropped
-//!   (`≤ 2^-15 |w_i|`);
+//!   F16 exact; BF16 as row-scaled f16, exact down to `2^-31` of the row's largest `|w|` and
+//!   within `2^-39·max_row |w|` below (`host::gpu::qmatmul::bf16_rows_to_scaled_f16`); F32 split
+//!   into bf16 hi + lo with the lo·lo product dropped (`≤ 2^-15 |w_i|`);
 //! * f32 tensor-core accumulation, sequential over `in/16` steps plus the split partials:
 //!   `γ_{in/16 + 24}` with `u = 2^-23` (truncating adders) times `Σ|w x|`.
 //!
@@ -43,8 +44,20 @@ impl Rng {
 /// scales; float types from random values.
 fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8> {
     match ty {
-        GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 => {
+        GgmlType::F16 | GgmlType::F32 => {
             let v: Vec<f32> = (0..out * inp).map(|_| rng.unit() * 0.1).collect();
+            quant::quantize(ty, &v).expect("quantize float weights")
+        }
+        // BF16 becomes row-scaled f16 (exact only down to 2^-31 of the row's largest value): a
+        // quarter of the weights are scaled down by up to 2^-47 so that the rounded range is hit.
+        GgmlType::BF16 => {
+            let v: Vec<f32> = (0..out * inp)
+                .map(|_| {
+                    let tiny = rng.next().is_multiple_of(4);
+                    let shift = (rng.next() % 48) as i32;
+                    rng.unit() * 0.1 * if tiny { 2f32.powi(-shift) } else { 1.0 }
+                })
+                .collect();
             quant::quantize(ty, &v).expect("quantize float weights")
         }
         _ => {
@@ -87,7 +100,10 @@ fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8
 ///
 /// Q6_K: the dequantized weight is rounded to f16 twice (`d·sc`, then `·q`): `M_i = |w_i|`
 /// with `2^-10`.
-fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32]) -> Vec<f64> {
+///
+/// BF16: `M_i` = the largest `|w|` of the weight's row, with `2^-39` (the row-scaled f16
+/// conversion's rounding, see the module doc).
+fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32], inp: usize) -> Vec<f64> {
     let f16 = |b: &[u8]| half::f16::from_le_bytes([b[0], b[1]]).to_f32() as f64;
     match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => {
@@ -107,6 +123,13 @@ fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32]) -> Vec<f64> {
             .flat_map(|blk| {
                 let d = f16(&blk[0..2]).abs();
                 std::iter::repeat_n(1279.0 * d + 1152.0 * d, 32)
+            })
+            .collect(),
+        GgmlType::BF16 => w
+            .chunks_exact(inp)
+            .flat_map(|row| {
+                let max = row.iter().fold(0f64, |m, &v| m.max((v as f64).abs()));
+                std::iter::repeat_n(max, inp)
             })
             .collect(),
         _ => w.iter().map(|&v| (v as f64).abs()).collect(),
@@ -146,10 +169,10 @@ fn run(gpu: &Gpu, c: &Case, x: &[f32], n: usize) -> Vec<f32> {
 
 /// The f64 reference `y[col, o]` of every output and its error bound (above), `[n, out]`.
 pub(crate) fn expected(c: &Case, x: &[f32], n: usize) -> Vec<(f64, f64)> {
-    let m = magnitudes(c.ty, &c.raw, &c.w);
+    let m = magnitudes(c.ty, &c.raw, &c.w, c.inp);
     let (wq, xrel) = match c.ty {
         GgmlType::F16 => (0.0, 2f64.powi(-11)),
-        GgmlType::BF16 => (0.0, 2f64.powi(-17)),
+        GgmlType::BF16 => (2f64.powi(-39), 2f64.powi(-11)),
         // W and x both split into bf16 hi + lo; the lo·lo product is dropped.
         GgmlType::F32 => (2f64.powi(-15), 2f64.powi(-16)),
         GgmlType::Q4_K | GgmlType::Q5_K => (2f64.powi(-14), 2f64.powi(-11)),
@@ -314,7 +337,7 @@ fn qmm_rejects_bad_shapes_and_types() {
     qmm_prepare(gpu, &x, 1, 512, false, &mut ws).unwrap();
     assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 2, &mut y, &mut ws)).contains("not n = 2"));
     let wb = gpu.zeros::<u8>(2 * 512 * 4).unwrap();
-    assert!(e(qmm_prepared(gpu, GgmlType::BF16, &wb, 4, 512, 1, &mut y, &mut ws)).contains("with pairs"));
+    assert!(e(qmm_prepared(gpu, GgmlType::F32, &wb, 4, 512, 1, &mut y, &mut ws)).contains("with pairs"));
     // Q6_K [1, 512] is 420 bytes raw; packed (128 rows) it is 53760.
     let w6 = gpu.zeros::<u8>(420).unwrap();
     assert!(e(qmm(gpu, GgmlType::Q6_K, &w6, 1, 512, &x, 1, &mut y, &mut ws)).contains("needs 53760 bytes packed"));
