@@ -136,7 +136,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     // loop made ptxas spill: they keep one output per thread and step (its splits' loads are
     // unrolled by the compiler).
     // (The row-scaled formats are float formats: they take this branch.)
-    if F::ELEMS == 32 && !F::OFFSET {
+    if F::ELEMS == 32 && !F::PRODUCTS_FROM_ZERO {
         let sum_splits = |idx: usize| {
             let mut sum = 0.0f32;
             let mut s = 0;

@@ -9,14 +9,13 @@
 //!
 //! Three ways to feed the tensor cores:
 //!
-//! * **Offset format** (Q8_0: one scale per 32-element unit): the A fragment holds the raw quant
-//!   plus a constant, `OFF + q' = 1152 + q` (an exact integer in f16), the unit's product
-//!   `P = Σ_k (OFF + q'_k)·x̂_k` is taken in f32 from a zero accumulator, and the unit adds
-//!   `scale·P + bias·S` to the row's f32 sum, where `S = Σ_k x̂_k` (from `qmm_prep_x`) and
-//!   `(scale, bias)` are exact-ish f32 per row and unit: for `w = a·q' − b`, `scale = a` and
-//!   `bias = −(OFF·a + b)`. No weight is ever rounded; the error is the f32 arithmetic on
-//!   `P` (magnitude ≤ `(OFF + max q')·Σ|x̂|`), on `S` and in the two fmas — bound in
-//!   `tests/tests/gpu/qmm.rs`.
+//! * **Per-unit format** (Q8_0: one f16 scale `d` per 32-element unit): the A fragment holds
+//!   the quant itself, `q` (made exactly as `(1152 + q) − 1152` from the byte), the unit's product
+//!   `P = Σ_k q_k·x̂_k` is taken in f32 from a zero accumulator, and the unit adds `d·P` to the
+//!   row's f32 sum (one fma per output). No weight is ever rounded; the error is the f32
+//!   arithmetic on `P` (magnitude ≤ `128·Σ|x̂|`) and in the fma — bound in
+//!   `tests/tests/gpu/qmm.rs`. (Until v11 the fragment was the offset `1152 + q` and the unit
+//!   also added `−1152·d·S` with the unit sums `S` of x̂: two fmas per output.)
 //! * **K-quant super-blocks** (Q4_K, Q5_K: 6-bit scale and min per 32-element unit, f16 `d`,
 //!   `dmin` per 256): the A fragment is the exact integer `sc_u·q` (< 2048), made from the offset
 //!   fragment `1024 + q` by one `fma.f16x2` per two weights; the block's 16 k16 steps go into one
@@ -114,8 +113,9 @@ pub trait Format {
     /// Row-scaled formats (`kernel_abi::qmm_row_scaled`): each output is multiplied by its row's
     /// power-of-two scale, stored as f32 after the packed blocks.
     const ROW_SCALED: bool = false;
-    /// Offset format: `frag` gives `OFF + q'`, and the unit adds `scale·P + bias·S`.
-    const OFFSET: bool = false;
+    /// Products taken from zero and scaled in f32: per unit (Q8_0, `acc += d·P` with
+    /// `unit_scales`) or, with `SUPER`, per super-block (K-quants, [`KScales`]).
+    const PRODUCTS_FROM_ZERO: bool = false;
     /// K-quant super-block formats (Q4_K, Q5_K): the units' products are combined per block
     /// with [`KScales`] instead of `unit_scales`.
     const SUPER: bool = false;
@@ -124,10 +124,10 @@ pub trait Format {
     fn super_scales(_l: &Self::Lane, _t: u32) -> KScales {
         KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_m: [0; 2] }
     }
-    /// `([scale_g, scale_g8], [bias_g, bias_g8])` of unit `u` (offset formats only).
+    /// `[scale_g, scale_g8]` of unit `u` (per-unit formats, Q8_0: `d`).
     #[inline(always)]
-    fn unit_scales(_l: &Self::Lane, _u: u32) -> ([f32; 2], [f32; 2]) {
-        ([0.0; 2], [0.0; 2])
+    fn unit_scales(_l: &Self::Lane, _u: u32) -> [f32; 2] {
+        [0.0; 2]
     }
 }
 
@@ -273,7 +273,7 @@ impl Format for Q4K {
     const PER_STAGE: u32 = qmm_format::Q4_K.2;
     const STAGES_X: bool = qmm_stages_x::Q4_K;
     const BF16: bool = false;
-    const OFFSET: bool = true;
+    const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q4kLane;
     const ZERO: Q4kLane = Q4kLane { hdr: [[0; 4]; 2], qs: [[[0; 2]; 4]; 2] };
 
@@ -338,7 +338,7 @@ impl Format for Q5K {
     const PER_STAGE: u32 = qmm_format::Q5_K.2;
     const STAGES_X: bool = qmm_stages_x::Q5_K;
     const BF16: bool = false;
-    const OFFSET: bool = true;
+    const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q5kLane;
     const ZERO: Q5kLane = Q5kLane { hdr: [[0; 4]; 2], qh: [[0; 2]; 2], qs: [[[0; 2]; 4]; 2] };
 
@@ -515,7 +515,7 @@ impl Format for Q8_0 {
     const PER_STAGE: u32 = qmm_format::Q8_0.2;
     const STAGES_X: bool = qmm_stages_x::Q8_0;
     const BF16: bool = false;
-    const OFFSET: bool = true;
+    const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q8_0Lane;
     const ZERO: Q8_0Lane = Q8_0Lane { qs: [[0; 2]; 2], d: [0; 2] };
 
@@ -527,19 +527,18 @@ impl Format for Q8_0 {
         Q8_0Lane { qs: [[c[0], c[1]], [c[2], c[3]]], d: [field2(blk, d_at, g), field2(blk, d_at, g + 8)] }
     }
 
-    /// `A = 1152 + q`.
+    /// `A = q`, exact: `(1152 + q) − 1152` per f16x2.
     #[inline(always)]
     fn frag(l: &Q8_0Lane, _u: u32, h: u32) -> [u32; 4] {
         let (v0, v1) = (l.qs[0][h as usize], l.qs[1][h as usize]);
-        [i8_pair_offset(v0), i8_pair_offset(v1), i8_pair_offset(v0 >> 8), i8_pair_offset(v1 >> 8)]
+        let q = |v: u32| hsub2(i8_pair_offset(v), 0x6480_6480);
+        [q(v0), q(v1), q(v0 >> 8), q(v1 >> 8)]
     }
 
-    /// `w = d·q = d·A − 1152·d`.
+    /// `w = d·q`.
     #[inline(always)]
-    fn unit_scales(l: &Q8_0Lane, _u: u32) -> ([f32; 2], [f32; 2]) {
-        let d0 = crate::device::convert::f16_to_f32(l.d[0] as u16);
-        let d1 = crate::device::convert::f16_to_f32(l.d[1] as u16);
-        ([d0, d1], [-1152.0 * d0, -1152.0 * d1])
+    fn unit_scales(l: &Q8_0Lane, _u: u32) -> [f32; 2] {
+        [crate::device::convert::f16_to_f32(l.d[0] as u16), crate::device::convert::f16_to_f32(l.d[1] as u16)]
     }
 }
 

@@ -25,8 +25,8 @@
 //! partials, the counters and y are touched after that wait, x through coherent loads.
 //!
 //! * Scaled formats (Q6_K, F16, BF16, F32) accumulate straight into the f32 accumulators.
-//! * Q8_0 takes each unit's product `P` from a zero accumulator and adds `scale·P + bias·S`
-//!   (two f32 fmas per output, `S` = the unit sums of x̂ from `qmm_prep_x`).
+//! * Q8_0 takes each unit's product `P` (A = the exact quants `q`) from a zero accumulator and
+//!   adds `d·P` (one f32 fma per output).
 //! * Q4_K and Q5_K take one product per super-block with the exact integers `sc_u·q` as A
 //!   (one `fma.f16x2` per two weights) and finish it with `d·P` and one small tensor-core
 //!   product of the unit mins with the unit sums (`formats::KScales`): per output two fmas per
@@ -92,7 +92,6 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
     // The x column this lane loads (`g`, or `n − 1` for padding columns) and the unit-sum pair.
     let xcol = g.min(p.n - 1) as usize;
-    let scol = if 2 * t < p.n { 2 * t as usize } else { 0 };
 
     // The lane's data of stage `st` (blocks past `b1` are not loaded): plain 16-byte loads
     // straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`).
@@ -131,7 +130,6 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
         let stage_units = (F::PER_STAGE * units) as usize;
         let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
         let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
-        let mut ss = [[0f32; 2]; MAX_STAGE_UNITS];
         // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
         let unit0 = (b * units) as usize;
         let valid_units = ((b_end - b) * units) as usize;
@@ -149,16 +147,6 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                 if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
                     let v = ld_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
                     gs[i] = [v[0].to_bits(), v[1].to_bits()];
-                }
-                i += 1;
-            }
-        }
-        if T == 1 && F::OFFSET && !F::SUPER {
-            let sbase = xsum.add(unit0 * QMM_MAX_N as usize + scol);
-            let mut i = 0;
-            while i < MAX_STAGE_UNITS {
-                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
-                    ss[i] = ld_v2_f32(sbase.add(i * QMM_MAX_N as usize));
                 }
                 i += 1;
             }
@@ -271,9 +259,9 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                         let unit = (bb * units + u) as usize;
                         // B fragments of both k16 steps for every tile: column = 8·tile + g.
                         let (xf, xl) = x_frags(i_blk, u, unit);
-                        if F::OFFSET {
-                            // P = Σ (OFF + q')·x̂ over the unit from a zero accumulator, then
-                            // acc += scale·P + bias·S per (row, column).
+                        if F::PRODUCTS_FROM_ZERO {
+                            // P = Σ q·x̂ over the unit from a zero accumulator (A = q exact),
+                            // then acc += d·P per (row, column).
                             let mut pu = [[0.0f32; 4]; T];
                             let mut h = 0;
                             while h < 2 {
@@ -286,24 +274,12 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                                 }
                                 h += 1;
                             }
-                            let (scale, bias) = F::unit_scales(&lanedata, u);
+                            let scale = F::unit_scales(&lanedata, u);
                             let mut tile = 0;
                             while tile < T {
-                                let sums = if T == 1 {
-                                    ss[(i_blk * units + u) as usize]
-                                } else {
-                                    let c = if 8 * tile + 2 * (t as usize) < p.n as usize {
-                                        8 * tile + 2 * t as usize
-                                    } else {
-                                        0
-                                    };
-                                    ld_v2_f32(xsum.add(unit * QMM_MAX_N as usize + c))
-                                };
                                 let mut j = 0;
                                 while j < 4 {
-                                    let r = j / 2;
-                                    let a = fma_ordered(scale[r], pu[tile][j], acc[tile][j]);
-                                    acc[tile][j] = fma_ordered(bias[r], sums[j % 2], a);
+                                    acc[tile][j] = fma_ordered(scale[j / 2], pu[tile][j], acc[tile][j]);
                                     j += 1;
                                 }
                                 tile += 1;

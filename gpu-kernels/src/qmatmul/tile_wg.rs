@@ -168,7 +168,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
                 wgmma::wait::<3>();
             }
         };
-        if !F::OFFSET {
+        if !F::PRODUCTS_FROM_ZERO {
             // Scaled formats: every product straight into the accumulators, in unit order; at
             // most D groups in flight (their A registers stay live until they complete).
             unroll::<8>(
@@ -184,7 +184,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
             );
             return;
         }
-        // Offset formats with one scale per unit (Q8_0) have no warpgroup kernel: measured
+        // Formats with one scale per unit (Q8_0) have no warpgroup kernel: measured
         // slower than their `mma.sync` kernels (docs/perf/qmatmul.md session 9).
         if !F::SUPER {
             return;

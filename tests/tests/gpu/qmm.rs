@@ -90,13 +90,11 @@ fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8
 /// weight that is `≤ 2^-14·M_i` with `M_i = |d·sc_j·q_i| + |dmin·m_j| ≤ |w_i| + 2·|dmin·m_j|`
 /// (the form used below, from the dequantized `w_i`). The weights themselves are exact.
 ///
-/// Q8_0 (`formats.rs`): the unit
-/// `j` of a row adds `scale_j·P_j + bias_j·S_j` with `P_j = Σ A_i x̂_i`, `A_i = OFF + q'_i ≤ A_max`
-/// exact. The f32 errors of one unit, per weight and relative to `|x_i|`: the tensor-core sum
-/// `P_j` (two k16 products, each ≤ 17 alignment/truncation errors of 2^-23 of the largest term)
-/// `≤ 34·2^-23·scale_j·A_max`, `S_j` (5 butterfly additions) `≤ 5·2^-24·|bias_j|`, the two fmas and
-/// the bias rounding `≤ 3·2^-24·(scale_j·A_max + |bias_j|)`: all under `2^-17·M_i` with
-/// `M_i = scale_j·A_max + |bias_j|`. The weights themselves are exact.
+/// Q8_0 (`formats.rs`): the unit `j` of a row adds `d_j·P_j` with `P_j = Σ q_i x̂_i`, the A values
+/// `q_i` exact (`|q| ≤ 128`). The f32 errors of one unit, per weight and relative to `|x_i|`: the
+/// tensor-core sum `P_j` (two k16 products, each ≤ 17 alignment/truncation errors of 2^-23 of the
+/// largest term) `≤ 34·2^-23·128·d_j` and the fma `≤ 2^-24·128·d_j`: under `2^-17·M_i` with
+/// `M_i = 128·d_j`. The weights themselves are exact.
 ///
 /// Q6_K: the dequantized weight is rounded to f16 twice (`d·sc`, then `·q`): `M_i = |w_i|`
 /// with `2^-10`.
@@ -122,7 +120,7 @@ fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32], inp: usize) -> Vec<f64> {
             .chunks_exact(34)
             .flat_map(|blk| {
                 let d = f16(&blk[0..2]).abs();
-                std::iter::repeat_n(1279.0 * d + 1152.0 * d, 32)
+                std::iter::repeat_n(128.0 * d, 32)
             })
             .collect(),
         GgmlType::BF16 => w
