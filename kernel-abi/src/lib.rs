@@ -78,8 +78,9 @@ pub const QMM_XS_CHUNK_UNITS: u32 = 40;
 /// in shared memory, per format (measured, nvidia-h200, docs/perf/qmatmul.md session 5): Q6_K (it
 /// then fits two blocks per SM: n = 22 on 5120→17408 0.229 → 0.273 of copy) and Q8_0 (+3–8 % on
 /// the large shapes). Q4_K/Q5_K (still one block per SM, or spills at two) and F16 were slower
-/// with it; BF16/F32 read two x planes and do not stage. The warpgroup kernels ([`qmm_wgmma`])
-/// always stage x (their B operand is read from shared memory).
+/// with it; F32 reads two x planes and does not stage (BF16 did not either; since it is packed as
+/// row-scaled f16 it is F16's kernel). The warpgroup kernels ([`qmm_wgmma`]) always stage x
+/// (their B operand is read from shared memory).
 pub mod qmm_stages_x {
     pub const Q4_K: bool = false;
     pub const Q5_K: bool = false;
@@ -281,7 +282,7 @@ pub mod qmm_lanes {
 pub struct QmmPrepParams {
     pub n: u32,
     pub in_features: u32,
-    /// Non-zero: also write the bf16 hi + lo pair (BF16 and F32 weights need it).
+    /// Non-zero: also write the bf16 hi + lo pair (F32 weights need it).
     pub pairs: u32,
 }
 
