@@ -12,7 +12,8 @@
 //!
 //! Same values, same order, same bits: each tile's accumulators receive exactly the operations
 //! of the `mma.sync` kernel (the k16 steps in order, the super-block's `d·P` and mins
-//! correction), and `wgmma` gives the same bits as `mma.sync` on the same operands
+//! correction, or Q8_0's per-unit `d·P` in unit order — each unit's product goes into one of two
+//! buffers, so unit `i`'s product runs while unit `i − 1` is scaled), and `wgmma` gives the same bits as `mma.sync` on the same operands
 //! (`device::wgmma`), so column `c` is bitwise the same at every `n` (the GPU batch-invariance
 //! test covers it).
 //!
@@ -31,10 +32,11 @@
 
 use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_WARPS, QMM_XS_CHUNK_UNITS};
 
-use super::formats::{Format, Q4K, Q5K, Q6K};
+use super::formats::{Format, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{load_stage, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::ld_v2_f32;
+use crate::device::math::fma_ordered;
 use crate::device::shared::{cp_async_16, cp_async_commit, cp_async_wait, dynamic_smem, smem_addr};
 use crate::device::sync::sync_threads;
 use crate::device::wgmma;
@@ -123,6 +125,8 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
     // only products define it (`ptxas` serializes the products if another instruction writes an
     // accumulator inside a pipeline stage).
     let mut pb = [[0.0f32; 4]; T];
+    // Per-unit formats: the two unit-product buffers (likewise only defined by products).
+    let (mut pu0, mut pu1) = ([[0.0f32; 4]; T], [[0.0f32; 4]; T]);
     let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
 
     // One stage's math on its lane data `cur` (`chunk_unit0`: first unit of the staged chunk).
@@ -184,9 +188,60 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
             );
             return;
         }
-        // Formats with one scale per unit (Q8_0) have no warpgroup kernel: measured
-        // slower than their `mma.sync` kernels (docs/perf/qmatmul.md session 9).
+        // Per-unit formats (Q8_0): unit `i`'s product from zero into buffer `i % 2`, and while it
+        // runs, unit `i − 1`'s `acc += d·P` from the other buffer — the order of `super::tile`.
         if !F::SUPER {
+            let finish = #[inline(always)]
+            |i: u32, pu: &[[f32; 4]; T], acc: &mut [[f32; 4]; T]| {
+                let scale = F::unit_scales(&cur[(i / units) as usize], i % units);
+                let mut tile = 0;
+                while tile < T {
+                    let mut j = 0;
+                    while j < 4 {
+                        acc[tile][j] = fma_ordered(scale[j / 2], pu[tile][j], acc[tile][j]);
+                        j += 1;
+                    }
+                    tile += 1;
+                }
+            };
+            unroll::<8>(
+                #[inline(always)]
+                |i| {
+                    if valid(i) {
+                        if i % 2 == 0 {
+                            issue(i, &mut pu0, true);
+                        } else {
+                            issue(i, &mut pu1, true);
+                        }
+                        if i >= 1 {
+                            wgmma::wait::<1>();
+                            if i % 2 == 0 {
+                                wgmma::fence_operands(&mut pu1);
+                                finish(i - 1, &pu1, &mut acc);
+                            } else {
+                                wgmma::fence_operands(&mut pu0);
+                                finish(i - 1, &pu0, &mut acc);
+                            }
+                        }
+                    }
+                },
+            );
+            wgmma::wait::<0>();
+            // The stage's last unit (each `i` a compile-time constant: `cur` stays in registers).
+            unroll::<8>(
+                #[inline(always)]
+                |i| {
+                    if valid(i) && !valid(i + 1) {
+                        if i % 2 == 0 {
+                            wgmma::fence_operands(&mut pu0);
+                            finish(i, &pu0, &mut acc);
+                        } else {
+                            wgmma::fence_operands(&mut pu1);
+                            finish(i, &pu1, &mut acc);
+                        }
+                    }
+                },
+            );
             return;
         }
         // K-quant super-blocks (PER_STAGE = 1): the block's product `P` from zero over its 8
@@ -309,3 +364,7 @@ qmm_wg_kernels!(Q6K =>
     qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
     qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
+qmm_wg_kernels!(Q8_0 =>
+    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
