@@ -80,6 +80,22 @@ fn move_bit(v: u32, from: u32, to: u32) -> u32 {
     }
 }
 
+/// A per-unit format's end of unit (Q8_0): `acc += scale_r·P` for every tile's four outputs
+/// (rows `g`, `g + 8`: `scale[0]`, `scale[1]`), one ordered fma each — shared by the `mma.sync`
+/// and warpgroup kernels so that both do exactly these operations.
+#[inline(always)]
+pub fn add_unit_product<const T: usize>(scale: [f32; 2], pu: &[[f32; 4]; T], acc: &mut [[f32; 4]; T]) {
+    let mut tile = 0;
+    while tile < T {
+        let mut j = 0;
+        while j < 4 {
+            acc[tile][j] = crate::device::math::fma_ordered(scale[j / 2], pu[tile][j], acc[tile][j]);
+            j += 1;
+        }
+        tile += 1;
+    }
+}
+
 /// f16x2 `(1024, 1024)`: `0x6400 | q` is the f16 `1024 + q` for `q < 1024`.
 const MAGIC_1024: u32 = 0x6400_6400;
 

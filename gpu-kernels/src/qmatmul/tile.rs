@@ -46,10 +46,9 @@
 
 use kernel_abi::{qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
-use super::formats::{Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v2_f32, ld_v4, U32x4};
-use crate::device::math::fma_ordered;
 use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered, mma_f16_16816_zero_ordered};
 use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, st_shared_v4};
 use crate::device::sync::sync_threads;
@@ -274,16 +273,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
                                 }
                                 h += 1;
                             }
-                            let scale = F::unit_scales(&lanedata, u);
-                            let mut tile = 0;
-                            while tile < T {
-                                let mut j = 0;
-                                while j < 4 {
-                                    acc[tile][j] = fma_ordered(scale[j / 2], pu[tile][j], acc[tile][j]);
-                                    j += 1;
-                                }
-                                tile += 1;
-                            }
+                            add_unit_product(F::unit_scales(&lanedata, u), &pu, &mut acc);
                             return;
                         }
                         let mut step = #[inline(always)]

@@ -32,11 +32,10 @@
 
 use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_WARPS, QMM_XS_CHUNK_UNITS};
 
-use super::formats::{Format, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{add_unit_product, Format, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{load_stage, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::ld_v2_f32;
-use crate::device::math::fma_ordered;
 use crate::device::shared::{cp_async_16, cp_async_commit, cp_async_wait, dynamic_smem, smem_addr};
 use crate::device::sync::sync_threads;
 use crate::device::wgmma;
@@ -191,37 +190,21 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
         // Per-unit formats (Q8_0): unit `i`'s product from zero into buffer `i % 2`, and while it
         // runs, unit `i − 1`'s `acc += d·P` from the other buffer — the order of `super::tile`.
         if !F::SUPER {
+            // Ends unit `i` from its buffer (`i % 2`: a compile-time choice at each call).
             let finish = #[inline(always)]
-            |i: u32, pu: &[[f32; 4]; T], acc: &mut [[f32; 4]; T]| {
-                let scale = F::unit_scales(&cur[(i / units) as usize], i % units);
-                let mut tile = 0;
-                while tile < T {
-                    let mut j = 0;
-                    while j < 4 {
-                        acc[tile][j] = fma_ordered(scale[j / 2], pu[tile][j], acc[tile][j]);
-                        j += 1;
-                    }
-                    tile += 1;
-                }
+            |i: u32, pu0: &mut [[f32; 4]; T], pu1: &mut [[f32; 4]; T], acc: &mut [[f32; 4]; T]| {
+                let pu = if i % 2 == 0 { pu0 } else { pu1 };
+                wgmma::fence_operands(pu);
+                add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
             };
             unroll::<8>(
                 #[inline(always)]
                 |i| {
                     if valid(i) {
-                        if i % 2 == 0 {
-                            issue(i, &mut pu0, true);
-                        } else {
-                            issue(i, &mut pu1, true);
-                        }
+                        issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
                         if i >= 1 {
                             wgmma::wait::<1>();
-                            if i % 2 == 0 {
-                                wgmma::fence_operands(&mut pu1);
-                                finish(i - 1, &pu1, &mut acc);
-                            } else {
-                                wgmma::fence_operands(&mut pu0);
-                                finish(i - 1, &pu0, &mut acc);
-                            }
+                            finish(i - 1, &mut pu0, &mut pu1, &mut acc);
                         }
                     }
                 },
@@ -232,13 +215,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
                 #[inline(always)]
                 |i| {
                     if valid(i) && !valid(i + 1) {
-                        if i % 2 == 0 {
-                            wgmma::fence_operands(&mut pu0);
-                            finish(i, &pu0, &mut acc);
-                        } else {
-                            wgmma::fence_operands(&mut pu1);
-                            finish(i, &pu1, &mut acc);
-                        }
+                        finish(i, &mut pu0, &mut pu1, &mut acc);
                     }
                 },
             );
