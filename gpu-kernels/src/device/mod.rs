@@ -12,6 +12,7 @@ pub mod half2;
 pub mod index;
 pub mod load;
 pub mod math;
+pub mod mbarrier;
 pub mod mma;
 pub mod shared;
 pub mod sync;

@@ -19,8 +19,8 @@
 //! the fragment order of `mma.m16n8k16` (see [`prep::position_in_block`]), so one 16-byte load
 //! gives a lane the B fragments of two k16 steps. It also writes the f32 sum of each 32-element
 //! unit of `x̂` (`S[unit][c]`), which the offset and K-quant formats need (see [`formats`]), and
-//! the same f16 values in the core-matrix plane the warpgroup kernels copy into shared memory
-//! unchanged ([`prep::core_matrix_slot`]). Columns `c ≥ n` are never written: the `mma.sync`
+//! the same f16 values in the tile-major core-matrix plane the warpgroup kernels copy into shared
+//! memory unchanged ([`prep::core_matrix_slot`]). Columns `c ≥ n` are never written: the `mma.sync`
 //! kernels load column `n − 1` in their place, the warpgroup kernels read whatever the
 //! zero-initialised plane holds there (zeros or an earlier call's columns); a product column
 //! depends only on its own B column, and padding columns' results are never stored.

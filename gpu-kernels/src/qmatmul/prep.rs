@@ -52,18 +52,19 @@ pub const fn group_sum_slot(unit: usize, c: usize) -> usize {
 }
 
 /// Index (in u16) of element `e` (0..32) of unit `unit`, column `c`, in the core-matrix plane
-/// that the warpgroup kernels (`qmatmul::tile_wg`) copy into shared memory unchanged: k16 step
-/// `s = 2·unit + h` at `512·s`, then 8-column group `c / 8` at `128·(c / 8)`, k half `kk` at
-/// `64·kk`, column `c % 8` at `8·(c % 8)`: one 16-byte row of an 8 × 8 core matrix, holding
+/// that the warpgroup kernels (`qmatmul::tile_wg`) copy into shared memory unchanged, for a
+/// matrix of `steps = in / 16` k16 steps. Tile-major: the 8-column group `j = c / 8` holds its
+/// steps contiguously, step `s = 2·unit + h` at `256·(j·steps + s)` bytes, then k half `kk` at
+/// `+ 128·kk`, column `c % 8` at `+ 16·(c % 8)`: one 16-byte row of an 8 × 8 core matrix, holding
 /// the four fragment words `(2h + kk)` of the lane quad positions `t = 0..4` (so `2t + half`),
-/// where `position_in_block(e) = 8t + 2·(2h + kk) + half`. Steps are 1024 bytes for all 32
-/// columns; a kernel of `T` tiles copies the first `256·T` bytes of each.
+/// where `position_in_block(e) = 8t + 2·(2h + kk) + half`. A chunk of steps of one tile is one
+/// contiguous run (one bulk copy per tile and chunk).
 #[inline(always)]
-pub const fn core_matrix_slot(unit: usize, e: u32, c: usize) -> usize {
+pub const fn core_matrix_slot(unit: usize, e: u32, c: usize, steps: usize) -> usize {
     let pos = position_in_block(e) as usize;
     let (t, word, half) = (pos / 8, (pos % 8) / 2, pos % 2);
     let (h, kk) = (word / 2, word % 2);
-    (2 * unit + h) * 512 + (c / 8) * 128 + kk * 64 + (c % 8) * 8 + 2 * t + half
+    ((c / 8) * steps + 2 * unit + h) * 128 + kk * 64 + (c % 8) * 8 + 2 * t + half
 }
 
 #[link_section = ".shared"]
@@ -161,7 +162,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
             let dst = base + unit * 32 + position_in_block(lane) as usize;
             *xh.add(dst) = h;
             // The same value in the warpgroup kernels' plane (see `core_matrix_slot`).
-            *xcm.add(core_matrix_slot(unit, lane, c as usize)) = h;
+            *xcm.add(core_matrix_slot(unit, lane, c as usize, 2 * units)) = h;
             if p.pairs != 0 {
                 let hi = f32_to_bf16(v);
                 let lo = f32_to_bf16(v - f32::from_bits((hi as u32) << 16));

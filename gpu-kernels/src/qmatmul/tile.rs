@@ -303,38 +303,88 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
             },
         );
     };
-    // Software pipeline in registers, one stage ahead: stage `st + 1` is requested before stage
-    // `st`'s math, so it is in flight while that computes. (Unrolling this loop twice into two
-    // alternating buffers, which removes ptxas's per-stage register copies, measured no faster
-    // and slower for the F16/Q8_0 multi-tile kernels: docs/perf/qmatmul.md, session 5.) Only the
-    // weights are read before `griddepcontrol.wait`: they are the one input no kernel of a chain
-    // writes.
-    let mut ahead = load_stage(0);
+    // Software pipeline in registers, one stage ahead (`run_stages`). Only the weights are read
+    // before `griddepcontrol.wait`: they are the one input no kernel of a chain writes.
+    let first = load_stage(0);
     grid_dependency_wait();
-    let mut st = 0;
     let (mut chunk_end, mut chunk_unit0) = (b0, 0usize);
-    while st < stages {
-        let cur = ahead;
-        if st + 1 < stages {
-            ahead = load_stage(st + 1);
-        }
-        if xs_on {
-            let b = b0 + st * F::PER_STAGE;
-            if b >= chunk_end {
-                // Next x chunk (the whole block agrees: every warp has the same split). The
-                // next stage's weights are already in flight.
-                sync_threads();
-                chunk_end = (b + QMM_XS_CHUNK_UNITS * 32 / F::ELEMS).min(b1);
-                chunk_unit0 = (b * units) as usize;
-                stage_x_chunk(chunk_unit0, ((chunk_end - b) * units) as usize);
-                sync_threads();
+    run_stages(
+        two_buffers::<F, T>(),
+        stages,
+        first,
+        load_stage,
+        #[inline(always)]
+        |st, cur| {
+            if xs_on {
+                let b = b0 + st * F::PER_STAGE;
+                if b >= chunk_end {
+                    // Next x chunk (the whole block agrees: every warp has the same split). The
+                    // next stage's weights are already in flight.
+                    sync_threads();
+                    chunk_end = (b + QMM_XS_CHUNK_UNITS * 32 / F::ELEMS).min(b1);
+                    chunk_unit0 = (b * units) as usize;
+                    stage_x_chunk(chunk_unit0, ((chunk_end - b) * units) as usize);
+                    sync_threads();
+                }
             }
-        }
-        stage_math(st, &cur, chunk_unit0);
-        st += 1;
-    }
+            stage_math(st, cur, chunk_unit0);
+        },
+    );
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y);
+}
+
+/// Whether a `mma.sync` kernel runs its stages over two alternating register buffers
+/// ([`run_stages`]): the one-tile kernels of the float formats (F16, BF16, F32: 1 % faster,
+/// nvidia-h200, docs/perf/qmatmul.md session 12). The one-tile block-format kernels measured
+/// 2–5 % slower that way (Q4_K, Q5_K) or mixed (Q8_0) although they run 5–8 % fewer
+/// instructions, and the F16/Q8_0 multi-tile kernels no faster (session 5).
+pub(super) const fn two_buffers<F: Format, const T: usize>() -> bool {
+    T == 1 && F::ELEMS == 32 && !F::PRODUCTS_FROM_ZERO
+}
+
+/// Runs `step(st, &data)` for `st = 0 .. stages` with the loads of stage `st + 1` (`load`) issued
+/// before the step of stage `st`, so they are in flight while it computes; `first` is stage 0's
+/// data, loaded by the caller. `two` (a compile-time constant at each call): the loop is unrolled twice over two register buffers that
+/// swap roles, so no stage's data is copied (`cur = ahead` costs one move per lane word and
+/// stage, which `ptxas` does not remove); else one buffer and that copy.
+#[inline(always)]
+pub(super) fn run_stages<L: Copy>(
+    two: bool,
+    stages: u32,
+    first: L,
+    mut load: impl FnMut(u32) -> L,
+    mut step: impl FnMut(u32, &L),
+) {
+    if !two {
+        let mut ahead = first;
+        let mut st = 0;
+        while st < stages {
+            let cur = ahead;
+            if st + 1 < stages {
+                ahead = load(st + 1);
+            }
+            step(st, &cur);
+            st += 1;
+        }
+        return;
+    }
+    let (mut even, mut odd) = (first, first);
+    let mut st = 0;
+    while st < stages {
+        if st + 1 < stages {
+            odd = load(st + 1);
+        }
+        step(st, &even);
+        if st + 1 >= stages {
+            break;
+        }
+        if st + 2 < stages {
+            even = load(st + 2);
+        }
+        step(st + 1, &odd);
+        st += 2;
+    }
 }
 
 /// Most weight blocks one pipeline stage holds (`Format::PER_STAGE` ≤ this).

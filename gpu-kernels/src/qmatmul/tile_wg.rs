@@ -13,30 +13,37 @@
 //! Same values, same order, same bits: each tile's accumulators receive exactly the operations
 //! of the `mma.sync` kernel (the k16 steps in order, the super-block's `d·P` and mins
 //! correction, or Q8_0's per-unit `d·P` in unit order — each unit's product goes into one of two
-//! buffers, so unit `i`'s product runs while unit `i − 1` is scaled), and `wgmma` gives the same bits as `mma.sync` on the same operands
-//! (`device::wgmma`), so column `c` is bitwise the same at every `n` (the GPU batch-invariance
+//! buffers, so unit `i`'s product runs while unit `i − 1` is scaled), and `wgmma` gives the same
+//! bits as `mma.sync` on the same operands (`device::wgmma`), so column `c` is bitwise the same at every `n` (the GPU batch-invariance
 //! test covers it).
 //!
 //! Geometry, packed W, the register pipeline of weight stages and the epilogue are those of
-//! [`super::tile`]; warps `0..4` and `4..8` of a block are its two warpgroups (rows `0..64`,
-//! `64..128`). x comes from the core-matrix plane of `qmm_prep_x` (`prep::core_matrix_slot`):
-//! k16 step `s` at `1024·s` bytes, core matrix (8 columns `8j..`, k half `kk`) at
-//! `+ 256·j + 128·kk`, column `c % 8` at `+ 16·(c % 8)` — the wgmma no-swizzle K-major layout
-//! (LBO 128, SBO 256). The block copies it with `cp.async` into two shared-memory buffers of
-//! `CHUNK_UNITS` units (`256·T` bytes per step), the next chunk while the current one is
-//! multiplied: no registers, no transposes, and no load latency in the warps' issue streams.
-//! (Session 9's kernels copied each chunk through registers with a 4 × 4 word transpose right
-//! before using it: ncu put 27 % of the warps' stall samples on those loads.)
+//! [`super::tile`] (the stage loop unrolled over two register buffers, `super::tile::run_stages`,
+//! except Q4_K/Q5_K nt4, which would spill); warps `0..4` and `4..8` of a block are its two
+//! warpgroups (rows `0..64`, `64..128`). x comes from the core-matrix plane of `qmm_prep_x`
+//! (`prep::core_matrix_slot`), tile-major: tile `j` (columns `8j..`) holds its k16 steps
+//! contiguously, 256 bytes each (k half `kk` at `+ 128·kk`, column `c % 8` at `+ 16·(c % 8)`).
+//! Per chunk of `CHUNK_UNITS` units, thread 0 issues one bulk copy per tile (`cp.async.bulk`,
+//! the TMA copy engine) into one of two shared-memory buffers, completing on that buffer's
+//! transaction barrier (`device::mbarrier`); in shared memory the tiles' slabs are `TILE_SLAB`
+//! bytes apart — the wgmma no-swizzle K-major layout with LBO 128 and SBO `TILE_SLAB`. The next
+//! chunk is copied while the current one is multiplied: no registers, no per-thread copy
+//! instructions, and no load latency in the warps' issue streams. (Session 9's kernels copied
+//! each chunk through registers with a 4 × 4 word transpose: ncu put 27 % of the warps' stall
+//! samples on those loads; sessions 10–11 used 16-byte `cp.async` by every thread, about 110
+//! instructions per warp and chunk, and two block barriers per chunk instead of one.)
 //!
 //! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_WARPS, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{add_unit_product, Format, Q4K, Q5K, Q6K, Q8_0};
-use super::tile::{load_stage, MAX_STAGE_BLOCKS};
+use super::tile::{load_stage, run_stages, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::ld_v2_f32;
-use crate::device::shared::{cp_async_16, cp_async_commit, cp_async_wait, dynamic_smem, smem_addr};
+use crate::device::mbarrier;
+use crate::device::shared::Shared;
+use crate::device::shared::{dynamic_smem, smem_addr};
 use crate::device::sync::sync_threads;
 use crate::device::wgmma;
 use crate::device::*;
@@ -45,14 +52,18 @@ use crate::device::*;
 /// `kernel_abi::qmm_xs_smem_bytes`).
 const CHUNK_UNITS: u32 = QMM_XS_CHUNK_UNITS / 2;
 
-/// Bytes of one staged k16 step (`8·T` columns × 16 k × 2 bytes).
-const fn step_bytes(t: usize) -> u32 {
-    256 * t as u32
-}
+/// The two x buffers' transaction barriers: barrier `i` completes once per chunk copied into
+/// buffer `i`.
+#[link_section = ".shared"]
+static X_BARS: Shared<[u64; 2]> = Shared::uninit();
+
+/// Bytes between the tiles' slabs of a shared-memory x buffer: each holds `2·CHUNK_UNITS` k16
+/// steps of one tile (8 columns × 16 k × 2 bytes = 256 bytes per step).
+const TILE_SLAB: u32 = CHUNK_UNITS * 2 * 256;
 
 /// The kernel body (see the module doc); `SWIGLU` as in [`super::tile`].
 #[inline(always)]
-unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
+unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, const SWIGLU: bool>(
     w: *const u8,
     xcm: *const u16,
     xsum: *const f32,
@@ -85,37 +96,46 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
     // straight from the `qmm_prep_x` plane (`prep::core_matrix_slot`, the same layout): chunk
     // `k + 1` is copied while chunk `k` is multiplied.
     let xs = smem_addr(dynamic_smem());
-    let buf_bytes = CHUNK_UNITS * 2 * step_bytes(T);
+    let buf_bytes = T as u32 * TILE_SLAB;
     let chunk_blocks = CHUNK_UNITS * 32 / F::ELEMS;
     let chunks = (b1 - b0).div_ceil(chunk_blocks);
+    // Transaction barrier `i` completes once per chunk copied into buffer `i`. Thread 0 issues
+    // every chunk's copies; the other threads first wait on a barrier after the loop's first
+    // block-wide barrier, which orders them after the initialisation.
+    let bars = smem_addr(X_BARS.as_mut_ptr() as *const u8);
+    if thread_x() == 0 {
+        mbarrier::init(bars, 1);
+        mbarrier::init(bars + 8, 1);
+        mbarrier::fence_init();
+    }
+    // Chunk `kc` into buffer `kc % 2`: per tile one bulk copy of its contiguous run of k16
+    // steps (`prep::core_matrix_slot`: tile-major plane, 256 bytes per tile and step) to the
+    // buffer's tile slab (`TILE_SLAB` bytes apart), all counted off barrier `kc % 2`.
+    let steps_total = 2 * (k as u32 / 32);
     let issue_chunk = #[inline(always)]
     |kc: u32| {
-        let cb0 = b0 + kc * chunk_blocks;
-        let nsteps = 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units;
-        // 16-byte pieces: `16·T` per step (its first `8·T` columns).
-        let per_step = 16 * T as u32;
-        let dst = xs + (kc % 2) * buf_bytes;
-        let src = (xcm as *const u8).add((2 * cb0 * units) as usize * 1024);
-        // Thread `i` copies piece `i % per_step` of steps `i / per_step + k·steps_per_pass`
-        // (the block is `QMM_WARPS · 32` threads; the last `256 % per_step` idle).
-        let steps_per_pass = QMM_WARPS * 32 / per_step;
-        let (first, o) = (thread_x() / per_step, thread_x() % per_step);
-        if first < steps_per_pass {
-            let mut st = first;
-            while st < nsteps {
-                cp_async_16(dst + st * step_bytes(T) + 16 * o, src.add((st * 1024 + 16 * o) as usize));
-                st += steps_per_pass;
-            }
+        if thread_x() != 0 {
+            return;
         }
-        cp_async_commit();
+        let cb0 = b0 + kc * chunk_blocks;
+        let (s0, nsteps) = (2 * cb0 * units, 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units);
+        let bar = bars + 8 * (kc % 2);
+        mbarrier::arrive_expect_tx(bar, T as u32 * nsteps * 256);
+        let mut tile = 0;
+        while tile < T as u32 {
+            let src = (xcm as *const u8).add(((tile * steps_total + s0) * 256) as usize);
+            mbarrier::bulk_copy_g2s(xs + (kc % 2) * buf_bytes + tile * TILE_SLAB, src, nsteps * 256, bar);
+            tile += 1;
+        }
     };
-    // The descriptor of k16 step `h` of unit `unit_in_chunk` of buffer `buf`.
+    // The descriptor of k16 step `h` of unit `unit_in_chunk` of buffer `buf`: core matrices
+    // K-adjacent at 128 bytes (LBO), N-adjacent (the next tile) at `TILE_SLAB` (SBO).
     // (Start address and LBO are the low word: steps are added there, as 32-bit adds.)
-    let desc0 = wgmma::b_desc(xs, 128, 256);
+    let desc0 = wgmma::b_desc(xs, 128, TILE_SLAB);
     // All offsets are multiples of 16 bytes, so they are added in 16-byte units.
     let desc = #[inline(always)]
     |buf: u32, unit_in_chunk: u32, h: u32| {
-        let lo = desc0 as u32 + buf * (buf_bytes >> 4) + (2 * unit_in_chunk + h) * (step_bytes(T) >> 4);
+        let lo = desc0 as u32 + buf * (buf_bytes >> 4) + (2 * unit_in_chunk + h) * (256 >> 4);
         (lo, (desc0 >> 32) as u32)
     };
 
@@ -258,35 +278,34 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const SWIGLU: bool>(
     // completed and every thread is past it (first barrier), chunk `k + 1` is requested into it,
     // and chunk `k`'s copies (requested a chunk earlier) are waited for and published (second
     // barrier).
-    let mut ahead = load_stage(0);
+    let first = load_stage(0);
     grid_dependency_wait();
     issue_chunk(0);
-    let mut st = 0;
     let (mut chunk_unit0, mut buf) = (0u32, 0u32);
-    while st < stages {
-        let cur = ahead;
-        if st + 1 < stages {
-            ahead = load_stage(st + 1);
-        }
-        let b = b0 + st * F::PER_STAGE;
-        if (b - b0) % chunk_blocks == 0 {
-            let kc = (b - b0) / chunk_blocks;
-            wgmma::wait::<0>();
-            sync_threads();
-            if kc + 1 < chunks {
-                issue_chunk(kc + 1);
-            } else {
-                cp_async_commit();
+    run_stages(
+        TWO,
+        stages,
+        first,
+        load_stage,
+        #[inline(always)]
+        |st, cur| {
+            let b = b0 + st * F::PER_STAGE;
+            if (b - b0) % chunk_blocks == 0 {
+                let kc = (b - b0) / chunk_blocks;
+                // Every product reading buffer `(kc + 1) % 2` (chunk `kc − 1`) has completed
+                // and every thread is past it: chunk `kc + 1` may be copied into it.
+                wgmma::wait::<0>();
+                sync_threads();
+                if kc + 1 < chunks {
+                    issue_chunk(kc + 1);
+                }
+                mbarrier::wait_parity(bars + 8 * (kc % 2), (kc / 2) % 2);
+                chunk_unit0 = b * units;
+                buf = kc % 2;
             }
-            cp_async_wait::<1>();
-            wgmma::fence_proxy_async_shared();
-            sync_threads();
-            chunk_unit0 = b * units;
-            buf = kc % 2;
-        }
-        stage_math(st, &cur, chunk_unit0, buf);
-        st += 1;
-    }
+            stage_math(st, cur, chunk_unit0, buf);
+        },
+    );
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
     let rscale = super::epilogue::row_scales::<F>(w, p);
@@ -315,14 +334,14 @@ fn unroll<const N: u32>(mut f: impl FnMut(u32)) {
 /// Register budgets as for `super::tile` (`minctasm`: blocks of 256 threads per SM); every
 /// kernel spill-free (`cargo xtask ptx --ptxas`).
 macro_rules! qmm_wg_kernels {
-    (@kernel $fmt:ty, $name:ident, $t:literal, $d:literal, $swiglu:literal, $sect:literal) => {
+    (@kernel $fmt:ty, $name:ident, $t:literal, $d:literal, $two:literal, $swiglu:literal, $sect:literal) => {
         qmm_entry!($name, $sect, (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, p) =>
-            qmm_wg::<$fmt, $t, $d, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p));
+            qmm_wg::<$fmt, $t, $d, $two, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p));
     };
-    ($fmt:ty => $($name:ident / $fused:ident = $t:literal, depth $d:literal @ $sect:literal),+) => {
+    ($fmt:ty => $($name:ident / $fused:ident = $t:literal, depth $d:literal, two buffers $two:literal @ $sect:literal),+) => {
         $(
-            qmm_wg_kernels!(@kernel $fmt, $name, $t, $d, false, $sect);
-            qmm_wg_kernels!(@kernel $fmt, $fused, $t, $d, true, $sect);
+            qmm_wg_kernels!(@kernel $fmt, $name, $t, $d, $two, false, $sect);
+            qmm_wg_kernels!(@kernel $fmt, $fused, $t, $d, $two, true, $sect);
         )+
     };
 }
@@ -330,18 +349,18 @@ macro_rules! qmm_wg_kernels {
 // Which tile counts of which format are warpgroup kernels: `kernel_abi::qmm_wgmma` (measured
 // per kernel against the `mma.sync` kernels of `super::tile`, docs/perf/qmatmul.md session 9).
 qmm_wg_kernels!(Q4K =>
-    qmm_q4k_nt2 / qmm_q4k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q4k_nt2 / qmm_q4k_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4, depth 2, two buffers false @ "nvvm:maxntid=256;minctasm=2");
 qmm_wg_kernels!(Q5K =>
-    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4, depth 2, two buffers false @ "nvvm:maxntid=256;minctasm=2");
 qmm_wg_kernels!(Q6K =>
-    qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
 qmm_wg_kernels!(Q8_0 =>
-    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3, depth 2 @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4, depth 2 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
