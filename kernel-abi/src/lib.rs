@@ -94,18 +94,19 @@ pub mod qmm_stages_x {
 /// Which multi-tile `qmm_*` kernels are Hopper warpgroup products (`wgmma.mma_async`,
 /// `gpu-kernels` `qmatmul::tile_wg`) rather than warp-level `mma.sync` (`qmatmul::tile`): per
 /// format, bit `tiles` set for the kernel of `tiles` tiles (see [`qmm_is_wgmma`]). Chosen per
-/// kernel by measurement (nvidia-h200, docs/perf/qmatmul.md sessions 9–11: every Q4_K/Q5_K
+/// kernel by measurement (nvidia-h200, docs/perf/qmatmul.md sessions 9–12: every Q4_K/Q5_K
 /// multi-tile kernel since their super-block product fits 128 registers, Q6_K nt4 and Q8_0 since
-/// session 11 — so [`qmm_stages_x`] now only matters for a kernel taken out of these masks). Both
-/// kinds give the same bits on the same operands, so this never changes a result. Warpgroup kernels use
-/// [`qmm_xs_smem_bytes`]`(tiles, true)` as two x buffers of half that many units each.
+/// session 11, F16/BF16 nt3/nt4 since session 12 — their nt2 measured 2–5 % slower as a warpgroup
+/// kernel on most shapes — so [`qmm_stages_x`] only matters for a kernel outside these masks).
+/// Both kinds give the same bits on the same operands, so this never changes a result. Warpgroup
+/// kernels use [`qmm_xs_smem_bytes`]`(tiles, true)` as two x buffers of half that many units each.
 pub mod qmm_wgmma {
     pub const Q4_K: u32 = 1 << 2 | 1 << 3 | 1 << 4;
     pub const Q5_K: u32 = 1 << 2 | 1 << 3 | 1 << 4;
     pub const Q6_K: u32 = 1 << 2 | 1 << 3 | 1 << 4;
     pub const Q8_0: u32 = 1 << 2 | 1 << 3 | 1 << 4;
-    pub const F16: u32 = 0;
-    pub const BF16: u32 = 0;
+    pub const F16: u32 = 1 << 3 | 1 << 4;
+    pub const BF16: u32 = 1 << 3 | 1 << 4;
     pub const F32: u32 = 0;
 }
 

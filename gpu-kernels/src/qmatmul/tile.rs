@@ -497,14 +497,10 @@ qmm_kernels!(Q8_0 =>
     qmm_q8_0_nt1 / qmm_q8_0_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F16 =>
     qmm_f16_nt1 / qmm_f16_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt2 / qmm_f16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt3 / qmm_f16_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_f16_nt4 / qmm_f16_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_f16_nt2 / qmm_f16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3");
 qmm_kernels!(Bf16 =>
     qmm_bf16_nt1 / qmm_bf16_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt2 / qmm_bf16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt3 / qmm_bf16_swiglu_nt3 = 3 @ "nvvm:maxntid=256;minctasm=3",
-    qmm_bf16_nt4 / qmm_bf16_swiglu_nt4 = 4 @ "nvvm:maxntid=256;minctasm=2");
+    qmm_bf16_nt2 / qmm_bf16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3");
 qmm_kernels!(F32W =>
     qmm_f32_nt1 / qmm_f32_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
     qmm_f32_nt2 / qmm_f32_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3",

@@ -37,7 +37,7 @@
 
 use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
-use super::formats::{add_unit_product, Format, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{load_stage, run_stages, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::ld_v2_f32;
@@ -364,3 +364,9 @@ qmm_wg_kernels!(Q8_0 =>
     qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
     qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
     qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
+qmm_wg_kernels!(F16 =>
+    qmm_f16_nt3 / qmm_f16_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_f16_nt4 / qmm_f16_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
+qmm_wg_kernels!(Bf16 =>
+    qmm_bf16_nt3 / qmm_bf16_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
+    qmm_bf16_nt4 / qmm_bf16_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
