@@ -65,24 +65,3 @@ pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {
                      in(reg32) addr, in(reg32) v[0], in(reg32) v[1], in(reg32) v[2], in(reg32) v[3],
                      options(nostack));
 }
-
-/// `cp.async.cg.shared.global [dst], [src], 16`: an asynchronous 16-byte copy from global memory
-/// (L2, no L1 allocation) to the shared-state-space address `dst`; both 16-byte aligned.
-/// Complete after [`cp_async_wait`] of its group.
-#[inline(always)]
-pub unsafe fn cp_async_16(dst: u32, src: *const u8) {
-    core::arch::asm!("cp.async.cg.shared.global [{0}], [{1}], 16;", in(reg32) dst, in(reg64) src, options(nostack));
-}
-
-/// `cp.async.commit_group`: closes this thread's group of [`cp_async_16`] copies (possibly
-/// empty).
-#[inline(always)]
-pub fn cp_async_commit() {
-    unsafe { core::arch::asm!("cp.async.commit_group;", options(nostack)) }
-}
-
-/// `cp.async.wait_group N`: waits until at most `N` of this thread's committed groups are pending.
-#[inline(always)]
-pub fn cp_async_wait<const N: u32>() {
-    unsafe { core::arch::asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
-}

@@ -49,13 +49,6 @@ pub fn wait<const K: u32>() {
     unsafe { asm!("wgmma.wait_group.sync.aligned {k};", k = const K, options(nostack)) }
 }
 
-/// `fence.proxy.async.shared::cta`: this thread's generic-proxy writes to shared memory become
-/// visible to the async proxy (the products' B reads) — before the barrier that publishes them.
-#[inline(always)]
-pub fn fence_proxy_async_shared() {
-    unsafe { asm!("fence.proxy.async.shared::cta;", options(nostack)) }
-}
-
 /// Passes accumulators through an empty ordered statement after a [`wait`], so nothing reads
 /// them before it (see the module doc).
 #[inline(always)]

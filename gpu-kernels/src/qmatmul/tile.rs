@@ -345,9 +345,10 @@ pub(super) const fn two_buffers<F: Format, const T: usize>() -> bool {
 
 /// Runs `step(st, &data)` for `st = 0 .. stages` with the loads of stage `st + 1` (`load`) issued
 /// before the step of stage `st`, so they are in flight while it computes; `first` is stage 0's
-/// data, loaded by the caller. `two` (a compile-time constant at each call): the loop is unrolled twice over two register buffers that
-/// swap roles, so no stage's data is copied (`cur = ahead` costs one move per lane word and
-/// stage, which `ptxas` does not remove); else one buffer and that copy.
+/// data, loaded by the caller. `two` (a compile-time constant at each call): the loop is
+/// unrolled twice over two register buffers that swap roles, so no stage's data is copied
+/// (`cur = ahead` costs one move per lane word and stage, which `ptxas` does not remove); else
+/// one buffer and that copy.
 #[inline(always)]
 pub(super) fn run_stages<L: Copy>(
     two: bool,

@@ -14,8 +14,8 @@
 //! of the `mma.sync` kernel (the k16 steps in order, the super-block's `d·P` and mins
 //! correction, or Q8_0's per-unit `d·P` in unit order — each unit's product goes into one of two
 //! buffers, so unit `i`'s product runs while unit `i − 1` is scaled), and `wgmma` gives the same
-//! bits as `mma.sync` on the same operands (`device::wgmma`), so column `c` is bitwise the same at every `n` (the GPU batch-invariance
-//! test covers it).
+//! bits as `mma.sync` on the same operands (`device::wgmma`), so column `c` is bitwise the same
+//! at every `n` (the GPU batch-invariance test covers it).
 //!
 //! Geometry, packed W, the register pipeline of weight stages and the epilogue are those of
 //! [`super::tile`] (the stage loop unrolled over two register buffers, `super::tile::run_stages`,
@@ -42,8 +42,7 @@ use super::tile::{load_stage, run_stages, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::ld_v2_f32;
 use crate::device::mbarrier;
-use crate::device::shared::Shared;
-use crate::device::shared::{dynamic_smem, smem_addr};
+use crate::device::shared::{dynamic_smem, smem_addr, Shared};
 use crate::device::sync::sync_threads;
 use crate::device::wgmma;
 use crate::device::*;
@@ -61,9 +60,15 @@ static X_BARS: Shared<[u64; 2]> = Shared::uninit();
 /// steps of one tile (8 columns × 16 k × 2 bytes = 256 bytes per step).
 const TILE_SLAB: u32 = CHUNK_UNITS * 2 * 256;
 
-/// The kernel body (see the module doc); `SWIGLU` as in [`super::tile`].
+/// Product groups (units) in flight per warpgroup: the A registers of each stay live until it
+/// completes. 3 measured no faster for Q4_K and spills Q5_K/Q6_K (docs/perf/qmatmul.md,
+/// session 11).
+const DEPTH: usize = 2;
+
+/// The kernel body (see the module doc); `SWIGLU` as in [`super::tile`]; `TWO`: the stages run
+/// over two register buffers (`super::tile::run_stages`).
 #[inline(always)]
-unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, const SWIGLU: bool>(
+unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>(
     w: *const u8,
     xcm: *const u16,
     xsum: *const f32,
@@ -92,9 +97,9 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, con
     let load_stage = #[inline(always)]
     |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
 
-    // x: two buffers of `CHUNK_UNITS` units in the core-matrix layout, filled with `cp.async`
-    // straight from the `qmm_prep_x` plane (`prep::core_matrix_slot`, the same layout): chunk
-    // `k + 1` is copied while chunk `k` is multiplied.
+    // x: two buffers of `CHUNK_UNITS` units in the core-matrix layout, filled by bulk copies
+    // straight from the `qmm_prep_x` plane (`prep::core_matrix_slot`): chunk `k + 1` is copied
+    // while chunk `k` is multiplied.
     let xs = smem_addr(dynamic_smem());
     let buf_bytes = T as u32 * TILE_SLAB;
     let chunk_blocks = CHUNK_UNITS * 32 / F::ELEMS;
@@ -177,10 +182,10 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, con
             wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
             wgmma::commit();
         };
-        // Waits until unit `i`'s product is complete, with units up to `i + D − 1` issued.
+        // Waits until unit `i`'s product is complete, with units up to `i + DEPTH − 1` issued.
         let wait_unit = #[inline(always)]
         |i: u32| {
-            let later = (max_units - 1 - i).min(D as u32 - 1);
+            let later = (max_units - 1 - i).min(DEPTH as u32 - 1);
             if !full || later == 0 {
                 wgmma::wait::<0>();
             } else if later == 1 {
@@ -193,14 +198,14 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, con
         };
         if !F::PRODUCTS_FROM_ZERO {
             // Scaled formats: every product straight into the accumulators, in unit order; at
-            // most D groups in flight (their A registers stay live until they complete).
+            // most DEPTH groups in flight (their A registers stay live until they complete).
             unroll::<8>(
                 #[inline(always)]
                 |i| {
                     if valid(i) {
                         issue(i, &mut acc, false);
-                        if i + 1 >= D as u32 {
-                            wait_unit(i + 1 - D as u32);
+                        if i + 1 >= DEPTH as u32 {
+                            wait_unit(i + 1 - DEPTH as u32);
                         }
                     }
                 },
@@ -242,7 +247,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, con
             return;
         }
         // K-quant super-blocks (PER_STAGE = 1): the block's product `P` from zero over its 8
-        // units (at most D in flight), then `d·P` and the mins' correction exactly as
+        // units (at most DEPTH in flight), then `d·P` and the mins' correction exactly as
         // `super::tile`.
         let mut bs = [[0u32; 2]; T];
         let mut tile = 0;
@@ -258,8 +263,8 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, con
             |i| {
                 if i < units {
                     issue(i, &mut pb, i == 0);
-                    if i + 1 >= D as u32 && i + 1 < units {
-                        wait_unit(i + 1 - D as u32);
+                    if i + 1 >= DEPTH as u32 && i + 1 < units {
+                        wait_unit(i + 1 - DEPTH as u32);
                     }
                 }
             },
@@ -275,9 +280,8 @@ unsafe fn qmm_wg<F: Format, const T: usize, const D: usize, const TWO: bool, con
 
     // Register pipeline of weight stages as in `super::tile`. x chunk `k` starts at block
     // `b0 + k·chunk_blocks`: there every product reading buffer `(k + 1) % 2` (chunk `k − 1`) has
-    // completed and every thread is past it (first barrier), chunk `k + 1` is requested into it,
-    // and chunk `k`'s copies (requested a chunk earlier) are waited for and published (second
-    // barrier).
+    // completed and every thread is past it (the block barrier), chunk `k + 1` is requested into
+    // it, and chunk `k` (requested a chunk earlier) is waited for on its transaction barrier.
     let first = load_stage(0);
     grid_dependency_wait();
     issue_chunk(0);
@@ -331,42 +335,51 @@ fn unroll<const N: u32>(mut f: impl FnMut(u32)) {
     }
 }
 
-/// Register budgets as for `super::tile` (`minctasm`: blocks of 256 threads per SM); every
-/// kernel spill-free (`cargo xtask ptx --ptxas`).
+/// Every kernel here has blocks of 256 threads and a budget of 128 registers (two blocks per
+/// SM; `minctasm=2`), spill-free (`cargo xtask ptx --ptxas`). `(one buffer)`: the stage loop keeps
+/// one register buffer (two would spill).
 macro_rules! qmm_wg_kernels {
-    (@kernel $fmt:ty, $name:ident, $t:literal, $d:literal, $two:literal, $swiglu:literal, $sect:literal) => {
-        qmm_entry!($name, $sect, (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, p) =>
-            qmm_wg::<$fmt, $t, $d, $two, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p));
+    (@kernel $fmt:ty, $name:ident, $t:literal, $two:literal, $swiglu:literal) => {
+        qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, p) =>
+            qmm_wg::<$fmt, $t, $two, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p));
     };
-    ($fmt:ty => $($name:ident / $fused:ident = $t:literal, depth $d:literal, two buffers $two:literal @ $sect:literal),+) => {
-        $(
-            qmm_wg_kernels!(@kernel $fmt, $name, $t, $d, $two, false, $sect);
-            qmm_wg_kernels!(@kernel $fmt, $fused, $t, $d, $two, true, $sect);
-        )+
+    (@pair $fmt:ty, $name:ident, $fused:ident, $t:literal, $two:literal) => {
+        qmm_wg_kernels!(@kernel $fmt, $name, $t, $two, false);
+        qmm_wg_kernels!(@kernel $fmt, $fused, $t, $two, true);
+    };
+    (@buffers $fmt:ty, $name:ident, $fused:ident, $t:literal, []) => {
+        qmm_wg_kernels!(@pair $fmt, $name, $fused, $t, true);
+    };
+    (@buffers $fmt:ty, $name:ident, $fused:ident, $t:literal, [one]) => {
+        qmm_wg_kernels!(@pair $fmt, $name, $fused, $t, false);
+    };
+    ($fmt:ty => $($name:ident / $fused:ident = $t:literal $(($one:ident buffer))?),+) => {
+        $( qmm_wg_kernels!(@buffers $fmt, $name, $fused, $t, [$($one)?]); )+
     };
 }
 
 // Which tile counts of which format are warpgroup kernels: `kernel_abi::qmm_wgmma` (measured
-// per kernel against the `mma.sync` kernels of `super::tile`, docs/perf/qmatmul.md session 9).
+// per kernel against the `mma.sync` kernels of `super::tile`, docs/perf/qmatmul.md sessions
+// 9–12).
 qmm_wg_kernels!(Q4K =>
-    qmm_q4k_nt2 / qmm_q4k_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4, depth 2, two buffers false @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q4k_nt2 / qmm_q4k_swiglu_nt2 = 2,
+    qmm_q4k_nt3 / qmm_q4k_swiglu_nt3 = 3,
+    qmm_q4k_nt4 / qmm_q4k_swiglu_nt4 = 4 (one buffer));
 qmm_wg_kernels!(Q5K =>
-    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4, depth 2, two buffers false @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q5k_nt2 / qmm_q5k_swiglu_nt2 = 2,
+    qmm_q5k_nt3 / qmm_q5k_swiglu_nt3 = 3,
+    qmm_q5k_nt4 / qmm_q5k_swiglu_nt4 = 4 (one buffer));
 qmm_wg_kernels!(Q6K =>
-    qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2,
+    qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3,
+    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4);
 qmm_wg_kernels!(Q8_0 =>
-    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
+    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2,
+    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3,
+    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4);
 qmm_wg_kernels!(F16 =>
-    qmm_f16_nt3 / qmm_f16_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_f16_nt4 / qmm_f16_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
+    qmm_f16_nt3 / qmm_f16_swiglu_nt3 = 3,
+    qmm_f16_nt4 / qmm_f16_swiglu_nt4 = 4);
 qmm_wg_kernels!(Bf16 =>
-    qmm_bf16_nt3 / qmm_bf16_swiglu_nt3 = 3, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2",
-    qmm_bf16_nt4 / qmm_bf16_swiglu_nt4 = 4, depth 2, two buffers true @ "nvvm:maxntid=256;minctasm=2");
+    qmm_bf16_nt3 / qmm_bf16_swiglu_nt3 = 3,
+    qmm_bf16_nt4 / qmm_bf16_swiglu_nt4 = 4);
