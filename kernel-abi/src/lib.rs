@@ -394,3 +394,57 @@ mod tests {
         }
     }
 }
+
+/// Most nodes one target forward takes (a tree verify, a prefill chunk, or one AR token).
+pub const MAX_NODES: u32 = 32;
+
+/// One forward's batch of nodes, kept in **device memory** (kernels take a pointer to it), so a
+/// captured step replays with new values: the host rewrites this struct, never the launches.
+///
+/// Node `i` (`i < n`) has token `tokens[i]`, parent `parent[i]` (−1 = the last committed token,
+/// else an earlier node: `parent[i] < i`), `depth[i]` (0 for a child of the committed tokens),
+/// position `n_past + depth[i]`, and sees the committed tokens `0..n_past` plus the nodes whose
+/// bits are set in `anc[i]` (its ancestors and itself). A node's scratch rows (KV slot
+/// `n_past + i`, recurrent inputs, conv inputs) are indexed by `i`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeBatch {
+    /// Tokens already in the caches (KV rows `0..n_past`).
+    pub n_past: u32,
+    /// Nodes in this batch, `1..=MAX_NODES`.
+    pub n: u32,
+    pub tokens: [u32; MAX_NODES as usize],
+    pub parent: [i32; MAX_NODES as usize],
+    pub depth: [u32; MAX_NODES as usize],
+    /// Bit `j` of `anc[i]`: node `j` is node `i` or one of its ancestors.
+    pub anc: [u32; MAX_NODES as usize],
+}
+
+impl NodeBatch {
+    /// An empty batch at `n_past` (no nodes).
+    pub const fn empty(n_past: u32) -> Self {
+        NodeBatch {
+            n_past,
+            n: 0,
+            tokens: [0; MAX_NODES as usize],
+            parent: [-1; MAX_NODES as usize],
+            depth: [0; MAX_NODES as usize],
+            anc: [0; MAX_NODES as usize],
+        }
+    }
+}
+
+/// The accepted path of the last forward, in **device memory**: `nodes[0..len]` are node
+/// indices of that forward's [`NodeBatch`], root first, each the parent of the next
+/// (so strictly increasing). Commit kernels keep exactly these nodes' effects: KV rows move from
+/// slot `n_past + nodes[p]` to `n_past + p`, the recurrent state advances through the path's
+/// updates in order, the conv window shifts in the path's inputs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommitPath {
+    /// `NodeBatch::n_past` of the forward being committed.
+    pub n_past: u32,
+    /// Nodes kept, `0..=MAX_NODES`.
+    pub len: u32,
+    pub nodes: [u32; MAX_NODES as usize],
+}

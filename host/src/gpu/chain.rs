@@ -72,6 +72,11 @@ impl<'a> ChainedLaunch<'a> {
         self.push(ptr)
     }
 
+    /// A device buffer by address (read or written, as the kernel's signature says).
+    pub fn span<T>(&mut self, s: super::DevSpan<T>) -> &mut Self {
+        self.push(s.ptr())
+    }
+
     /// A by-value argument (a `kernel-abi` parameter struct).
     pub fn value<T: DeviceRepr + Copy>(&mut self, v: T) -> &mut Self {
         self.push(v)

@@ -7,6 +7,7 @@
 mod chain;
 mod context;
 mod error;
+mod span;
 mod timer;
 
 pub mod bandwidth;
@@ -21,6 +22,7 @@ pub use chain::{chaining_enabled, ChainedLaunch};
 pub use context::{Gpu, KERNELS_PTX};
 pub use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 pub use error::GpuError;
+pub use span::DevSpan;
 pub use timer::GpuTimer;
 
 /// A `#[repr(C)]` launch-parameter struct from `kernel-abi`, passed by value to a kernel.
