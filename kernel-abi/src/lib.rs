@@ -448,3 +448,95 @@ pub struct CommitPath {
     pub len: u32,
     pub nodes: [u32; MAX_NODES as usize],
 }
+
+/// Value columns one lane group of the `gdn_*` recurrence kernels covers per warp: a warp is 8
+/// columns × 4 row slices (lane `l`: column `l mod 8`, slice `l / 8`), so each state row read is
+/// one whole 32-byte sector.
+pub const GDN_COLS_PER_WARP: u32 = 8;
+/// Lanes sharing one value column (each holds `d_k / 4` consecutive key rows of it).
+pub const GDN_LANES_PER_COL: u32 = 4;
+/// Warps per block of `gdn_recur_*` and `gdn_commit_*` (`2 · 8 = 16` value columns per block).
+pub const GDN_RECUR_WARPS: u32 = 2;
+/// Value columns per block of `gdn_recur_*` and `gdn_commit_*`.
+pub const GDN_COLS_PER_BLOCK: u32 = GDN_RECUR_WARPS * GDN_COLS_PER_WARP;
+/// Saved node states (besides the root) one `gdn_recur_*` block keeps in shared memory, so a
+/// node whose parent is not the node just computed restarts from the nearest saved ancestor
+/// instead of the root. Only speed depends on it: every node's state is the same chain of
+/// per-token updates from the root whatever the schedule.
+pub const GDN_SLOTS: u32 = 4;
+/// Threads per block of `gdn_prep` (one channel per thread, looping past 128).
+pub const GDN_PREP_THREADS: u32 = 128;
+/// Longest causal conv kernel the `gdn_*` kernels take.
+pub const GDN_MAX_CONV_KERNEL: u32 = 8;
+
+/// Shapes of one Gated DeltaNet layer as the `gdn_*` kernels take them.
+///
+/// Channels of `mixed`/`conv_state`: `q [n_k·d_k] | k [n_k·d_k] | v [n_v·d_v]`
+/// (`conv_ch = 2·n_k·d_k + n_v·d_v`); value head `j` reads key head `j mod n_k`. `eps` is the
+/// gated RMSNorm's. `layers` (commit only): layers in the arenas; the per-layer strides are
+/// `n_v·d_k·d_v` (state), `(K−1)·conv_ch` (conv window), `MAX_NODES·conv_ch` (mixed) and
+/// [`gdn_scratch_len`] (scratch).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GdnParams {
+    pub n_k: u32,
+    pub n_v: u32,
+    pub d_k: u32,
+    pub d_v: u32,
+    pub conv_kernel: u32,
+    pub conv_ch: u32,
+    pub eps: f32,
+    pub layers: u32,
+}
+
+/// Offsets (in f32) of the per-node rows in one layer's `gdn` scratch, `MAX_NODES` rows each,
+/// row `i` = node `i` of the forward:
+/// `q [32][n_k·d_k]` (L2-normalised, scaled by `1/√d_k`), `k [32][n_k·d_k]` (L2-normalised),
+/// `v [32][n_v·d_v]` (after conv + SiLU), `alpha [32][n_v]` (`e^g`), `beta [32][n_v]`,
+/// `o [32][n_v·d_v]` (recurrence output, before the gated norm); `len` floats in all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnScratch {
+    pub q: usize,
+    pub k: usize,
+    pub v: usize,
+    pub alpha: usize,
+    pub beta: usize,
+    pub o: usize,
+    pub len: usize,
+}
+
+/// The scratch layout of a layer with `n_k` key heads, `n_v` value heads and head dims
+/// `d_k`, `d_v`: `len = 32·(2·n_k·d_k + 2·n_v·d_v + 2·n_v)` floats.
+pub const fn gdn_scratch(n_k: usize, n_v: usize, d_k: usize, d_v: usize) -> GdnScratch {
+    let m = MAX_NODES as usize;
+    let (kd, vd) = (n_k * d_k, n_v * d_v);
+    let q = 0;
+    let k = q + m * kd;
+    let v = k + m * kd;
+    let alpha = v + m * vd;
+    let beta = alpha + m * n_v;
+    let o = beta + m * n_v;
+    GdnScratch { q, k, v, alpha, beta, o, len: o + m * vd }
+}
+
+/// Floats of one layer's `gdn` scratch ([`gdn_scratch`]`.len`).
+pub const fn gdn_scratch_len(n_k: usize, n_v: usize, d_k: usize, d_v: usize) -> usize {
+    gdn_scratch(n_k, n_v, d_k, d_v).len
+}
+
+/// Threads per block of `gdn_recur_*` and `gdn_commit_*`.
+pub const GDN_RECUR_THREADS: u32 = GDN_RECUR_WARPS * 32;
+
+/// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` (4-byte words):
+/// `k [32][d_k]`, `q [32][d_k]`, `v [32][16 columns]`, `alpha [32]`, `beta [32]`, `anc [32]`,
+/// `kids [32]`, then `1 + GDN_SLOTS` state slots of `d_k/4 · 64` floats (the root and the saved
+/// nodes; word `r·64 + t` of a slot is row `r` of thread `t`'s slice). 76 KB at `d_k = 128`.
+pub const fn gdn_recur_smem_words(d_k: u32) -> u32 {
+    MAX_NODES * (2 * d_k + GDN_COLS_PER_BLOCK + 4) + (1 + GDN_SLOTS) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
+}
+
+/// Dynamic shared memory of `gdn_commit_*` (4-byte words): `k [32][d_k]`, `v [32][16]`,
+/// `alpha [32]`, `beta [32]` of the path's nodes.
+pub const fn gdn_commit_smem_words(d_k: u32) -> u32 {
+    MAX_NODES * (d_k + GDN_COLS_PER_BLOCK + 2)
+}

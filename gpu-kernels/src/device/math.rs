@@ -23,6 +23,14 @@ pub fn exp_fast(x: f32) -> f32 {
     ex2(x * core::f32::consts::LOG2_E)
 }
 
+/// `lg2.approx.ftz.f32`: log2(x), max absolute error ≈ 2^-22 (relative 2^-22 away from 1).
+#[inline(always)]
+pub fn lg2(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("lg2.approx.ftz.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
 /// `rsqrt.approx.ftz.f32`: 1/√x, max relative error ≈ 2^-22.9.
 #[inline(always)]
 pub fn rsqrt(x: f32) -> f32 {

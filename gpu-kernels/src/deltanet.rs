@@ -1,0 +1,558 @@
+//! `deltanet`: the Gated DeltaNet layer core over a tree of nodes, and its commit.
+//!
+//! Math (per node `i`, value head `j`, key head `kh = j mod n_k`; `reference/src/deltanet.rs`):
+//!
+//! ```text
+//! y_i[c]  = silu(Σ_{t<K−1} w[c][t]·win_i[t][c] + w[c][K−1]·mixed_i[c])   (window along ancestors)
+//! q, k    = l2norm(y_q), l2norm(y_k) per key head (eps 1e-6), q·1/√d_k;   v = y_v
+//! α = exp(ssm_a·softplus(a + dt_bias)),   β = sigmoid(b)
+//! S_i     = step(S_parent(i)) :  S̃ = α S;  u = S̃ᵀk;  δ = β(v − u);  S = S̃ + k δᵀ
+//! o_i     = S_iᵀ q;   out_i = rmsnorm(o_i) · norm_w ⊙ silu(z_i)
+//! ```
+//!
+//! Kernels (one forward = `gdn_prep` → `gdn_recur_dk{16,32,64,128}` → `gdn_gated_norm`; the
+//! commit of an accepted path = one `gdn_commit_dk*` launch over all layers):
+//!
+//! * `gdn_prep` — conv window gathered along the node's ancestors (continuing into the committed
+//!   window), SiLU, the L2 norms, the q scale, α and β, into the layer's scratch
+//!   (`kernel_abi::gdn_scratch`).
+//! * `gdn_recur_*` — the replay: block `(j, column group)` loads its columns of the committed
+//!   state once and computes every node's state on chip, each from its parent's: a node whose
+//!   parent is the node just computed costs one update; otherwise the block restarts from the
+//!   nearest ancestor whose state it saved in shared memory (or the root) and replays the
+//!   updates in between. Nothing per node is written but `o`.
+//! * `gdn_gated_norm` — per (node, value head) RMSNorm of `o` times `norm_w ⊙ silu(z)`.
+//! * `gdn_commit_*` — per (layer, value head, column group): applies the path's updates to the
+//!   stored state with the same [`delta_step`], so the committed state is bitwise the state the
+//!   forward computed for the path's last node (and the state AR reaches); shifts the path's raw
+//!   inputs into the conv window.
+//!
+//! Invariant (batch invariance): a node's result depends only on its own ancestors' inputs and
+//! the committed state/window. Every reduction has a fixed order chosen from the head dims: the
+//! per-column dot products `Σ_r S[r][c]·x[r]` are 4 lanes × `d_k/4` rows (4 interleaved
+//! accumulators per lane, summed `(a0+a1)+(a2+a3)`, then the butterfly over the lanes xor 8, 16),
+//! the L2 and RMS norms are butterfly sums in warp order. The replay schedule (which ancestor a
+//! node restarts from) changes which work is repeated, never the bits: every state is the same
+//! chain of [`delta_step`]s from the root.
+
+use kernel_abi::{
+    gdn_scratch, CommitPath, GdnParams, NodeBatch, GDN_COLS_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS, GDN_SLOTS,
+    MAX_NODES,
+};
+
+use crate::device::griddep::{grid_dependency_wait, launch_dependents};
+use crate::device::math::{div_rn, ex2, exp_fast, fma, lg2, rcp_approx, silu, sqrt_rn};
+use crate::device::shared::{dynamic_smem, Shared};
+use crate::device::sync::sync_threads;
+use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
+use crate::device::*;
+
+const COLS: usize = GDN_COLS_PER_BLOCK as usize;
+const THREADS: usize = GDN_RECUR_THREADS as usize;
+const SLOTS: usize = GDN_SLOTS as usize;
+const NONE: u32 = 32;
+
+#[link_section = ".shared"]
+static PREP_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
+
+/// Nodes of the batch (`min(n, 32)`).
+#[inline(always)]
+unsafe fn node_count(nb: *const NodeBatch) -> usize {
+    ((*nb).n).min(MAX_NODES) as usize
+}
+
+#[inline(always)]
+unsafe fn parent_of(nb: *const NodeBatch, i: usize) -> i32 {
+    *(*nb).parent.as_ptr().add(i)
+}
+
+/// `Σ_r s[r]·x[r]` over the lane's rows: `min(4, RPL)` interleaved accumulators (row `r` goes to
+/// accumulator `r mod 4`, in row order), summed `(a0 + a1) + (a2 + a3)`.
+#[inline(always)]
+fn lane_dot<const RPL: usize>(s: &[f32; RPL], x: &[f32; RPL]) -> f32 {
+    const A: usize = 4;
+    let mut acc = [0.0f32; A];
+    #[allow(clippy::needless_range_loop)]
+    for a in 0..A {
+        if a < RPL {
+            acc[a] = s[a] * x[a];
+        }
+    }
+    let mut r = A;
+    while r < RPL {
+        acc[r % A] = fma(s[r], x[r], acc[r % A]);
+        r += 1;
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// Sum over the 4 lanes of a column (lanes `l`, `l ^ 8`, `l ^ 16`, `l ^ 24`); all four get the
+/// same bits (each add is commutative).
+#[inline(always)]
+fn column_sum(v: f32) -> f32 {
+    let v = v + shfl_xor_f32(v, 8);
+    v + shfl_xor_f32(v, 16)
+}
+
+/// One delta-rule update of one value column, on this lane's `RPL` key rows `s` (the column's
+/// other rows live in the lanes xor 8, 16, 24), with the rows `k` of the key:
+/// `s ← α s;  u = sᵀk;  δ = β (v − u);  s ← s + k δ`. The one definition of the per-token update:
+/// the forward's replay and the commit both call it, so a committed state is bitwise the state
+/// the forward computed (and the state AR reaches).
+#[inline(always)]
+pub fn delta_step<const RPL: usize>(s: &mut [f32; RPL], k: &[f32; RPL], alpha: f32, beta: f32, v: f32) {
+    for e in s.iter_mut() {
+        *e *= alpha;
+    }
+    let u = column_sum(lane_dot(s, k));
+    let delta = beta * (v - u);
+    for r in 0..RPL {
+        s[r] = fma(k[r], delta, s[r]);
+    }
+}
+
+/// `o = sᵀ q` of one column (the same reduction order as `u`).
+#[inline(always)]
+fn readout<const RPL: usize>(s: &[f32; RPL], q: &[f32; RPL]) -> f32 {
+    column_sum(lane_dot(s, q))
+}
+
+#[inline(always)]
+unsafe fn load_rows<const RPL: usize>(p: *const f32) -> [f32; RPL] {
+    let mut x = [0.0f32; RPL];
+    for (r, e) in x.iter_mut().enumerate() {
+        *e = *p.add(r);
+    }
+    x
+}
+
+/// Thread `t`'s slice of a state slot: row `r` at `slot + r·THREADS + t` (conflict-free).
+#[inline(always)]
+unsafe fn slot_store<const RPL: usize>(slot: *mut f32, t: usize, s: &[f32; RPL]) {
+    for (r, e) in s.iter().enumerate() {
+        *slot.add(r * THREADS + t) = *e;
+    }
+}
+
+#[inline(always)]
+unsafe fn slot_load<const RPL: usize>(slot: *const f32, t: usize, s: &mut [f32; RPL]) {
+    for (r, e) in s.iter_mut().enumerate() {
+        *e = *slot.add(r * THREADS + t);
+    }
+}
+
+/// Per-node conv + SiLU + norms, α and β. Grid `(n, 2·n_k + n_v)`, 128 threads: block `(i, g)`
+/// does node `i`'s q head `g` (`g < n_k`), k head `g − n_k` (`g < 2·n_k`) or v head
+/// `g − 2·n_k` (whose thread 0 also computes α, β). Thread `t` owns channels `t, t + 128, …` of
+/// the head. Window tap `t < K−1` of node `i` is the raw input `K−1−t` steps back along
+/// `i`'s ancestors, then the committed window rows (newest last). q/k: `x / √(Σx² + 1e-6)`
+/// (sum: per-thread fma chain, butterfly, warps in order), q also `· 1/√d_k`.
+/// Traffic: `n·conv_ch·(K + 1)·4` bytes read (mostly L2), `n·(conv_ch + 2·n_v)·4` written.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=128;minctasm=1"]
+pub unsafe extern "ptx-kernel" fn gdn_prep(
+    nb: *const NodeBatch,
+    mixed: *const f32,
+    conv_state: *const f32,
+    conv_w: *const f32,
+    a: *const f32,
+    b: *const f32,
+    ssm_a: *const f32,
+    dt_bias: *const f32,
+    scratch: *mut f32,
+    p: GdnParams,
+) {
+    launch_dependents();
+    grid_dependency_wait();
+    let i = block_x() as usize;
+    if i >= node_count(nb) {
+        return;
+    }
+    let (n_k, n_v, d_k, d_v) = (p.n_k as usize, p.n_v as usize, p.d_k as usize, p.d_v as usize);
+    let (kk, ch) = (p.conv_kernel as usize, p.conv_ch as usize);
+    let sc = gdn_scratch(n_k, n_v, d_k, d_v);
+    let g = block_y() as usize;
+    // (first channel, channels, destination, kind: 0 = q, 1 = k, 2 = v)
+    let (base, d, dst, kind) = if g < n_k {
+        (g * d_k, d_k, scratch.add(sc.q + i * n_k * d_k + g * d_k), 0)
+    } else if g < 2 * n_k {
+        (g * d_k, d_k, scratch.add(sc.k + i * n_k * d_k + (g - n_k) * d_k), 1)
+    } else {
+        let jv = g - 2 * n_k;
+        (2 * n_k * d_k + jv * d_v, d_v, scratch.add(sc.v + i * n_v * d_v + jv * d_v), 2)
+    };
+    // In-batch ancestors, nearest first (6 bits each), at most K − 1 of them.
+    let mut up: u64 = 0;
+    let mut m = 0usize;
+    let mut x = parent_of(nb, i);
+    while m + 1 < kk && x >= 0 && (x as usize) < MAX_NODES as usize {
+        up |= (x as u64) << (6 * m);
+        x = parent_of(nb, x as usize);
+        m += 1;
+    }
+    let t = thread_x() as usize;
+    let mut ss = 0.0f32;
+    let mut c = t;
+    while c < d {
+        let chn = base + c;
+        let taps = conv_w.add(chn * kk);
+        let mut acc = *taps.add(kk - 1) * *mixed.add(i * ch + chn);
+        for tap in 0..kk - 1 {
+            let back = kk - 1 - tap;
+            let xv = if back <= m {
+                let node = ((up >> (6 * (back - 1))) & 63) as usize;
+                *mixed.add(node * ch + chn)
+            } else {
+                *conv_state.add((kk - 1 - (back - m)) * ch + chn)
+            };
+            acc = fma(*taps.add(tap), xv, acc);
+        }
+        let y = silu(acc);
+        *dst.add(c) = y;
+        ss = fma(y, y, ss);
+        c += GDN_PREP_THREADS as usize;
+    }
+    if kind < 2 {
+        let parts = PREP_PARTIALS.as_mut_ptr() as *mut f32;
+        let w = warp_sum_f32(ss);
+        if lane_id() == 0 {
+            *parts.add(warp_id() as usize) = w;
+        }
+        sync_threads();
+        let mut total = 0.0f32;
+        for wi in 0..(GDN_PREP_THREADS / 32) as usize {
+            total += *parts.add(wi);
+        }
+        let inv = div_rn(1.0, sqrt_rn(total + 1e-6));
+        let scale = if kind == 0 { div_rn(1.0, sqrt_rn(d_k as f32)) } else { 1.0 };
+        let mut c = t;
+        while c < d {
+            let y = *dst.add(c) * inv;
+            *dst.add(c) = if kind == 0 { y * scale } else { y };
+            c += GDN_PREP_THREADS as usize;
+        }
+    } else if t == 0 {
+        let jv = g - 2 * n_k;
+        let u = *a.add(i * n_v + jv) + *dt_bias.add(jv);
+        // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
+        let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
+        let gl = *ssm_a.add(jv) * sp;
+        *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
+        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * n_v + jv)));
+    }
+}
+
+/// The tree replay for key head dim `DK` (`RPL = DK / 4` rows per lane). Grid
+/// `(n_v, ⌈d_v / 16⌉)`, 64 threads, `gdn_recur_smem_words(DK)·4` bytes of dynamic shared
+/// memory. Block `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp `w`
+/// column `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. It stages the nodes' k, q (key head
+/// `j mod n_k`), v, α, β in shared memory, loads its slice of the committed state once
+/// (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic), and visits the nodes
+/// in index order (parents first). Node `i` starts from the deepest ancestor whose state is
+/// available — in registers (the node just computed) or in one of `GDN_SLOTS` shared-memory
+/// slots (saved after a node that has a child later than `i + 1`) — else from the root copy,
+/// replays the ancestors in between, then its own update and `o_i` (written to scratch).
+/// Work: between `n` updates (chains, or trees visited in order) and `Σ depth` (every restart
+/// from the root). The committed state is only read.
+#[inline(always)]
+unsafe fn recur<const DK: usize, const RPL: usize>(
+    nb: *const NodeBatch,
+    state: *const f32,
+    scratch: *mut f32,
+    p: GdnParams,
+) {
+    launch_dependents();
+    grid_dependency_wait();
+    let n = node_count(nb);
+    let (n_k, n_v, dv) = (p.n_k as usize, p.n_v as usize, p.d_v as usize);
+    let (kd, vd) = (n_k * DK, n_v * dv);
+    let sc = gdn_scratch(n_k, n_v, DK, dv);
+    let j = block_x() as usize;
+    let kh = j % n_k;
+    let col0 = block_y() as usize * COLS;
+    let t = thread_x() as usize;
+    let m = MAX_NODES as usize;
+    let sk = dynamic_smem() as *mut f32;
+    let sq = sk.add(m * DK);
+    let sv = sq.add(m * DK);
+    let sa = sv.add(m * COLS);
+    let sb = sa.add(m);
+    let sanc = sb.add(m) as *mut u32;
+    let skids = sanc.add(m);
+    let slots = skids.add(m) as *mut f32;
+
+    let mut e = t;
+    while e < n * DK {
+        let (i, r) = (e / DK, e % DK);
+        *sk.add(e) = *scratch.add(sc.k + i * kd + kh * DK + r);
+        *sq.add(e) = *scratch.add(sc.q + i * kd + kh * DK + r);
+        e += THREADS;
+    }
+    let mut e = t;
+    while e < n * COLS {
+        let (i, c) = (e / COLS, col0 + e % COLS);
+        *sv.add(e) = if c < dv { *scratch.add(sc.v + i * vd + j * dv + c) } else { 0.0 };
+        e += THREADS;
+    }
+    if t < n {
+        *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
+        *sb.add(t) = *scratch.add(sc.beta + t * n_v + j);
+        *sanc.add(t) = *(*nb).anc.as_ptr().add(t);
+        let mut kids = 0u32;
+        for x in t + 1..n {
+            if parent_of(nb, x) == t as i32 {
+                kids |= 1 << x;
+            }
+        }
+        *skids.add(t) = kids;
+    }
+    sync_threads();
+
+    let lane = lane_id() as usize;
+    let cw = warp_id() as usize * 8 + lane % 8;
+    let col = col0 + cw;
+    if col >= dv {
+        return; // d_v is a multiple of 8: whole warps leave, after the block's only barrier
+    }
+    let r0 = (lane / 8) * RPL;
+    let mut s = [0.0f32; RPL];
+    let src = state.add(j * DK * dv + r0 * dv + col);
+    for (r, x) in s.iter_mut().enumerate() {
+        *x = *src.add(r * dv);
+    }
+    if n > 1 {
+        slot_store(slots, t, &s);
+    }
+    let slot = |k: usize| slots.add((1 + k) * RPL * THREADS);
+    let mut cur = NONE; // node whose state the registers hold (NONE: the root)
+    let mut saved = 0u32; // nodes with a saved state
+    let mut tags = [NONE; SLOTS];
+    let out = scratch.add(sc.o + j * dv + col);
+    for i in 0..n {
+        let anc = *sanc.add(i) & !(1u32 << i);
+        let avail = saved | if cur < NONE { 1u32 << cur } else { 0 };
+        let cand = anc & avail;
+        let from = if cand != 0 { 31 - cand.leading_zeros() } else { NONE };
+        if from != cur {
+            if from == NONE {
+                slot_load(slots, t, &mut s);
+            } else {
+                for (k, &tag) in tags.iter().enumerate() {
+                    if tag == from {
+                        slot_load(slot(k), t, &mut s);
+                    }
+                }
+            }
+        }
+        let mut todo = if from == NONE { anc } else { anc & !(((2u64 << from) - 1) as u32) };
+        while todo != 0 {
+            let x = todo.trailing_zeros() as usize;
+            todo &= todo - 1;
+            let k = load_rows::<RPL>(sk.add(x * DK + r0));
+            delta_step(&mut s, &k, *sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
+        }
+        let k = load_rows::<RPL>(sk.add(i * DK + r0));
+        delta_step(&mut s, &k, *sa.add(i), *sb.add(i), *sv.add(i * COLS + cw));
+        let o = readout(&s, &load_rows::<RPL>(sq.add(i * DK + r0)));
+        if lane < 8 {
+            *out.add(i * vd) = o;
+        }
+        cur = i as u32;
+        let kids = *skids.add(i);
+        if (kids as u64) >> (i + 2) != 0 {
+            // A child later than i + 1 will want this state: keep it if a slot is free (its
+            // node has no child after i).
+            let mut free = SLOTS;
+            for (k, &tag) in tags.iter().enumerate().rev() {
+                if tag == NONE || (*skids.add(tag as usize) as u64) >> (i + 1) == 0 {
+                    free = k;
+                }
+            }
+            for (k, tag) in tags.iter_mut().enumerate() {
+                if k == free {
+                    if *tag != NONE {
+                        saved &= !(1u32 << *tag);
+                    }
+                    slot_store(slot(k), t, &s);
+                    *tag = i as u32;
+                    saved |= 1u32 << i;
+                }
+            }
+        }
+    }
+}
+
+/// Per (node, value head) gated RMSNorm: `out = o / √(mean(o²) + eps) · norm_w ⊙ silu(z)`.
+/// Grid `(n, ⌈n_v / 8⌉)`, 256 threads, one warp per head (lane `l` owns `c = l, l + 32, …`;
+/// fma chain then butterfly). Traffic: `n·n_v·d_v·12` bytes.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
+    nb: *const NodeBatch,
+    scratch: *const f32,
+    z: *const f32,
+    norm_w: *const f32,
+    out: *mut f32,
+    p: GdnParams,
+) {
+    launch_dependents();
+    grid_dependency_wait();
+    let i = block_x() as usize;
+    let j = block_y() as usize * 8 + warp_id() as usize;
+    let (n_v, dv) = (p.n_v as usize, p.d_v as usize);
+    if i >= node_count(nb) || j >= n_v {
+        return;
+    }
+    let sc = gdn_scratch(p.n_k as usize, n_v, p.d_k as usize, dv);
+    let row = i * n_v * dv + j * dv;
+    let o = scratch.add(sc.o + row);
+    let lane = lane_id() as usize;
+    let mut ss = 0.0f32;
+    let mut c = lane;
+    while c < dv {
+        let v = *o.add(c);
+        ss = fma(v, v, ss);
+        c += 32;
+    }
+    let inv = div_rn(1.0, sqrt_rn(div_rn(warp_sum_f32(ss), dv as f32) + p.eps));
+    let mut c = lane;
+    while c < dv {
+        *out.add(row + c) = *o.add(c) * inv * *norm_w.add(c) * silu(*z.add(row + c));
+        c += 32;
+    }
+}
+
+/// Commit of an accepted path over `p.layers` layers (contiguous arenas). Grid
+/// `(n_v·⌈d_v/16⌉, layers)`, 64 threads, `gdn_commit_smem_words(DK)·4` bytes of dynamic shared
+/// memory. Block `(j·⌈d_v/16⌉ + y, l)`: columns `16y ..` of head `j` of layer `l` (the lane
+/// layout of [`recur`]) advance through the path's updates in path order with [`delta_step`] and
+/// are written back; the layer's blocks also shift the path's raw inputs into the conv window
+/// (channel by channel, in place in ascending row order: row `r` takes row `r + len` of
+/// `old window ++ path inputs`). Traffic: the state read and written once
+/// (`2·layers·n_v·d_k·d_v·4` bytes), the windows and path rows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn commit<const DK: usize, const RPL: usize>(
+    path: *const CommitPath,
+    mixed: *const f32,
+    scratch: *const f32,
+    state: *mut f32,
+    conv_state: *mut f32,
+    p: GdnParams,
+) {
+    launch_dependents();
+    grid_dependency_wait();
+    let len = ((*path).len).min(MAX_NODES) as usize;
+    if len == 0 {
+        return;
+    }
+    let nodes = (*path).nodes.as_ptr();
+    let (n_k, n_v, dv) = (p.n_k as usize, p.n_v as usize, p.d_v as usize);
+    let (kk, ch) = (p.conv_kernel as usize, p.conv_ch as usize);
+    let (kd, vd) = (n_k * DK, n_v * dv);
+    let sc = gdn_scratch(n_k, n_v, DK, dv);
+    let layer = block_y() as usize;
+    let m = MAX_NODES as usize;
+    let scratch = scratch.add(layer * sc.len);
+    let mixed = mixed.add(layer * m * ch);
+    let conv_state = conv_state.add(layer * (kk - 1) * ch);
+    let state = state.add(layer * n_v * DK * dv);
+    let t = thread_x() as usize;
+
+    // Conv window: every block of the layer takes a share of the channels.
+    let (blocks, b) = (grid_dim_x() as usize, block_x() as usize);
+    let mut c = b * THREADS + t;
+    while c < ch {
+        for r in 0..kk - 1 {
+            let s = r + len; // index into old window (K−1 rows) ++ path inputs
+            let v = if s < kk - 1 {
+                *conv_state.add(s * ch + c)
+            } else {
+                let node = (*nodes.add(s - (kk - 1))).min(MAX_NODES - 1) as usize;
+                *mixed.add(node * ch + c)
+            };
+            *conv_state.add(r * ch + c) = v;
+        }
+        c += blocks * THREADS;
+    }
+
+    let groups = dv.div_ceil(COLS);
+    let (j, col0) = (b / groups, (b % groups) * COLS);
+    let kh = j % n_k;
+    let sk = dynamic_smem() as *mut f32;
+    let sv = sk.add(m * DK);
+    let sa = sv.add(m * COLS);
+    let sb = sa.add(m);
+    let mut e = t;
+    while e < len * DK {
+        let (pi, r) = (e / DK, e % DK);
+        let node = (*nodes.add(pi)).min(MAX_NODES - 1) as usize;
+        *sk.add(e) = *scratch.add(sc.k + node * kd + kh * DK + r);
+        e += THREADS;
+    }
+    let mut e = t;
+    while e < len * COLS {
+        let (pi, c) = (e / COLS, col0 + e % COLS);
+        let node = (*nodes.add(pi)).min(MAX_NODES - 1) as usize;
+        *sv.add(e) = if c < dv { *scratch.add(sc.v + node * vd + j * dv + c) } else { 0.0 };
+        e += THREADS;
+    }
+    if t < len {
+        let node = (*nodes.add(t)).min(MAX_NODES - 1) as usize;
+        *sa.add(t) = *scratch.add(sc.alpha + node * n_v + j);
+        *sb.add(t) = *scratch.add(sc.beta + node * n_v + j);
+    }
+    sync_threads();
+    let lane = lane_id() as usize;
+    let cw = warp_id() as usize * 8 + lane % 8;
+    let col = col0 + cw;
+    if col >= dv {
+        return;
+    }
+    let r0 = (lane / 8) * RPL;
+    let base = state.add(j * DK * dv + r0 * dv + col);
+    let mut s = [0.0f32; RPL];
+    for (r, x) in s.iter_mut().enumerate() {
+        *x = *base.add(r * dv);
+    }
+    for pi in 0..len {
+        let k = load_rows::<RPL>(sk.add(pi * DK + r0));
+        delta_step(&mut s, &k, *sa.add(pi), *sb.add(pi), *sv.add(pi * COLS + cw));
+    }
+    for (r, x) in s.iter().enumerate() {
+        *base.add(r * dv) = *x;
+    }
+}
+
+macro_rules! gdn_kernels {
+    ($recur:ident, $commit:ident, $dk:literal) => {
+        #[no_mangle]
+        #[link_section = "nvvm:maxntid=64;minctasm=1"]
+        pub unsafe extern "ptx-kernel" fn $recur(
+            nb: *const NodeBatch,
+            state: *const f32,
+            scratch: *mut f32,
+            p: GdnParams,
+        ) {
+            recur::<$dk, { $dk / 4 }>(nb, state, scratch, p)
+        }
+
+        #[no_mangle]
+        #[link_section = "nvvm:maxntid=64;minctasm=1"]
+        pub unsafe extern "ptx-kernel" fn $commit(
+            path: *const CommitPath,
+            mixed: *const f32,
+            scratch: *const f32,
+            state: *mut f32,
+            conv_state: *mut f32,
+            p: GdnParams,
+        ) {
+            commit::<$dk, { $dk / 4 }>(path, mixed, scratch, state, conv_state, p)
+        }
+    };
+}
+
+gdn_kernels!(gdn_recur_dk16, gdn_commit_dk16, 16);
+gdn_kernels!(gdn_recur_dk32, gdn_commit_dk32, 32);
+gdn_kernels!(gdn_recur_dk64, gdn_commit_dk64, 64);
+gdn_kernels!(gdn_recur_dk128, gdn_commit_dk128, 128);
