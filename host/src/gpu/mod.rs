@@ -12,6 +12,7 @@ mod timer;
 
 pub mod bandwidth;
 pub mod copy;
+pub mod deltanet;
 pub mod graph;
 pub mod info;
 pub mod norm;

@@ -1,0 +1,328 @@
+//! Launchers of `deltanet` (`gpu-kernels/src/deltanet.rs`): the Gated DeltaNet layer core over a
+//! tree of nodes ([`gdn_forward`]) and the commit of an accepted path over all layers
+//! ([`gdn_commit`]).
+//!
+//! Buffers (f32, row-major; `vd = n_v·d_v`, `conv_ch = 2·n_k·d_k + vd`):
+//!
+//! | buffer | per layer | written by |
+//! |---|---|---|
+//! | `mixed` | `[32][conv_ch]` raw conv inputs, row `i` = node `i` | the engine's matmul; read by forward and commit |
+//! | `z` | `[n][vd]` gate | the engine |
+//! | `a`, `b` | `[n][n_v]` raw alpha / beta projections | the engine |
+//! | `conv_state` | `[K−1][conv_ch]` committed raw inputs, oldest first | commit |
+//! | `state` | `[n_v][d_k][d_v]` committed recurrent state | commit (the forward only reads it) |
+//! | `scratch` | [`gdn_scratch_len`] floats: the nodes' q, k, v, α, β and `o` | forward; read by commit |
+//! | `out` | `[n][vd]` gated-RMSNorm output (input of the out projection) | forward |
+//!
+//! Every kernel is chained ([`ChainedLaunch`]) and reads the node batch and the path from
+//! device memory, so a step can be captured in a CUDA graph and replayed with new values.
+
+use cudarc::driver::LaunchConfig;
+use kernel_abi::{
+    gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, NodeBatch, GDN_COLS_PER_BLOCK,
+    GDN_MAX_CONV_KERNEL, GDN_PREP_THREADS, GDN_RECUR_THREADS, MAX_NODES,
+};
+
+use super::{ChainedLaunch, DevSpan, Gpu, GpuError};
+
+/// Shapes of one Gated DeltaNet layer (from the model's hyperparameters).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GdnShape {
+    /// Key heads.
+    pub n_k: usize,
+    /// Value heads (value head `j` reads key head `j mod n_k`).
+    pub n_v: usize,
+    /// Key head dim: 16, 32, 64 or 128.
+    pub d_k: usize,
+    /// Value head dim: a positive multiple of 8.
+    pub d_v: usize,
+    /// Causal conv kernel `K` (1..=8).
+    pub conv_kernel: usize,
+    /// Epsilon of the gated RMSNorm (the model's `rms_eps`).
+    pub eps: f32,
+}
+
+impl GdnShape {
+    /// Conv channels `2·n_k·d_k + n_v·d_v`.
+    pub fn conv_ch(&self) -> usize {
+        2 * self.n_k * self.d_k + self.n_v * self.d_v
+    }
+    /// Floats of one layer's recurrent state `n_v·d_k·d_v`.
+    pub fn state_len(&self) -> usize {
+        self.n_v * self.d_k * self.d_v
+    }
+    /// Floats of one layer's conv window `(K−1)·conv_ch`.
+    pub fn conv_state_len(&self) -> usize {
+        self.conv_kernel.saturating_sub(1) * self.conv_ch()
+    }
+    /// Floats of one layer's `mixed` rows `32·conv_ch` (the commit arena's stride).
+    pub fn mixed_len(&self) -> usize {
+        MAX_NODES as usize * self.conv_ch()
+    }
+    /// Floats of one layer's `out` / `z` rows per node, `n_v·d_v`.
+    pub fn value_len(&self) -> usize {
+        self.n_v * self.d_v
+    }
+
+    fn params(&self, kernel: &'static str, layers: usize) -> Result<GdnParams, GpuError> {
+        let s = self;
+        if s.n_k == 0 || s.n_v == 0 {
+            return Err(GpuError::shape(kernel, format!("n_k = {}, n_v = {}: need at least one head", s.n_k, s.n_v)));
+        }
+        if !matches!(s.d_k, 16 | 32 | 64 | 128) {
+            return Err(GpuError::shape(kernel, format!("d_k = {}: kernels exist for 16, 32, 64 and 128", s.d_k)));
+        }
+        if s.d_v == 0 || !s.d_v.is_multiple_of(8) {
+            return Err(GpuError::shape(kernel, format!("d_v = {}: must be a positive multiple of 8", s.d_v)));
+        }
+        if s.conv_kernel == 0 || s.conv_kernel > GDN_MAX_CONV_KERNEL as usize {
+            return Err(GpuError::shape(kernel, format!("conv kernel {}: 1..={GDN_MAX_CONV_KERNEL}", s.conv_kernel)));
+        }
+        if !(s.eps.is_finite() && s.eps >= 0.0) {
+            return Err(GpuError::shape(kernel, format!("eps = {}", s.eps)));
+        }
+        let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| GpuError::shape(kernel, format!("{what} too large")));
+        // Every per-layer offset the kernels compute must fit comfortably.
+        let biggest = self.state_len().max(gdn_scratch_len(self)).max(self.mixed_len());
+        u(biggest.checked_mul(layers.max(1)).unwrap_or(usize::MAX), "arena")?;
+        Ok(GdnParams {
+            n_k: u(s.n_k, "n_k")?,
+            n_v: u(s.n_v, "n_v")?,
+            d_k: u(s.d_k, "d_k")?,
+            d_v: u(s.d_v, "d_v")?,
+            conv_kernel: u(s.conv_kernel, "conv kernel")?,
+            conv_ch: u(s.conv_ch(), "conv channels")?,
+            eps: s.eps,
+            layers: u(layers, "layers")?,
+        })
+    }
+}
+
+/// Floats of one layer's scratch: `32·(2·n_k·d_k + 2·n_v·d_v + 2·n_v)` (the nodes' q, k, v, α,
+/// β and `o`; layout `kernel_abi::gdn_scratch`). 27B: `32·(4096 + 12288 + 96) = 527 360`
+/// floats (2.1 MB) per layer.
+pub fn gdn_scratch_len(shape: &GdnShape) -> usize {
+    kernel_abi::gdn_scratch_len(shape.n_k, shape.n_v, shape.d_k, shape.d_v)
+}
+
+/// One layer's DeltaNet weights (f32): `conv_w [conv_ch·K]` (`conv_w[c·K + t]`, tap `K−1` =
+/// current token), `ssm_a [n_v]`, `dt_bias [n_v]`, `norm_w [d_v]`.
+#[derive(Clone, Copy, Debug)]
+pub struct GdnWeights {
+    pub conv_w: DevSpan<f32>,
+    pub ssm_a: DevSpan<f32>,
+    pub dt_bias: DevSpan<f32>,
+    pub norm_w: DevSpan<f32>,
+}
+
+/// One layer's per-node activations: inputs `mixed [≥ n][conv_ch]`, `z [n][n_v·d_v]`,
+/// `a`, `b [n][n_v]`, and the output `out [n][n_v·d_v]`.
+#[derive(Clone, Copy, Debug)]
+pub struct GdnIo {
+    pub mixed: DevSpan<f32>,
+    pub z: DevSpan<f32>,
+    pub a: DevSpan<f32>,
+    pub b: DevSpan<f32>,
+    pub out: DevSpan<f32>,
+}
+
+/// One layer's committed state (only read by the forward) and its scratch (written).
+#[derive(Clone, Copy, Debug)]
+pub struct GdnLayerState {
+    pub conv_state: DevSpan<f32>,
+    pub state: DevSpan<f32>,
+    pub scratch: DevSpan<f32>,
+}
+
+fn recur_kernels(d_k: usize) -> (&'static str, &'static str) {
+    match d_k {
+        16 => ("gdn_recur_dk16", "gdn_commit_dk16"),
+        32 => ("gdn_recur_dk32", "gdn_commit_dk32"),
+        64 => ("gdn_recur_dk64", "gdn_commit_dk64"),
+        _ => ("gdn_recur_dk128", "gdn_commit_dk128"),
+    }
+}
+
+/// The layer core for the `n` nodes of `nodes` (device memory, one [`NodeBatch`] whose `n`
+/// must equal `n`): conv along each node's ancestors, the delta rule from each node's parent's
+/// state (roots from `st.state`), gated RMSNorm into `io.out`. `st.conv_state` and `st.state`
+/// are not modified; `st.scratch` keeps what [`gdn_commit`] needs (until the next forward of
+/// this layer). Three chained launches: `gdn_prep` (grid `(n, 2·n_k + n_v)`), `gdn_recur_dk*`
+/// (grid `(n_v, ⌈d_v/16⌉)`, 64 threads, 76 KB shared at `d_k = 128`) and `gdn_gated_norm`
+/// (grid `(n, ⌈n_v/8⌉)`). Each node's result is bitwise independent of the other nodes.
+pub fn gdn_forward(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    n: usize,
+    nodes: DevSpan<NodeBatch>,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+) -> Result<(), GpuError> {
+    const K: &str = "gdn_forward";
+    let p = shape.params(K, 1)?;
+    if n == 0 || n > MAX_NODES as usize {
+        return Err(GpuError::shape(K, format!("{n} nodes: 1..={MAX_NODES} per forward")));
+    }
+    let (ch, vd, nv) = (shape.conv_ch(), shape.value_len(), shape.n_v);
+    nodes.need(1, K, "nodes (one NodeBatch)")?;
+    w.conv_w.need(ch * shape.conv_kernel, K, "conv_w")?;
+    w.ssm_a.need(nv, K, "ssm_a")?;
+    w.dt_bias.need(nv, K, "dt_bias")?;
+    w.norm_w.need(shape.d_v, K, "norm_w")?;
+    io.mixed.need(n * ch, K, "mixed")?;
+    io.z.need(n * vd, K, "z")?;
+    io.a.need(n * nv, K, "a")?;
+    io.b.need(n * nv, K, "b")?;
+    io.out.need(n * vd, K, "out")?;
+    st.conv_state.need(shape.conv_state_len(), K, "conv_state")?;
+    st.state.need(shape.state_len(), K, "state")?;
+    st.scratch.need(gdn_scratch_len(shape), K, "scratch")?;
+    let n32 = n as u32;
+
+    let cfg = LaunchConfig {
+        grid_dim: (n32, p.n_k * 2 + p.n_v, 1),
+        block_dim: (GDN_PREP_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // Safety: arguments match `gdn_prep`'s signature; every kernel here waits (griddepcontrol)
+    // before touching memory, and the lengths were checked above.
+    unsafe {
+        ChainedLaunch::new(gpu, "gdn_prep")
+            .span(nodes)
+            .span(io.mixed)
+            .span(st.conv_state)
+            .span(w.conv_w)
+            .span(io.a)
+            .span(io.b)
+            .span(w.ssm_a)
+            .span(w.dt_bias)
+            .span(st.scratch)
+            .value(super::Param(p))
+            .launch(cfg)?;
+    }
+
+    let (recur, _) = recur_kernels(shape.d_k);
+    let smem = gdn_recur_smem_words(p.d_k) * 4;
+    gpu.allow_dynamic_smem(recur, smem)?;
+    let cfg = LaunchConfig {
+        grid_dim: (p.n_v, p.d_v.div_ceil(GDN_COLS_PER_BLOCK), 1),
+        block_dim: (GDN_RECUR_THREADS, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    unsafe {
+        ChainedLaunch::new(gpu, recur).span(nodes).span(st.state).span(st.scratch).value(super::Param(p)).launch(cfg)?;
+    }
+
+    let cfg = LaunchConfig { grid_dim: (n32, p.n_v.div_ceil(8), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    unsafe {
+        ChainedLaunch::new(gpu, "gdn_gated_norm")
+            .span(nodes)
+            .span(st.scratch)
+            .span(io.z)
+            .span(w.norm_w)
+            .span(io.out)
+            .value(super::Param(p))
+            .launch(cfg)
+    }
+}
+
+/// Commits the accepted path `path` (device memory, one [`CommitPath`] of the last forward) in
+/// all `layers` DeltaNet layers at once: each layer's `state` advances through the path's updates
+/// in path order (bitwise the state the forward computed for the path's last node), and its
+/// `conv_state` becomes the last `K−1` raw inputs along the path (continuing from the old window
+/// when the path is shorter). The arenas are contiguous per layer: `state [layers][n_v·d_k·d_v]`,
+/// `conv_state [layers][(K−1)·conv_ch]`, `mixed [layers][32·conv_ch]` and
+/// `scratch [layers][gdn_scratch_len]`, the last two as the forward left them. A path of length
+/// 0 changes nothing. One launch `gdn_commit_dk*`, grid `(n_v·⌈d_v/16⌉, layers)`.
+#[allow(clippy::too_many_arguments)]
+pub fn gdn_commit(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    layers: usize,
+    path: DevSpan<CommitPath>,
+    mixed: DevSpan<f32>,
+    scratch: DevSpan<f32>,
+    state: DevSpan<f32>,
+    conv_state: DevSpan<f32>,
+) -> Result<(), GpuError> {
+    const K: &str = "gdn_commit";
+    if layers == 0 || layers > 65_535 {
+        return Err(GpuError::shape(K, format!("{layers} layers: 1..=65535")));
+    }
+    let p = shape.params(K, layers)?;
+    path.need(1, K, "path (one CommitPath)")?;
+    mixed.need(layers * shape.mixed_len(), K, "mixed arena")?;
+    scratch.need(layers * gdn_scratch_len(shape), K, "scratch arena")?;
+    state.need(layers * shape.state_len(), K, "state arena")?;
+    conv_state.need(layers * shape.conv_state_len(), K, "conv_state arena")?;
+    let (_, commit) = recur_kernels(shape.d_k);
+    let smem = gdn_commit_smem_words(p.d_k) * 4;
+    gpu.allow_dynamic_smem(commit, smem)?;
+    let cfg = LaunchConfig {
+        grid_dim: (p.n_v * p.d_v.div_ceil(GDN_COLS_PER_BLOCK), p.layers, 1),
+        block_dim: (GDN_RECUR_THREADS, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    // Safety: arguments match `gdn_commit_dk*`; lengths checked above; the kernel waits before
+    // touching memory.
+    unsafe {
+        ChainedLaunch::new(gpu, commit)
+            .span(path)
+            .span(mixed)
+            .span(scratch)
+            .span(state)
+            .span(conv_state)
+            .value(super::Param(p))
+            .launch(cfg)
+    }
+}
+
+/// A [`NodeBatch`] as the 4-byte words of its `#[repr(C)]` layout (to upload it with
+/// [`Gpu::upload`]; view the buffer with [`DevSpan::from_raw`]`(ptr, 1)`).
+pub fn node_batch_words(nb: &NodeBatch) -> Vec<u32> {
+    let mut w = vec![nb.n_past, nb.n];
+    w.extend_from_slice(&nb.tokens);
+    w.extend(nb.parent.iter().map(|&p| p as u32));
+    w.extend_from_slice(&nb.depth);
+    w.extend_from_slice(&nb.anc);
+    debug_assert_eq!(w.len() * 4, std::mem::size_of::<NodeBatch>());
+    w
+}
+
+/// A [`CommitPath`] as the 4-byte words of its `#[repr(C)]` layout.
+pub fn commit_path_words(p: &CommitPath) -> Vec<u32> {
+    let mut w = vec![p.n_past, p.len];
+    w.extend_from_slice(&p.nodes);
+    debug_assert_eq!(w.len() * 4, std::mem::size_of::<CommitPath>());
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abi_words_cover_the_structs() {
+        let mut nb = NodeBatch::empty(7);
+        nb.n = 3;
+        nb.parent[2] = 1;
+        nb.anc[2] = 0b110;
+        let w = node_batch_words(&nb);
+        assert_eq!(w.len() * 4, std::mem::size_of::<NodeBatch>());
+        assert_eq!((w[0], w[1]), (7, 3));
+        assert_eq!(w[2 + 32 + 2], 1);
+        assert_eq!(w[2 + 32], u32::MAX);
+        assert_eq!(w[2 + 96 + 2], 0b110);
+        let mut p = CommitPath { n_past: 5, len: 2, nodes: [0; 32] };
+        p.nodes[1] = 9;
+        assert_eq!(commit_path_words(&p)[3], 9);
+    }
+
+    #[test]
+    fn scratch_len_of_27b() {
+        let s = GdnShape { n_k: 16, n_v: 48, d_k: 128, d_v: 128, conv_kernel: 4, eps: 1e-6 };
+        assert_eq!(gdn_scratch_len(&s), 32 * (2 * 2048 + 2 * 6144 + 96));
+        assert_eq!(s.conv_ch(), 10240);
+    }
+}
