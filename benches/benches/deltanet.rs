@@ -1,0 +1,112 @@
+//! `deltanet` benches at Qwen3.5-27B shapes (n_k 16, n_v 48, d_k = d_v 128, conv kernel 4):
+//! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree), and
+//! `gdn_commit` of a 4-node path over all 48 layers.
+//!
+//! Roofline: the forward's DRAM-sized traffic is the layer's state read once (`n_v·d_k·d_v·4` =
+//! 3.1 MB); everything else (mixed rows, scratch, outputs: ≤ 4 MB at n = 22, mostly L2) is
+//! reported separately in the note. The forward rotates over the 48 layers' states (151 MB, > 2×
+//! L2) so every state read comes from DRAM. Commit: state read + written once per layer
+//! (`2·48·3.1 MB`). Reported as state bytes per second and their fraction of copy bandwidth.
+
+use flashtree::gpu::deltanet::{
+    commit_path_words, gdn_commit, gdn_forward, gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnShape,
+    GdnWeights,
+};
+use flashtree::gpu::{DevSpan, Gpu};
+use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
+use flashtree_reference::deltanet::{commit_path, node_batch};
+use kernel_abi::{CommitPath, NodeBatch};
+
+const LAYERS: usize = 48;
+
+/// A 22-node tree shaped like a DDTree verify: a 9-deep trunk with branches (Σ depth = 71).
+const TREE22: [i32; 22] = [-1, 0, 1, 2, 3, 4, 5, 6, 7, -1, 0, 1, 9, 2, 10, 3, 12, 4, 13, 5, 14, 16];
+
+fn values(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let h = (i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(40_503));
+            ((h >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn upload_words(gpu: &Gpu, w: &[u32]) -> (flashtree::gpu::CudaSlice<u32>, u64) {
+    let d = gpu.upload(w).unwrap();
+    let p = DevSpan::of(gpu, &d).ptr();
+    (d, p)
+}
+
+fn main() {
+    let Some(gpu) = gpu_or_skip("deltanet") else { return };
+    let ceiling = ceiling_gbps(&gpu);
+    let s = GdnShape { n_k: 16, n_v: 48, d_k: 128, d_v: 128, conv_kernel: 4, eps: 1e-6 };
+    let (ch, vd, nv) = (s.conv_ch(), s.value_len(), s.n_v);
+    let sl = gdn_scratch_len(&s);
+    let conv_w = gpu.upload(&values(ch * s.conv_kernel, 1, 0.5)).unwrap();
+    let ssm_a = gpu.upload(&values(nv, 2, 1.0).iter().map(|x| -0.1 - x.abs()).collect::<Vec<_>>()).unwrap();
+    let dt_bias = gpu.upload(&values(nv, 3, 1.0)).unwrap();
+    let norm_w = gpu.upload(&values(s.d_v, 4, 1.0)).unwrap();
+    let z = gpu.upload(&values(32 * vd, 5, 2.0)).unwrap();
+    let a = gpu.upload(&values(32 * nv, 6, 2.0)).unwrap();
+    let b = gpu.upload(&values(32 * nv, 7, 2.0)).unwrap();
+    let out = gpu.zeros::<f32>(32 * vd).unwrap();
+    let mixed = gpu.upload(&values(LAYERS * s.mixed_len(), 8, 1.0)).unwrap();
+    let conv = gpu.upload(&values(LAYERS * s.conv_state_len(), 9, 1.0)).unwrap();
+    let state = gpu.upload(&values(LAYERS * s.state_len(), 10, 0.05)).unwrap();
+    let scratch = gpu.zeros::<f32>(LAYERS * sl).unwrap();
+    let sp = |x| DevSpan::of(&gpu, x);
+    let w = GdnWeights { conv_w: sp(&conv_w), ssm_a: sp(&ssm_a), dt_bias: sp(&dt_bias), norm_w: sp(&norm_w) };
+    let io = GdnIo { mixed: sp(&mixed), z: sp(&z), a: sp(&a), b: sp(&b), out: sp(&out) };
+    let layer = |l: usize| -> (GdnIo, GdnLayerState) {
+        let at = |x: DevSpan<f32>, len: usize| x.sub(l * len, len, "layer").unwrap();
+        (
+            GdnIo { mixed: at(sp(&mixed), s.mixed_len()), ..io },
+            GdnLayerState {
+                conv_state: at(sp(&conv), s.conv_state_len()),
+                state: at(sp(&state), s.state_len()),
+                scratch: at(sp(&scratch), sl),
+            },
+        )
+    };
+    let state_bytes = (s.state_len() * 4) as f64;
+
+    for parents in [&[-1i32][..], &TREE22[..]] {
+        let n = parents.len();
+        let nb = node_batch(1000, parents);
+        let (_nbd, nbp) = upload_words(&gpu, &node_batch_words(&nb));
+        // Safety: the buffer holds one NodeBatch and outlives the bench.
+        let nbs: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(nbp, 1) };
+        let secs = median_secs(&gpu, 96, |i| {
+            let (io, st) = layer(i % LAYERS);
+            gdn_forward(&gpu, &s, n, nbs, &w, &io, &st)
+        });
+        let depth: u32 = nb.depth[..n].iter().map(|d| d + 1).sum();
+        let note = format!(
+            "state read once; +{:.1} MB L2-side (inputs, scratch, out); Σ(depth+1) = {depth}",
+            (n * (ch + 3 * vd + 2 * nv) * 4 + n * (ch + 2 * vd + 2 * nv) * 4) as f64 / 1e6
+        );
+        report("deltanet", &format!("gdn_forward 27B n={n}"), state_bytes, secs, ceiling, &note);
+    }
+
+    // Commit a 4-node path of the 22-node tree in all layers (the forward above left every
+    // layer's scratch filled).
+    for layer_i in 0..LAYERS {
+        let nb = node_batch(1000, &TREE22);
+        let (_nbd, nbp) = upload_words(&gpu, &node_batch_words(&nb));
+        let nbs: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(nbp, 1) };
+        let (io, st) = layer(layer_i);
+        gdn_forward(&gpu, &s, TREE22.len(), nbs, &w, &io, &st).unwrap();
+    }
+    let (_pd, pp) = upload_words(&gpu, &commit_path_words(&commit_path(1000, &[0, 1, 2, 3])));
+    let ps: DevSpan<CommitPath> = unsafe { DevSpan::from_raw(pp, 1) };
+    let secs = median_secs(&gpu, 8, |_| gdn_commit(&gpu, &s, LAYERS, ps, sp(&mixed), sp(&scratch), sp(&state), sp(&conv)));
+    report(
+        "deltanet",
+        "gdn_commit 27B 48 layers path=4",
+        2.0 * LAYERS as f64 * state_bytes,
+        secs,
+        ceiling,
+        "state read + written once per layer",
+    );
+}
