@@ -260,11 +260,11 @@ mod tests {
             let c = Case::new(dims, kernel, PARENTS.len(), 0x5eed + kernel as u64);
             let l = c.layer();
             let r = gdn_forward(&l, &nb, &c.mixed, &c.z, &c.a, &c.b, &c.conv, &c.state);
-            for i in 0..PARENTS.len() {
+            for (i, ri) in r.iter().enumerate() {
                 let (o, out, s, _) = chain(&c, &nb, &path_to(&nb, i));
-                assert_eq!(r[i].o, o, "node {i} o");
-                assert_eq!(r[i].out, out, "node {i} out");
-                assert_eq!(r[i].state, s, "node {i} state");
+                assert_eq!(ri.o, o, "node {i} o");
+                assert_eq!(ri.out, out, "node {i} out");
+                assert_eq!(ri.state, s, "node {i} state");
             }
         }
     }

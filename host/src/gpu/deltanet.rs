@@ -81,10 +81,11 @@ impl GdnShape {
         if !(s.eps.is_finite() && s.eps >= 0.0) {
             return Err(GpuError::shape(kernel, format!("eps = {}", s.eps)));
         }
-        let u = |v: usize, what: &str| u32::try_from(v).map_err(|_| GpuError::shape(kernel, format!("{what} too large")));
+        let u =
+            |v: usize, what: &str| u32::try_from(v).map_err(|_| GpuError::shape(kernel, format!("{what} too large")));
         // Every per-layer offset the kernels compute must fit comfortably.
         let biggest = self.state_len().max(gdn_scratch_len(self)).max(self.mixed_len());
-        u(biggest.checked_mul(layers.max(1)).unwrap_or(usize::MAX), "arena")?;
+        u(biggest.saturating_mul(layers.max(1)), "arena")?;
         Ok(GdnParams {
             n_k: u(s.n_k, "n_k")?,
             n_v: u(s.n_v, "n_v")?,
@@ -211,7 +212,12 @@ pub fn gdn_forward(
         shared_mem_bytes: smem,
     };
     unsafe {
-        ChainedLaunch::new(gpu, recur).span(nodes).span(st.state).span(st.scratch).value(super::Param(p)).launch(cfg)?;
+        ChainedLaunch::new(gpu, recur)
+            .span(nodes)
+            .span(st.state)
+            .span(st.scratch)
+            .value(super::Param(p))
+            .launch(cfg)?;
     }
 
     let cfg = LaunchConfig { grid_dim: (n32, p.n_v.div_ceil(8), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };

@@ -281,19 +281,15 @@ fn state_err(
     let mut e: Vec<Vec<f64>> = Vec::with_capacity(n);
     for i in 0..n {
         let p = nb.parent[i];
-        let (prev_e, prev_n) = if p < 0 { (vec![0f64; vd], root_norms) } else { (e[p as usize].clone(), &norms[p as usize][..]) };
+        let (prev_e, prev_n) =
+            if p < 0 { (vec![0f64; vd], root_norms) } else { (e[p as usize].clone(), &norms[p as usize][..]) };
         let (x, er) = (inputs[i], &ie[i]);
         let ei = (0..vd)
             .map(|jc| {
                 let (j, ns) = (jc / dv, prev_n[jc]);
                 let v = (x.v[jc] as f64).abs();
                 let m = ns + v;
-                prev_e[jc]
-                    + local * m
-                    + er.da[j] * ns
-                    + er.db[j] * m
-                    + (2.0 * ns + v) * er.dk[j % s.n_k]
-                    + er.dv[jc]
+                prev_e[jc] + local * m + er.da[j] * ns + er.db[j] * m + (2.0 * ns + v) * er.dk[j % s.n_k] + er.dv[jc]
             })
             .collect();
         e.push(ei);
@@ -301,6 +297,7 @@ fn state_err(
     e
 }
 
+#[allow(clippy::needless_range_loop)]
 fn check_forward(s: &GdnShape, l: &Layer, nb: &NodeBatch, o: &[f32], out: &[f32]) -> Result<(), TestCaseError> {
     let res = l.run_reference(s, nb, &l.conv, &l.state);
     let (n, dv, vd) = (nb.n as usize, s.d_v, s.value_len());
@@ -315,13 +312,22 @@ fn check_forward(s: &GdnShape, l: &Layer, nb: &NodeBatch, o: &[f32], out: &[f32]
             let kh = (jc / dv) % s.n_k;
             let q = norm(r.inputs.q[kh * s.d_k..(kh + 1) * s.d_k].iter().map(|&x| x as f64));
             let want = r.o[jc] as f64;
-            d_o[jc] = 2.0
-                * (e[i][jc] * q + sn[jc] * ie[i].dq[kh] + gamma(s.d_k) * sn[jc] * q + U32 * want.abs())
-                + 1e-30;
+            d_o[jc] =
+                2.0 * (e[i][jc] * q + sn[jc] * ie[i].dq[kh] + gamma(s.d_k) * sn[jc] * q + U32 * want.abs()) + 1e-30;
             let got = o[i * vd + jc];
             prop_assert!(got.is_finite(), "o[{}][{}] = {} (not written?)", i, jc, got);
             let err = (got as f64 - want).abs();
-            prop_assert!(err <= d_o[jc], "node {} (depth {}) o[{}]: {} vs {} (err {:e} > {:e})", i, nb.depth[i], jc, got, want, err, d_o[jc]);
+            prop_assert!(
+                err <= d_o[jc],
+                "node {} (depth {}) o[{}]: {} vs {} (err {:e} > {:e})",
+                i,
+                nb.depth[i],
+                jc,
+                got,
+                want,
+                err,
+                d_o[jc]
+            );
         }
         for j in 0..s.n_v {
             let oh = &r.o[j * dv..(j + 1) * dv];
