@@ -14,6 +14,7 @@
 pub mod device;
 
 pub mod copy;
+pub mod embed;
 pub mod norm;
 pub mod qmatmul;
 pub mod sample;

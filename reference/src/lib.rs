@@ -4,6 +4,7 @@
 //! `gpu-kernels/src/<family>.rs` and the launchers in `host/src/gpu/<family>.rs`.
 
 pub mod copy;
+pub mod embed;
 pub mod model;
 pub mod norm;
 pub mod qmatmul;
