@@ -100,9 +100,9 @@ pub const fn topk_fits(vocab: u32, k: u32) -> bool {
 /// 32-bit words of the `topk_*` scratch for `rows` rows: per row and segment `k` candidate keys,
 /// `k` candidate ids, the segment's maximum key and its f32 sum of `exp(x − max)` (see
 /// [`TopkParams`] for the layout).
-pub const fn topk_scratch_words(rows: u32, vocab: u32, k: u32) -> usize {
-    let segs = rows as usize * topk_splits(vocab) as usize;
-    2 * segs * k as usize + 2 * segs
+pub const fn topk_scratch_words(rows: usize, vocab: usize, k: usize) -> usize {
+    let segs = rows * vocab.div_ceil(TOPK_SEGMENT as usize);
+    2 * segs * k + 2 * segs
 }
 
 /// Parameters of `topk_partial` and `topk_finish` over `rows` rows of `vocab` f32 logits.

@@ -2,6 +2,7 @@
 //! Skips visibly (`skipped: no CUDA driver`) on a machine without the NVIDIA driver.
 
 mod copy;
+mod embed;
 mod graph;
 mod norm;
 mod qmatmul;
