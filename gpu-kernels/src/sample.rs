@@ -463,7 +463,12 @@ pub unsafe extern "ptx-kernel" fn topk_partial(x: *const f32, scratch: *mut u32,
 /// of only −inf too. Traffic: `rows·splits·(8k + 8)` bytes read, `rows·k·8` written.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
-pub unsafe extern "ptx-kernel" fn topk_finish(scratch: *const u32, tokens: *mut u32, logprobs: *mut f32, p: TopkParams) {
+pub unsafe extern "ptx-kernel" fn topk_finish(
+    scratch: *const u32,
+    tokens: *mut u32,
+    logprobs: *mut f32,
+    p: TopkParams,
+) {
     launch_dependents();
     let row = block_x();
     if row >= p.rows {

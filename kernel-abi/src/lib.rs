@@ -442,6 +442,17 @@ mod tests {
     }
 
     #[test]
+    fn topk_geometry_depends_on_vocab_only_and_fits_the_merge() {
+        assert_eq!(topk_splits(248_320), 61);
+        assert_eq!(topk_splits(4096), 1);
+        assert_eq!(topk_splits(4097), 2);
+        assert!(topk_fits(248_320, 64) && topk_fits(262_144, 64) && !topk_fits(262_145, 64));
+        assert!(topk_fits(1, 1) && !topk_fits(1, 2) && !topk_fits(100, 0) && !topk_fits(100, 65));
+        // 15 rows × 61 segments × (k keys + k ids + max + sum).
+        assert_eq!(topk_scratch_words(15, 248_320, 8), 15 * 61 * 18);
+    }
+
+    #[test]
     fn gemv_split_depends_on_shape_and_stays_in_range() {
         assert_eq!(gemv_split(28672, 4096), 1);
         assert_eq!(gemv_split(17408, 5120), 1);

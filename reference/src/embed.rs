@@ -8,9 +8,8 @@ use crate::quant::{dequantize_into, GgmlType, QuantError};
 /// [`crate::quant::dequantize`] of each row.
 pub fn embed_rows(ty: GgmlType, table: &[u8], n_embd: usize, tokens: &[u32]) -> Result<Vec<f32>, QuantError> {
     let block = ty.block_size();
-    let row_bytes = ty
-        .row_bytes(n_embd as u64)
-        .ok_or(QuantError::NotBlockMultiple { ty, elements: n_embd, block })? as usize;
+    let row_bytes =
+        ty.row_bytes(n_embd as u64).ok_or(QuantError::NotBlockMultiple { ty, elements: n_embd, block })? as usize;
     if row_bytes == 0 || !table.len().is_multiple_of(row_bytes) {
         return Err(QuantError::LengthMismatch { ty, bytes: table.len(), elements: n_embd, expected: row_bytes });
     }
@@ -34,7 +33,15 @@ mod tests {
     fn rows_are_the_dequantized_table_rows_and_bad_tokens_are_nan() {
         let n_embd = 512;
         let x: Vec<f32> = (0..3 * n_embd).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
-        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        for ty in [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
             let table = quantize(ty, &x).expect("quantize");
             let all = dequantize(ty, &table).expect("dequantize");
             let out = embed_rows(ty, &table, n_embd, &[2, 0, 2, 3]).expect("embed");

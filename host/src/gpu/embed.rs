@@ -60,7 +60,7 @@ pub fn embed_rows(
             ),
         ));
     }
-    if table.ptr() % 4 != 0 {
+    if !table.ptr().is_multiple_of(4) {
         return Err(GpuError::shape(K, format!("table at {:#x} is not 4-byte aligned", table.ptr())));
     }
     tokens.need(rows, K, "tokens")?;

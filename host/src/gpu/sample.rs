@@ -92,10 +92,8 @@ pub fn argmax_rows_span(
     part_idx.need(argmax_scratch_len(rows), K, "part_idx")?;
     idx.need(rows, K, "idx")?;
     val.need(rows, K, "val")?;
-    let p = ArgmaxParams {
-        rows: rows as u32,
-        cols: u32::try_from(cols).map_err(|_| GpuError::shape(K, "row too long"))?,
-    };
+    let p =
+        ArgmaxParams { rows: rows as u32, cols: u32::try_from(cols).map_err(|_| GpuError::shape(K, "row too long"))? };
     let cfg = LaunchConfig {
         grid_dim: (ARGMAX_SPLITS, p.rows, 1),
         block_dim: (ROW_BLOCK_THREADS, 1, 1),
@@ -184,7 +182,7 @@ pub fn topk_logprobs_rows(
         vocab,
         k,
         splits: topk_splits(vocab),
-        vec4: (vocab % 4 == 0 && logits.ptr() % 16 == 0) as u32,
+        vec4: (vocab.is_multiple_of(4) && logits.ptr().is_multiple_of(16)) as u32,
     };
     let cfg = LaunchConfig { grid_dim: (p.splits, rows, 1), block_dim: (ROW_BLOCK_THREADS, 1, 1), shared_mem_bytes: 0 };
     // Safety: the arguments match `topk_partial(x, scratch, TopkParams)` and

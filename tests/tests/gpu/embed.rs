@@ -15,15 +15,8 @@ use flashtree_tests::gpu::gpu_or_skip;
 use kernel_abi::NodeBatch;
 use proptest::prelude::*;
 
-const TYPES: [GgmlType; 7] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q8_0,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-];
+const TYPES: [GgmlType; 7] =
+    [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
 
 fn bytes(seed: u64, n: usize) -> Vec<u8> {
     let mut s = seed | 1;

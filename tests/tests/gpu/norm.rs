@@ -208,6 +208,8 @@ fn add_rms_norm_rejects_overlap_and_short_buffers() {
     let err = |r: Result<(), flashtree::gpu::GpuError>| r.unwrap_err().to_string();
     assert!(err(add_rms_norm(gpu, hs, as_, ws, hs, 2, 32, 1e-6)).contains("overlap"));
     assert!(err(add_rms_norm(gpu, hs, hs.sub(16, 32, "a").unwrap(), ws, as_, 1, 32, 1e-6)).contains("overlap"));
-    assert!(err(add_rms_norm(gpu, hs, as_.sub(0, 40, "a").unwrap(), ws, as_, 2, 32, 1e-6)).contains("add_rms_norm_rows"));
+    assert!(
+        err(add_rms_norm(gpu, hs, as_.sub(0, 40, "a").unwrap(), ws, as_, 2, 32, 1e-6)).contains("add_rms_norm_rows")
+    );
     assert!(err(add_rms_norm(gpu, hs, as_, ws, as_, 3, 32, 1e-6)).contains("h (3 rows × 32 cols) needs 96"));
 }

@@ -242,7 +242,8 @@ fn topk_rejects_bad_shapes() {
     let scratch = gpu.zeros::<u32>(topk_scratch_len(1, 300_000, 64)).unwrap();
     let out = gpu.zeros::<u32>(64).unwrap();
     let lp = gpu.zeros::<f32>(64).unwrap();
-    let (xs, ss, os, ls) = (DevSpan::of(gpu, &x), DevSpan::of(gpu, &scratch), DevSpan::of(gpu, &out), DevSpan::of(gpu, &lp));
+    let (xs, ss, os, ls) =
+        (DevSpan::of(gpu, &x), DevSpan::of(gpu, &scratch), DevSpan::of(gpu, &out), DevSpan::of(gpu, &lp));
     let err = |r: Result<(), flashtree::gpu::GpuError>| r.unwrap_err().to_string();
     assert!(err(topk_logprobs_rows(gpu, xs, 1, 100, 0, ss, os, ls)).contains("k = 0"));
     assert!(err(topk_logprobs_rows(gpu, xs, 1, 100, 65, ss, os, ls)).contains("k = 65"));
