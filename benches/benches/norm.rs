@@ -1,7 +1,9 @@
-//! `norm` benches: RMSNorm rows (hidden 5120) and per-head norm (head_dim 256).
-//! Roofline: x read once + y written once (`2·rows·cols·4` bytes; w is shared and cached).
+//! `norm` benches: RMSNorm rows (hidden 5120), the fused residual add + RMSNorm, and per-head
+//! norm (head_dim 256). Roofline: x read once + y written once (`2·rows·cols·4` bytes; w is
+//! shared and cached); `add_rms_norm` reads h and a and writes h and y (`4·rows·cols·4`).
 
-use flashtree::gpu::norm::{rms_norm_heads, rms_norm_rows};
+use flashtree::gpu::norm::{add_rms_norm, rms_norm_heads, rms_norm_rows};
+use flashtree::gpu::DevSpan;
 use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
 
 fn main() {
@@ -16,6 +18,18 @@ fn main() {
         let secs = median_secs(&gpu, 50, |_| rms_norm_rows(&gpu, &dx, &dw, &mut dy, rows, 1e-6));
         let note = if rows < 1024 { "launch-bound at this size" } else { "" };
         report("norm", &format!("rms_norm_rows {rows}x{cols}"), (2 * rows * cols * 4) as f64, secs, ceiling, note);
+    }
+    for (rows, cols) in [(1usize, 5120usize), (32, 5120), (16384, 5120)] {
+        let x: Vec<f32> = (0..rows * cols).map(|i| ((i % 97) as f32 - 48.0) / 10.0).collect();
+        let a: Vec<f32> = (0..rows * cols).map(|i| ((i % 89) as f32 - 44.0) * 1e-6).collect();
+        let w: Vec<f32> = (0..cols).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
+        let (dh, da, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&a).unwrap(), gpu.upload(&w).unwrap());
+        let dy = gpu.zeros::<f32>(rows * cols).unwrap();
+        let s = |b| DevSpan::of(&gpu, b);
+        let (hs, as_, ws, ys) = (s(&dh), s(&da), s(&dw), s(&dy));
+        let secs = median_secs(&gpu, 50, |_| add_rms_norm(&gpu, hs, as_, ws, ys, rows, cols, 1e-6));
+        let note = if rows < 1024 { "launch-bound at this size" } else { "" };
+        report("norm", &format!("add_rms_norm {rows}x{cols}"), (4 * rows * cols * 4) as f64, secs, ceiling, note);
     }
     for (vectors, hd) in [(24usize, 256usize), (65536, 256)] {
         let x: Vec<f32> = (0..vectors * hd).map(|i| ((i % 97) as f32 - 48.0) / 10.0).collect();

@@ -1,8 +1,11 @@
-//! `sample::argmax` benches over 248 320-wide rows (the Qwen3.5 vocabulary).
-//! Roofline: `rows·cols·4` bytes read. Inputs rotate over > 2× L2 so reads come from DRAM.
+//! `sample` benches over 248 320-wide rows (the Qwen3.5 vocabulary): argmax, and top-k
+//! log-probs (`topk_logprobs_rows`: the draft's 15 positions, and 1 and 32; k = 8 and 64).
+//! Roofline: `rows·cols·4` bytes read (top-k's scratch traffic, `rows·61·(8k + 8)` bytes, is
+//! ≤ 3 % of it). Inputs rotate over > 2× L2 so reads come from DRAM.
 
 use criterion::Throughput;
-use flashtree::gpu::sample::{argmax, ArgmaxBuffers};
+use flashtree::gpu::sample::{argmax, topk_logprobs_rows, topk_scratch_len, ArgmaxBuffers};
+use flashtree::gpu::DevSpan;
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 
 const VOCAB: usize = 248_320;
@@ -29,6 +32,23 @@ fn main() {
             })
         });
         g.finish();
+    }
+    for rows in [1usize, 15, 32] {
+        let bytes = rows * VOCAB * 4;
+        let copies = (2 * l2).div_ceil(bytes).max(1);
+        let x: Vec<f32> = (0..rows * VOCAB).map(|i| (((i * 2654435761usize) >> 9) % 100_000) as f32 * 2e-4).collect();
+        let bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&x).unwrap()).collect();
+        for k in [8usize, 64] {
+            let scratch = gpu.zeros::<u32>(topk_scratch_len(rows, VOCAB, k)).unwrap();
+            let tok = gpu.zeros::<u32>(rows * k).unwrap();
+            let lp = gpu.zeros::<f32>(rows * k).unwrap();
+            let (ss, ts, ls) = (DevSpan::of(&gpu, &scratch), DevSpan::of(&gpu, &tok), DevSpan::of(&gpu, &lp));
+            let secs = median_secs(&gpu, 64, |i| {
+                topk_logprobs_rows(&gpu, DevSpan::of(&gpu, &bufs[i % copies]), rows, VOCAB, k, ss, ts, ls)
+            });
+            let note = if rows == 1 { "latency-bound: 1 MB per launch" } else { "" };
+            report("sample", &format!("topk k={k} {rows}x{VOCAB}"), bytes as f64, secs, ceiling, note);
+        }
     }
     c.final_summary();
 }

@@ -15,6 +15,7 @@ pub mod device;
 
 pub mod copy;
 pub mod deltanet;
+pub mod embed;
 pub mod norm;
 pub mod qmatmul;
 pub mod sample;

@@ -1,6 +1,6 @@
-//! `norm`: RMSNorm over rows, and per-head RMSNorm.
+//! `norm`: RMSNorm over rows, the fused residual add + RMSNorm, and per-head RMSNorm.
 //!
-//! Math (both kernels): `y[r, c] = x[r, c] · w[c] / sqrt(Σ_c x[r, c]² / cols + eps)`, f32 in and
+//! Math (all three kernels): `y[r, c] = x[r, c] · w[c] / sqrt(Σ_c x[r, c]² / cols + eps)`, f32 in and
 //! out, f32 accumulation. The weight already holds any `1 + w` offset (the converter folds it).
 //!
 //! Invariant (batch invariance): row `r`'s result depends only on row `r` and `w`; the
@@ -8,6 +8,7 @@
 
 use kernel_abi::RmsNormParams;
 
+use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::math::{div_rn, fma, sqrt_rn};
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
@@ -23,24 +24,30 @@ fn inv_rms(sum_sq: f32, cols: u32, eps: f32) -> f32 {
     div_rn(1.0, sqrt_rn(div_rn(sum_sq, cols as f32) + eps))
 }
 
-/// RMSNorm of long rows (hidden size). One block of 256 threads per row (`grid = rows`).
-/// Thread `t` accumulates `x[c]²` for `c = t, t+256, …` in order; warps reduce by butterfly;
-/// the 8 warp sums are added in warp order. Traffic: reads `x` twice (second from L1/L2),
-/// `w` once, writes `y`: ≈ `(2·rows + 1)·cols·4` bytes.
-#[no_mangle]
-#[link_section = "nvvm:maxntid=256;minctasm=1"]
-pub unsafe extern "ptx-kernel" fn rms_norm_rows(x: *const f32, w: *const f32, y: *mut f32, p: RmsNormParams) {
+/// One row of `rms_norm_rows` / `add_rms_norm_rows` on a block of 256 threads. With `ADD`,
+/// `x[c] += a[c]` first (stored back: `x` is the residual stream `h`), and the sum of squares
+/// is taken over the sums. Thread `t` accumulates `x[c]²` for `c = t, t+256, …` in order; warps
+/// reduce by butterfly; the 8 warp sums are added in warp order. The reduction is the same with
+/// and without `ADD`, so `add_rms_norm_rows` with `a = 0` is `rms_norm_rows` bit for bit (for
+/// `h` without `−0`, which `+ 0` turns into `+0`).
+#[inline(always)]
+unsafe fn norm_row<const ADD: bool>(x: *mut f32, a: *const f32, w: *const f32, y: *mut f32, p: RmsNormParams) {
     let row = block_x();
     if row >= p.rows {
         return;
     }
-    let xr = x.add(row as usize * p.cols as usize);
-    let yr = y.add(row as usize * p.cols as usize);
+    let off = row as usize * p.cols as usize;
+    let xr = x.add(off);
+    let yr = y.add(off);
     let t = thread_x();
     let mut acc = 0.0f32;
     let mut c = t;
     while c < p.cols {
-        let v = *xr.add(c as usize);
+        let mut v = *xr.add(c as usize);
+        if ADD {
+            v += *a.add(off + c as usize);
+            *xr.add(c as usize) = v;
+        }
         acc = fma(v, v, acc);
         c += block_dim_x();
     }
@@ -58,6 +65,8 @@ pub unsafe extern "ptx-kernel" fn rms_norm_rows(x: *const f32, w: *const f32, y:
         i += 1;
     }
     let s = inv_rms(total, p.cols, p.eps);
+    // Each thread reads back only the values it wrote itself (same `c`), so no barrier is needed
+    // between the in-place update and this pass.
     let mut c = t;
     while c < p.cols {
         *yr.add(c as usize) = *xr.add(c as usize) * s * *w.add(c as usize);
@@ -65,12 +74,46 @@ pub unsafe extern "ptx-kernel" fn rms_norm_rows(x: *const f32, w: *const f32, y:
     }
 }
 
+/// RMSNorm of long rows (hidden size). One block of 256 threads per row (`grid = rows`); the
+/// reduction order is that of [`norm_row`]. Traffic: reads `x` twice (second from L1/L2), `w`
+/// once, writes `y`: ≈ `(2·rows + 1)·cols·4` bytes. Chainable (programmatic dependent launch).
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+pub unsafe extern "ptx-kernel" fn rms_norm_rows(x: *const f32, w: *const f32, y: *mut f32, p: RmsNormParams) {
+    launch_dependents();
+    grid_dependency_wait();
+    norm_row::<false>(x as *mut f32, core::ptr::null(), w, y, p);
+}
+
+/// Fused residual add + RMSNorm: `h[r, c] += a[r, c]` (in place), then
+/// `y[r, c] = h[r, c] · w[c] / sqrt(Σ_c h[r, c]² / cols + eps)`, one block of 256 threads per
+/// row (`grid = rows`), the reduction order of [`norm_row`] (so `a = 0` gives `rms_norm_rows`'s
+/// bits). `a` and `y` must not overlap `h`. Traffic: reads `h`, `a`, `w`, writes `h` and `y`
+/// (the second read of `h` is the block's own writes, from L1/L2): ≈ `(4·rows + 1)·cols·4`
+/// bytes. Chainable.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+pub unsafe extern "ptx-kernel" fn add_rms_norm_rows(
+    h: *mut f32,
+    a: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    p: RmsNormParams,
+) {
+    launch_dependents();
+    grid_dependency_wait();
+    norm_row::<true>(h, a, w, y, p);
+}
+
 /// Per-head RMSNorm (q/k norm): `rows` = tokens × heads vectors of `cols` = head_dim values, one
 /// weight of `head_dim` shared by all heads. One warp per vector, 8 vectors per 256-thread block
 /// (`grid = ceil(rows / 8)`). Lane `l` accumulates `c = l, l+32, …` in order, then a butterfly.
+/// Chainable (programmatic dependent launch).
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
 pub unsafe extern "ptx-kernel" fn rms_norm_heads(x: *const f32, w: *const f32, y: *mut f32, p: RmsNormParams) {
+    launch_dependents();
+    grid_dependency_wait();
     let row = block_x() * (block_dim_x() / 32) + warp_id();
     if row >= p.rows {
         return;

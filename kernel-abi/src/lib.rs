@@ -17,7 +17,8 @@ pub const GEMV_WARPS_PER_BLOCK: u32 = GEMV_BLOCK_THREADS / 32;
 /// whatever the number of rows.
 pub const ARGMAX_SPLITS: u32 = 64;
 
-/// Parameters of `rms_norm_rows` and `rms_norm_heads`.
+/// Parameters of `rms_norm_rows`, `rms_norm_heads` and `add_rms_norm_rows` (which first adds
+/// `a` to the rows `h` in place and normalizes the sums).
 ///
 /// `y[r, c] = x[r, c] / sqrt(mean_c(x[r, :]^2) + eps) * w[c]` over `rows` rows of `cols` values;
 /// row `r` of `x` starts at `r * cols`, and the weight has `cols` values (shared by all rows).
@@ -59,6 +60,67 @@ pub const fn gemv_split(out_features: u32, in_features: u32) -> u32 {
 pub struct ArgmaxParams {
     pub rows: u32,
     pub cols: u32,
+}
+
+/// Elements of one row written by one block of the `embed_*` kernels (grid `(rows, ⌈n_embd /
+/// this⌉)`, [`ROW_BLOCK_THREADS`] threads: 4 elements per thread).
+pub const EMBED_CHUNK: u32 = 1024;
+
+/// Parameters of the `embed_*` kernels: `out[r, :] = dequant(table row tokens[r])` for
+/// `r < rows`, the table being `n_vocab` rows of `n_embd` elements in the kernel's ggml type
+/// (row `t` starts at byte `t · n_embd / block · block_bytes`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EmbedParams {
+    pub rows: u32,
+    pub n_vocab: u32,
+    pub n_embd: u32,
+}
+
+/// Most candidates one `topk_*` launch returns per row.
+pub const TOPK_MAX_K: u32 = 64;
+/// Items each thread of the `topk_*` kernels holds in registers.
+pub const TOPK_ITEMS: u32 = 16;
+/// Logits one block of `topk_partial` scans: one segment of a row
+/// ([`ROW_BLOCK_THREADS`] × [`TOPK_ITEMS`]). Fixed, so a row's segments (and with them every
+/// reduction order) depend on `vocab` only.
+pub const TOPK_SEGMENT: u32 = ROW_BLOCK_THREADS * TOPK_ITEMS;
+
+/// Segments of a row of `vocab` logits (`grid.x` of `topk_partial`).
+pub const fn topk_splits(vocab: u32) -> u32 {
+    vocab.div_ceil(TOPK_SEGMENT)
+}
+
+/// Whether `topk_finish` can merge a row of `vocab` logits at this `k`: its block holds
+/// `splits · k` candidates in registers, at most [`TOPK_SEGMENT`] (with `k = 64`: `vocab ≤ 262 144`).
+pub const fn topk_fits(vocab: u32, k: u32) -> bool {
+    k >= 1 && k <= TOPK_MAX_K && k <= vocab && (topk_splits(vocab) as u64) * (k as u64) <= TOPK_SEGMENT as u64
+}
+
+/// 32-bit words of the `topk_*` scratch for `rows` rows: per row and segment `k` candidate keys,
+/// `k` candidate ids, the segment's maximum key and its f32 sum of `exp(x − max)` (see
+/// [`TopkParams`] for the layout).
+pub const fn topk_scratch_words(rows: usize, vocab: usize, k: usize) -> usize {
+    let segs = rows * vocab.div_ceil(TOPK_SEGMENT as usize);
+    2 * segs * k + 2 * segs
+}
+
+/// Parameters of `topk_partial` and `topk_finish` over `rows` rows of `vocab` f32 logits.
+///
+/// Scratch layout (u32 words, `S = rows · splits`): `cand_key[S·k]`, `cand_id[S·k]`,
+/// `seg_max[S]` (an order key, see `gpu-kernels` `sample::order_key`), `seg_sum[S]` (f32 bits);
+/// segment `s` of row `r` is entry `r · splits + s`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TopkParams {
+    pub rows: u32,
+    pub vocab: u32,
+    pub k: u32,
+    /// [`topk_splits`]`(vocab)`.
+    pub splits: u32,
+    /// Non-zero: rows start 16-byte aligned (`vocab % 4 == 0` and an aligned base), so
+    /// `topk_partial` loads 16 bytes at a time. Changes the loads only, never the result.
+    pub vec4: u32,
 }
 
 /// Warps per block of the tensor-core `qmm_*` kernels; each warp owns 16 output rows.
@@ -377,6 +439,17 @@ mod tests {
                 assert!(s == 1 || bpr >= 2 * s, "{out} {bpr} {s}");
             }
         }
+    }
+
+    #[test]
+    fn topk_geometry_depends_on_vocab_only_and_fits_the_merge() {
+        assert_eq!(topk_splits(248_320), 61);
+        assert_eq!(topk_splits(4096), 1);
+        assert_eq!(topk_splits(4097), 2);
+        assert!(topk_fits(248_320, 64) && topk_fits(262_144, 64) && !topk_fits(262_145, 64));
+        assert!(topk_fits(1, 1) && !topk_fits(1, 2) && !topk_fits(100, 0) && !topk_fits(100, 65));
+        // 15 rows × 61 segments × (k keys + k ids + max + sum).
+        assert_eq!(topk_scratch_words(15, 248_320, 8), 15 * 61 * 18);
     }
 
     #[test]

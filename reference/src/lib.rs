@@ -5,6 +5,7 @@
 
 pub mod copy;
 pub mod deltanet;
+pub mod embed;
 pub mod model;
 pub mod norm;
 pub mod qmatmul;

@@ -3,7 +3,8 @@
 use core::arch::asm;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-/// `atom.global.add.u32` (relaxed); returns the old value.
+/// `atom.add.u32` (relaxed) on a global or shared address (generic pointers to shared memory
+/// become `atom.shared` after address-space inference); returns the old value.
 #[inline(always)]
 pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
     AtomicU32::from_ptr(p).fetch_add(v, Ordering::Relaxed)

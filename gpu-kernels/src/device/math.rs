@@ -84,3 +84,46 @@ pub fn rcp_approx(x: f32) -> f32 {
 pub fn silu(x: f32) -> f32 {
     x * rcp_approx(1.0 + exp_fast(-x))
 }
+
+/// `cvt.rni.f32.f32`: round to the nearest integer, ties to even.
+#[inline(always)]
+pub fn rint(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("cvt.rni.f32.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `lg2.approx.ftz.f32`: log2(x), approximate (the PTX ISA states an absolute error of
+/// ≈ 2^-22 for the mantissa part; the exponent part is exact). `tests/tests/gpu/sample.rs`
+/// allows 2^-21.
+#[inline(always)]
+pub fn lg2(x: f32) -> f32 {
+    let r: f32;
+    unsafe { asm!("lg2.approx.ftz.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// ln 2 split for Cody–Waite reduction: `LN2_HI` has 15 significant bits (so `n·LN2_HI` is
+/// exact for `|n| < 512`), `LN2_HI + LN2_LO = ln 2` to ≈ 2^-43.
+const LN2_HI: f32 = f32::from_bits(0x3f31_7200);
+const LN2_LO: f32 = f32::from_bits(0x35bf_be8e);
+
+/// `e^d` for `d ≤ 88` with a relative error that does not grow with `|d|` (unlike
+/// [`exp_fast`], whose rounding of `d·log2 e` costs `|d|·2^-24`): `d = n·ln 2 + r` with
+/// `n = rint(d·log2 e)` and `r = (d − n·LN2_HI) − n·LN2_LO` by two fmas (`|r| ≤ 0.35`, rounding
+/// ≤ 2^-24·|r|), then `e^r = ex2.approx(r·log2 e)` (≤ 2^-22 relative, plus ≤ 2^-25 from rounding
+/// `r·log2 e`), times `2^n` exactly. So ≤ 2^-21 relative in all. `d < −87` gives 0 (an absolute
+/// error < 2^-125); NaN gives NaN. Branch-free (a select), so loops over it unroll.
+#[inline(always)]
+pub fn exp_accurate(d: f32) -> f32 {
+    let n = rint(d * core::f32::consts::LOG2_E);
+    let r = fma(n, -LN2_HI, d);
+    let r = fma(n, -LN2_LO, r);
+    let e = ex2(r * core::f32::consts::LOG2_E);
+    let v = e * f32::from_bits(((n as i32).wrapping_add(127) as u32) << 23);
+    if d < -87.0 {
+        0.0
+    } else {
+        v
+    }
+}

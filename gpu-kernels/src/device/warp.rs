@@ -52,3 +52,40 @@ pub fn warp_sum_f32(mut v: f32) -> f32 {
     v += shfl_xor_f32(v, 1);
     v
 }
+
+/// `shfl.sync.up.b32`: value of lane `lane − delta` (own value for lanes below `delta`).
+#[inline(always)]
+pub fn shfl_up_u32(v: u32, delta: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("shfl.sync.up.b32 {0}, {1}, {2}, 0x0, 0xffffffff;",
+             out(reg32) r, in(reg32) v, in(reg32) delta, options(nomem, nostack))
+    };
+    r
+}
+
+/// Inclusive prefix sum over the 32 lanes (Hillis–Steele: lane `l` gets `Σ_{i ≤ l} v_i`).
+#[inline(always)]
+pub fn warp_inclusive_scan_u32(mut v: u32) -> u32 {
+    let lane = super::lane_id();
+    let mut d = 1;
+    while d < 32 {
+        let o = shfl_up_u32(v, d);
+        if lane >= d {
+            v += o;
+        }
+        d <<= 1;
+    }
+    v
+}
+
+/// Maximum over the 32 lanes (order-free); every lane gets it.
+#[inline(always)]
+pub fn warp_max_u32(mut v: u32) -> u32 {
+    let mut m = 16;
+    while m > 0 {
+        v = v.max(shfl_xor_u32(v, m));
+        m >>= 1;
+    }
+    v
+}

@@ -2,7 +2,7 @@
 //! needed to build, and a machine without the driver gets [`GpuError::NoDriver`], not a panic).
 //!
 //! One context, one stream, one module made from the embedded PTX. Typed launchers, one file per
-//! kernel family (`norm`, `qmatmul`, `sample`, `copy`), check shapes and pick the grid.
+//! kernel family (`norm`, `qmatmul`, `sample`, `copy`, `embed`), check shapes and pick the grid.
 
 mod chain;
 mod context;
@@ -13,6 +13,7 @@ mod timer;
 pub mod bandwidth;
 pub mod copy;
 pub mod deltanet;
+pub mod embed;
 pub mod graph;
 pub mod info;
 pub mod norm;

@@ -1,10 +1,15 @@
-//! Launchers of `sample` (`gpu-kernels/src/sample.rs`): argmax over rows of logits.
+//! Launchers of `sample` (`gpu-kernels/src/sample.rs`): argmax and top-k log-probabilities over
+//! rows of logits. Every launch is chained ([`ChainedLaunch`]) and takes device views, so the
+//! engine can graph-capture it; [`argmax`] is the owning-buffer wrapper of [`argmax_rows_span`].
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
-use kernel_abi::{ArgmaxParams, ARGMAX_SPLITS, ROW_BLOCK_THREADS};
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use kernel_abi::{
+    topk_fits, topk_scratch_words, topk_splits, ArgmaxParams, TopkParams, ARGMAX_SPLITS, ROW_BLOCK_THREADS, TOPK_MAX_K,
+    TOPK_SEGMENT,
+};
 
-use super::error::{DriverContext, GpuError};
-use super::{Gpu, Param};
+use super::error::GpuError;
+use super::{ChainedLaunch, DevSpan, Gpu, Param};
 
 /// Scratch and outputs of [`argmax`] for up to `rows` rows.
 pub struct ArgmaxBuffers {
@@ -30,7 +35,8 @@ impl ArgmaxBuffers {
     }
 }
 
-/// Argmax of each of `rows` rows of `cols` logits (lowest index wins ties; NaN never wins).
+/// Argmax of each of `rows` rows of `cols` logits (lowest index wins ties; NaN never wins), as
+/// [`argmax_rows_span`] into the buffers of `out`.
 pub fn argmax(
     gpu: &Gpu,
     x: &CudaSlice<f32>,
@@ -38,39 +44,153 @@ pub fn argmax(
     cols: usize,
     out: &mut ArgmaxBuffers,
 ) -> Result<(), GpuError> {
-    if rows == 0 || cols == 0 || rows > out.rows {
+    if rows > out.rows {
         return Err(GpuError::shape("argmax", format!("{rows} rows of {cols} (buffers hold {} rows)", out.rows)));
     }
-    let need = rows.checked_mul(cols).ok_or_else(|| GpuError::shape("argmax", "rows × cols overflows"))?;
-    if x.len() < need {
-        return Err(GpuError::shape("argmax", format!("{rows} × {cols} logits need {need} values, have {}", x.len())));
+    argmax_rows_span(
+        gpu,
+        DevSpan::of(gpu, x),
+        rows,
+        cols,
+        DevSpan::of(gpu, &out.part_val),
+        DevSpan::of(gpu, &out.part_idx),
+        DevSpan::of(gpu, &out.idx),
+        DevSpan::of(gpu, &out.val),
+    )
+}
+
+/// Values of each of the two argmax scratch spans (`part_val`, `part_idx`) for `rows` rows.
+pub const fn argmax_scratch_len(rows: usize) -> usize {
+    rows * ARGMAX_SPLITS as usize
+}
+
+/// Argmax of each of `rows` rows of `cols` logits into `idx[r]` (`u32::MAX` for an all-NaN row)
+/// and `val[r]`, two chained launches (`argmax_partial`, `argmax_finish`) through the scratch
+/// `part_val`, `part_idx` ([`argmax_scratch_len`]`(rows)` values each). Lowest index wins ties;
+/// NaN never wins.
+#[allow(clippy::too_many_arguments)]
+pub fn argmax_rows_span(
+    gpu: &Gpu,
+    x: DevSpan<f32>,
+    rows: usize,
+    cols: usize,
+    part_val: DevSpan<f32>,
+    part_idx: DevSpan<u32>,
+    idx: DevSpan<u32>,
+    val: DevSpan<f32>,
+) -> Result<(), GpuError> {
+    const K: &str = "argmax";
+    if rows == 0 || cols == 0 {
+        return Err(GpuError::shape(K, format!("empty input: {rows} rows of {cols}")));
     }
-    let p = ArgmaxParams {
-        rows: u32::try_from(rows).map_err(|_| GpuError::shape("argmax", "too many rows"))?,
-        cols: u32::try_from(cols).map_err(|_| GpuError::shape("argmax", "row too long"))?,
-    };
-    if p.rows > 65_535 {
-        return Err(GpuError::shape("argmax", "at most 65535 rows per launch"));
+    if rows > 65_535 {
+        return Err(GpuError::shape(K, "at most 65535 rows per launch"));
     }
-    let pp = Param(p);
-    let f = gpu.function("argmax_partial")?;
+    let need = rows.checked_mul(cols).ok_or_else(|| GpuError::shape(K, "rows × cols overflows"))?;
+    x.need(need, K, &format!("logits ({rows} × {cols})"))?;
+    part_val.need(argmax_scratch_len(rows), K, "part_val")?;
+    part_idx.need(argmax_scratch_len(rows), K, "part_idx")?;
+    idx.need(rows, K, "idx")?;
+    val.need(rows, K, "val")?;
+    let p =
+        ArgmaxParams { rows: rows as u32, cols: u32::try_from(cols).map_err(|_| GpuError::shape(K, "row too long"))? };
     let cfg = LaunchConfig {
         grid_dim: (ARGMAX_SPLITS, p.rows, 1),
         block_dim: (ROW_BLOCK_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut b = gpu.stream().launch_builder(&f);
-    b.arg(x).arg(&mut out.part_val).arg(&mut out.part_idx).arg(&pp);
-    unsafe { b.launch(cfg) }.while_(|| "launching argmax_partial".into())?;
-
-    let f = gpu.function("argmax_finish")?;
+    // Safety: the arguments match `argmax_partial(x, part_val, part_idx, ArgmaxParams)` and
+    // `argmax_finish(part_val, part_idx, idx, val, ArgmaxParams)`, sizes checked above; both
+    // kernels wait on the previous grid before touching memory.
+    unsafe {
+        ChainedLaunch::new(gpu, "argmax_partial").span(x).span(part_val).span(part_idx).value(Param(p)).launch(cfg)?
+    };
     let cfg = LaunchConfig {
         grid_dim: (p.rows.div_ceil(ROW_BLOCK_THREADS / 32), 1, 1),
         block_dim: (ROW_BLOCK_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut b = gpu.stream().launch_builder(&f);
-    b.arg(&out.part_val).arg(&out.part_idx).arg(&mut out.idx).arg(&mut out.val).arg(&pp);
-    unsafe { b.launch(cfg) }.while_(|| "launching argmax_finish".into())?;
-    Ok(())
+    unsafe {
+        ChainedLaunch::new(gpu, "argmax_finish")
+            .span(part_val)
+            .span(part_idx)
+            .span(idx)
+            .span(val)
+            .value(Param(p))
+            .launch(cfg)
+    }
+}
+
+/// u32 words of the scratch of [`topk_logprobs_rows`] for `rows` rows of `vocab` logits.
+pub const fn topk_scratch_len(rows: usize, vocab: usize, k: usize) -> usize {
+    topk_scratch_words(rows, vocab, k)
+}
+
+/// The largest `vocab` [`topk_logprobs_rows`] takes at this `k`: `4096 · ⌊4096 / k⌋` (262 144
+/// at `k = 64`).
+pub const fn topk_max_vocab(k: usize) -> usize {
+    if k == 0 {
+        return 0;
+    }
+    TOPK_SEGMENT as usize * (TOPK_SEGMENT as usize / k)
+}
+
+/// Top-`k` tokens of each of `rows` rows of `vocab` f32 logits and their log-probabilities
+/// `logit − logsumexp(row)`, best first: `tokens[r·k + i]`, `logprobs[r·k + i]`. Order: logit
+/// descending in `f32::total_cmp` order, ties to the lower token id (exactly
+/// `flashtree_reference::sample::topk_logprobs`); log-sum-exp in f32 with a fixed reduction
+/// order (per 4096-logit segment, then over segments: `gpu-kernels` `sample::topk_finish`). A
+/// row's result depends on that row only. Two chained launches (`topk_partial`,
+/// `topk_finish`) through `scratch` ([`topk_scratch_len`]`(rows, vocab, k)` words).
+/// `1 ≤ k ≤ min(64, vocab)`, `vocab ≤` [`topk_max_vocab`]`(k)`, `rows ≤ 65535`.
+#[allow(clippy::too_many_arguments)]
+pub fn topk_logprobs_rows(
+    gpu: &Gpu,
+    logits: DevSpan<f32>,
+    rows: usize,
+    vocab: usize,
+    k: usize,
+    scratch: DevSpan<u32>,
+    tokens: DevSpan<u32>,
+    logprobs: DevSpan<f32>,
+) -> Result<(), GpuError> {
+    const K: &str = "topk_logprobs_rows";
+    if rows == 0 || vocab == 0 {
+        return Err(GpuError::shape(K, format!("empty input: {rows} rows of {vocab}")));
+    }
+    if rows > 65_535 {
+        return Err(GpuError::shape(K, "at most 65535 rows per launch"));
+    }
+    if k == 0 || k > TOPK_MAX_K as usize || k > vocab {
+        return Err(GpuError::shape(K, format!("k = {k} must be in 1..={} and at most vocab = {vocab}", TOPK_MAX_K)));
+    }
+    if vocab > topk_max_vocab(k) {
+        return Err(GpuError::shape(
+            K,
+            format!("vocab = {vocab} exceeds {} at k = {k} (the merge holds 4096 candidates)", topk_max_vocab(k)),
+        ));
+    }
+    let need = rows.checked_mul(vocab).ok_or_else(|| GpuError::shape(K, "rows × vocab overflows"))?;
+    logits.need(need, K, &format!("logits ({rows} × {vocab})"))?;
+    scratch.need(topk_scratch_len(rows, vocab, k), K, "scratch")?;
+    tokens.need(rows * k, K, "tokens")?;
+    logprobs.need(rows * k, K, "logprobs")?;
+    let (rows, vocab, k) = (rows as u32, vocab as u32, k as u32);
+    debug_assert!(topk_fits(vocab, k));
+    let p = TopkParams {
+        rows,
+        vocab,
+        k,
+        splits: topk_splits(vocab),
+        vec4: (vocab.is_multiple_of(4) && logits.ptr().is_multiple_of(16)) as u32,
+    };
+    let cfg = LaunchConfig { grid_dim: (p.splits, rows, 1), block_dim: (ROW_BLOCK_THREADS, 1, 1), shared_mem_bytes: 0 };
+    // Safety: the arguments match `topk_partial(x, scratch, TopkParams)` and
+    // `topk_finish(scratch, tokens, logprobs, TopkParams)`, sizes checked above; both kernels
+    // wait on the previous grid before touching memory.
+    unsafe { ChainedLaunch::new(gpu, "topk_partial").span(logits).span(scratch).value(Param(p)).launch(cfg)? };
+    let cfg = LaunchConfig { grid_dim: (rows, 1, 1), block_dim: (ROW_BLOCK_THREADS, 1, 1), shared_mem_bytes: 0 };
+    unsafe {
+        ChainedLaunch::new(gpu, "topk_finish").span(scratch).span(tokens).span(logprobs).value(Param(p)).launch(cfg)
+    }
 }

@@ -3,6 +3,7 @@
 
 mod copy;
 mod deltanet;
+mod embed;
 mod graph;
 mod norm;
 mod qmatmul;
