@@ -23,7 +23,8 @@ pub fn exp_fast(x: f32) -> f32 {
     ex2(x * core::f32::consts::LOG2_E)
 }
 
-/// `lg2.approx.ftz.f32`: log2(x), max absolute error ≈ 2^-22 (relative 2^-22 away from 1).
+/// `lg2.approx.ftz.f32`: log2(x), max absolute error ≈ 2^-22 (relative 2^-22 away from 1; the
+/// exponent part is exact). `tests/tests/gpu/sample.rs` allows 2^-21.
 #[inline(always)]
 pub fn lg2(x: f32) -> f32 {
     let r: f32;
@@ -90,16 +91,6 @@ pub fn silu(x: f32) -> f32 {
 pub fn rint(x: f32) -> f32 {
     let r: f32;
     unsafe { asm!("cvt.rni.f32.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
-    r
-}
-
-/// `lg2.approx.ftz.f32`: log2(x), approximate (the PTX ISA states an absolute error of
-/// ≈ 2^-22 for the mantissa part; the exponent part is exact). `tests/tests/gpu/sample.rs`
-/// allows 2^-21.
-#[inline(always)]
-pub fn lg2(x: f32) -> f32 {
-    let r: f32;
-    unsafe { asm!("lg2.approx.ftz.f32 {0}, {1};", out(reg32) r, in(reg32) x, options(pure, nomem, nostack)) };
     r
 }
 
