@@ -27,6 +27,8 @@ fn args(mode: ModeArg) -> GenerateArgs {
         chat: false,
         system: None,
         no_think: false,
+        ctx: None,
+        verbose: false,
     }
 }
 
@@ -75,4 +77,72 @@ fn bad_flags_and_mismatched_pairs_are_clear_errors() {
     let mut a = args(ModeArg::Ar);
     a.model = PathBuf::from("/nonexistent/model.gguf");
     assert!(run(&a).is_err());
+}
+
+/// Peak resident memory of this process so far (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The tiny model's context is 4096 tokens: a 100k-character prompt (once 18 GB and counting) and
+/// a prompt of a few thousand tokens beyond it are refused before the weights are loaded — fast,
+/// in little memory, naming both numbers.
+#[test]
+fn prompts_beyond_the_context_are_refused_fast_and_small() {
+    let t0 = std::time::Instant::now();
+    let mut a = args(ModeArg::Tree);
+    a.prompt = Some("hello world ".repeat(8_334)); // 100k characters
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("context of 4096 tokens"), "{e}");
+    // short enough in bytes to be tokenised, too many tokens
+    a.prompt = Some("hello world ".repeat(4_000));
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("do not fit the context of 4096") && e.contains("--max-tokens is 24"), "{e}");
+    // a prompt that fits, with --max-tokens pushing it past the context
+    a.prompt = Some("hello".into());
+    a.max_tokens = 5000;
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("5000") && e.contains("4096"), "{e}");
+    let took = t0.elapsed();
+    assert!(took.as_secs() < 20, "refusing took {took:?}");
+    let peak = peak_rss();
+    assert!(peak < 2 << 30, "peak resident memory {peak} bytes");
+}
+
+#[test]
+fn ctx_above_the_trained_context_is_refused_and_a_smaller_one_applies() {
+    let mut a = args(ModeArg::Ar);
+    a.ctx = Some(5000);
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("--ctx 5000") && e.contains("4096"), "{e}");
+    a.ctx = Some(32);
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("context of 32"), "{e}");
+    a.max_tokens = 4;
+    run(&a).unwrap();
+}
+
+#[test]
+fn options_that_would_be_ignored_are_errors() {
+    let mut a = args(ModeArg::Ar);
+    a.system = Some("Be brief.".into());
+    let e = run(&a).unwrap_err().to_string();
+    assert!(e.contains("--system") && e.contains("--chat"), "{e}");
+    let mut a = args(ModeArg::Ar);
+    a.no_think = true;
+    let e = run(&a).unwrap_err().to_string();
+    assert!(e.contains("--no-think") && e.contains("--chat"), "{e}");
+}
+
+#[test]
+fn a_directory_as_model_is_named_a_directory() {
+    let mut a = args(ModeArg::Ar);
+    a.model = tiny().1.clone(); // the draft folder
+    let e = flashtree::cli::error_message(&run(&a).unwrap_err());
+    assert!(e.contains("is a directory") && e.contains("expected a qwen35 GGUF file"), "{e}");
 }
