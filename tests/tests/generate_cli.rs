@@ -146,3 +146,34 @@ fn a_directory_as_model_is_named_a_directory() {
     let e = flashtree::cli::error_message(&run(&a).unwrap_err());
     assert!(e.contains("is a directory") && e.contains("expected a qwen35 GGUF file"), "{e}");
 }
+
+#[test]
+fn logits_checks_tokens_against_the_context() {
+    use flashtree::cli::logits::{render, LogitsArgs};
+    let model = tiny().0.clone();
+    let args = |tokens: String, ctx| LogitsArgs { model: model.clone(), tokens, layers: None, json: false, ctx };
+    let e = format!("{:#}", render(&args("1,2,3".into(), Some(5000))).unwrap_err());
+    assert!(e.contains("--ctx 5000") && e.contains("4096"), "{e}");
+    let e = format!("{:#}", render(&args("1,2,3".into(), Some(2))).unwrap_err());
+    assert!(e.contains("3 tokens") && e.contains("context of 2"), "{e}");
+    let many = vec!["1"; 4097].join(",");
+    let e = format!("{:#}", render(&args(many, None)).unwrap_err());
+    assert!(e.contains("4097") && e.contains("4096"), "{e}");
+    assert!(render(&args("1,2,3".into(), Some(3))).unwrap().starts_with("pos 0 token 1 "));
+    let e = format!("{:#}", render(&args("1,,2".into(), None)).unwrap_err());
+    assert!(e.contains("item 2 is empty"), "{e}");
+}
+
+#[test]
+fn the_cpu_memory_plan_counts_f32_weights_and_is_checked_against_ram() {
+    use flashtree::cli::limits::{check_memory, cpu_plan, draft_f32_bytes};
+    let (model, draft) = tiny().clone();
+    let g = flashtree::gguf::Gguf::open(&model).unwrap();
+    let params: u64 = g.tensor_infos().map(|t| t.n_elements()).sum();
+    let plan = cpu_plan(&g, 100, 10, draft_f32_bytes(&draft).unwrap()).unwrap();
+    assert_eq!(plan.target_weights, 4 * params);
+    assert!(plan.draft_weights > 0 && plan.state > 0);
+    let e = check_memory(&plan, Some(plan.total() - 1)).unwrap_err().to_string();
+    assert!(e.contains("RAM is available") && e.contains("GiB"), "{e}");
+    check_memory(&plan, Some(plan.total())).unwrap();
+}

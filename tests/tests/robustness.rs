@@ -472,8 +472,9 @@ fn empty_token_ids_and_a_missing_tiktoken_file_are_errors() {
     };
     let e = flashtree::cli::synth::run(args.clone()).unwrap_err().to_string();
     assert!(e.contains("--tiktoken /nonexistent/qwen3_6.tiktoken") && e.contains("not a file"), "{e}");
-    let e = flashtree::cli::synth::run(flashtree::cli::synth::SynthArgs { preset: "tiny".into(), layers: None, ..args })
-        .unwrap_err()
-        .to_string();
+    let e =
+        flashtree::cli::synth::run(flashtree::cli::synth::SynthArgs { preset: "tiny".into(), layers: None, ..args })
+            .unwrap_err()
+            .to_string();
     assert!(e.contains("only used by the qwen3.5-27b preset"), "{e}");
 }

@@ -10,9 +10,9 @@ use clap::{Args, ValueEnum};
 use flashtree_reference::model::dflash::DFlashWeights;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
+use crate::cli::limits;
 use crate::convert::dflash::load_zlab;
 use crate::convert::gguf_load::{load_dflash, load_qwen35};
-use crate::cli::limits;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};

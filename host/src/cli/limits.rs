@@ -26,6 +26,12 @@ pub fn choose_context(requested: Option<usize>, trained: usize, model: &Path) ->
 /// Refuses a prompt that does not fit the context together with the tokens to generate.
 pub fn check_prompt_fits(prompt_tokens: usize, max_tokens: usize, ctx: usize) -> anyhow::Result<()> {
     let need = prompt_tokens.saturating_add(max_tokens);
+    if max_tokens == 0 && need > ctx {
+        bail!(
+            "{prompt_tokens} tokens do not fit the context of {ctx} (give fewer tokens, or raise --ctx up to the \
+             model's trained context)"
+        );
+    }
     if need > ctx {
         bail!(
             "the prompt has {prompt_tokens} tokens and --max-tokens is {max_tokens}: {need} tokens do not fit the \
@@ -88,7 +94,8 @@ pub fn cpu_plan(target: &Gguf, tokens: usize, prompt: usize, draft_weights: u64)
         .iter()
         .fold(1u64, |a, &x| a.saturating_mul(x));
     let logits = (prompt as u64).saturating_mul(cfg.vocab_size as u64).saturating_mul(4);
-    let state = kv_f32.saturating_add(plan.recurrent_state_bytes).saturating_add(plan.conv_state_bytes).saturating_add(logits);
+    let state =
+        kv_f32.saturating_add(plan.recurrent_state_bytes).saturating_add(plan.conv_state_bytes).saturating_add(logits);
     Ok(CpuMemoryPlan { target_weights: params.saturating_mul(4), draft_weights, state })
 }
 

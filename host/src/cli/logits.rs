@@ -1,8 +1,8 @@
 //! `flashtree logits`: teacher-forced logits (and optionally layer outputs) of a token sequence,
 //! for comparing flashtree with another implementation. Runs the CPU reference.
 
-use crate::convert::gguf_load::load_qwen35;
 use crate::cli::limits;
+use crate::convert::gguf_load::load_qwen35;
 use crate::convert::qwen35::load_hf;
 use crate::gguf::Gguf;
 use anyhow::Context;
@@ -41,10 +41,15 @@ pub fn parse_list<T: std::str::FromStr>(what: &str, s: &str) -> anyhow::Result<V
         .enumerate()
         .map(|(i, x)| {
             if x.is_empty() {
-                anyhow::bail!("--{what}: item {} is empty in \"{}\" (expected e.g. 1,2,3)", i + 1, crate::cli::limits::cut(s));
+                anyhow::bail!(
+                    "--{what}: item {} is empty in \"{}\" (expected e.g. 1,2,3)",
+                    i + 1,
+                    crate::cli::limits::cut(s)
+                );
             }
-            x.parse::<T>()
-                .map_err(|_| anyhow::anyhow!("--{what}: \"{}\" is not a non-negative integer", crate::cli::limits::cut(x)))
+            x.parse::<T>().map_err(|_| {
+                anyhow::anyhow!("--{what}: \"{}\" is not a non-negative integer", crate::cli::limits::cut(x))
+            })
         })
         .collect()
 }
@@ -57,7 +62,8 @@ fn context_and_plan(path: &Path, tokens: usize) -> anyhow::Result<(usize, Option
         let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", cfg_path.display()))?;
-        let cfg = crate::convert::hf_config::parse(&v).map_err(|why| anyhow::anyhow!("{}: {why}", cfg_path.display()))?;
+        let cfg =
+            crate::convert::hf_config::parse(&v).map_err(|why| anyhow::anyhow!("{}: {why}", cfg_path.display()))?;
         Ok((cfg.context_length, None))
     } else {
         let g = Gguf::open(path)?; // its errors name the file
