@@ -2,9 +2,12 @@
 //!
 //! `KERNELS_PTX=<file>` names a prebuilt PTX to embed as is. Otherwise this script runs
 //! `cargo xtask ptx` (the xtask is built into its own target folder, so the outer cargo's lock is
-//! not contended) whenever the kernel sources change, and embeds
-//! `target/ptx/gpu_kernels.sm_90a.ptx`. Building the kernels needs the nightly toolchain named in
-//! `gpu-kernels/rust-toolchain.toml` with `rust-src` and `llvm-tools`.
+//! not contended) whenever the kernel sources change, and embeds a copy of
+//! `target/ptx/gpu_kernels.sm_90a.ptx` taken into `OUT_DIR`. The copy matters: the xtask's output
+//! is this script's *output*, and watching it (or embedding it in place, which makes rustc's
+//! dep-info watch it) would make every build dirty, because it is written after this script
+//! starts. Building the kernels needs the dated nightly named in `gpu-kernels/rust-toolchain.toml`
+//! with `rust-src` and `llvm-tools`; the xtask installs them through rustup when missing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,8 +35,12 @@ fn main() {
     if !ptx.exists() {
         fail(&format!("{} was not produced; run `cargo xtask ptx` to see why", ptx.display()));
     }
-    println!("cargo:rerun-if-changed={}", ptx.display());
-    println!("cargo:rustc-env=FLASHTREE_KERNELS_PTX={}", ptx.display());
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let embedded = out_dir.join("gpu_kernels.sm_90a.ptx");
+    if let Err(e) = std::fs::copy(&ptx, &embedded) {
+        fail(&format!("copying {} to {}: {e}", ptx.display(), embedded.display()));
+    }
+    println!("cargo:rustc-env=FLASHTREE_KERNELS_PTX={}", embedded.display());
 }
 
 fn build_ptx(root: &Path) {
@@ -64,8 +71,9 @@ fn run(cmd: &mut Command, what: &str) {
 fn fail(msg: &str) -> ! {
     eprintln!(
         "error: {msg}\n\
-         The GPU kernels are built with the nightly toolchain: \
-         `rustup component add rust-src llvm-tools --toolchain nightly`, then `cargo xtask ptx`.\n\
+         The GPU kernels are built by `cargo xtask ptx` with the dated nightly of \
+         gpu-kernels/rust-toolchain.toml (it runs `rustup toolchain install <that nightly> --profile minimal \
+         --component rust-src,llvm-tools` itself when they are missing).\n\
          Or set KERNELS_PTX to a prebuilt gpu_kernels.sm_90a.ptx."
     );
     std::process::exit(1);

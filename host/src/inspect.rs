@@ -110,7 +110,8 @@ pub fn memory_plan(c: &Qwen35Config, weights_bytes: u64, draft_weights_bytes: Op
 /// Inspects a GGUF file (any architecture; qwen35 gets the full plan).
 pub fn inspect_gguf(path: &Path, draft: Option<&Path>) -> Result<Report> {
     let g = Gguf::open(path)?;
-    let arch = g.get_str("general.architecture").unwrap_or("<none>").to_string();
+    // a string from the file: escaped and cut before it is shown
+    let arch = crate::cli::limits::cut(g.get_str("general.architecture").unwrap_or("<none>"));
     let (tensor_types, tensor_count, tensor_bytes, parameters) =
         type_stats(g.tensor_infos().map(|t| (t.ty, t.nbytes, t.n_elements())));
     let mut hyper = Vec::new();

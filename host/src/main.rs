@@ -44,7 +44,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cli::error_message(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -68,3 +68,27 @@ fn hf_style_templates_with_python_methods_render() {
     let out = t.render(&[Message::new("user", "  xy "), Message::new("assistant", "b")], ON).unwrap();
     assert_eq!(out, "ASSISTANT:False|USER:True|\"  xy \"");
 }
+
+/// A template from a model file runs with limits: nested loops that would run ~10¹⁰ steps, deep
+/// recursion and a huge output are refused quickly with an error naming the limit.
+#[test]
+fn hostile_templates_are_refused_by_the_limits() {
+    let msgs = [Message::new("user", "hi")];
+    let opts = RenderOptions { add_generation_prompt: true, enable_thinking: true };
+    let refused = |src: &str, want: &str| {
+        let t0 = std::time::Instant::now();
+        let e = ChatTemplate::new(src).unwrap().render(&msgs, opts).unwrap_err().to_string();
+        assert!(e.contains("chat template refused") && e.contains(want), "{src}: {e}");
+        assert!(t0.elapsed().as_secs() < 20, "{src}: took {:?}", t0.elapsed());
+    };
+    refused(
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in range(100000) %}x{% endfor %}{% endfor %}{% endfor %}",
+        "instructions",
+    );
+    refused("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nests deeper");
+    refused("{% for a in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", "bytes");
+    // the built-in template on a long message stays far inside the fuel
+    let long = "word ".repeat(20_000);
+    let text = ChatTemplate::qwen35().render(&[Message::new("user", &long)], opts).unwrap();
+    assert!(text.len() > long.len());
+}

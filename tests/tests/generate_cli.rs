@@ -27,6 +27,8 @@ fn args(mode: ModeArg) -> GenerateArgs {
         chat: false,
         system: None,
         no_think: false,
+        ctx: None,
+        verbose: false,
     }
 }
 
@@ -75,4 +77,103 @@ fn bad_flags_and_mismatched_pairs_are_clear_errors() {
     let mut a = args(ModeArg::Ar);
     a.model = PathBuf::from("/nonexistent/model.gguf");
     assert!(run(&a).is_err());
+}
+
+/// Peak resident memory of this process so far (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The tiny model's context is 4096 tokens: a 100k-character prompt (once 18 GB and counting) and
+/// a prompt of a few thousand tokens beyond it are refused before the weights are loaded — fast,
+/// in little memory, naming both numbers.
+#[test]
+fn prompts_beyond_the_context_are_refused_fast_and_small() {
+    let t0 = std::time::Instant::now();
+    let mut a = args(ModeArg::Tree);
+    a.prompt = Some("hello world ".repeat(8_334)); // 100k characters
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("context of 4096 tokens"), "{e}");
+    // short enough in bytes to be tokenised, too many tokens
+    a.prompt = Some("hello world ".repeat(4_000));
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("do not fit the context of 4096") && e.contains("--max-tokens is 24"), "{e}");
+    // a prompt that fits, with --max-tokens pushing it past the context
+    a.prompt = Some("hello".into());
+    a.max_tokens = 5000;
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("5000") && e.contains("4096"), "{e}");
+    let took = t0.elapsed();
+    assert!(took.as_secs() < 20, "refusing took {took:?}");
+    let peak = peak_rss();
+    assert!(peak < 2 << 30, "peak resident memory {peak} bytes");
+}
+
+#[test]
+fn ctx_above_the_trained_context_is_refused_and_a_smaller_one_applies() {
+    let mut a = args(ModeArg::Ar);
+    a.ctx = Some(5000);
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("--ctx 5000") && e.contains("4096"), "{e}");
+    a.ctx = Some(32);
+    let e = format!("{:#}", run(&a).unwrap_err());
+    assert!(e.contains("context of 32"), "{e}");
+    a.max_tokens = 4;
+    run(&a).unwrap();
+}
+
+#[test]
+fn options_that_would_be_ignored_are_errors() {
+    let mut a = args(ModeArg::Ar);
+    a.system = Some("Be brief.".into());
+    let e = run(&a).unwrap_err().to_string();
+    assert!(e.contains("--system") && e.contains("--chat"), "{e}");
+    let mut a = args(ModeArg::Ar);
+    a.no_think = true;
+    let e = run(&a).unwrap_err().to_string();
+    assert!(e.contains("--no-think") && e.contains("--chat"), "{e}");
+}
+
+#[test]
+fn a_directory_as_model_is_named_a_directory() {
+    let mut a = args(ModeArg::Ar);
+    a.model = tiny().1.clone(); // the draft folder
+    let e = flashtree::cli::error_message(&run(&a).unwrap_err());
+    assert!(e.contains("is a directory") && e.contains("expected a qwen35 GGUF file"), "{e}");
+}
+
+#[test]
+fn logits_checks_tokens_against_the_context() {
+    use flashtree::cli::logits::{render, LogitsArgs};
+    let model = tiny().0.clone();
+    let args = |tokens: String, ctx| LogitsArgs { model: model.clone(), tokens, layers: None, json: false, ctx };
+    let e = format!("{:#}", render(&args("1,2,3".into(), Some(5000))).unwrap_err());
+    assert!(e.contains("--ctx 5000") && e.contains("4096"), "{e}");
+    let e = format!("{:#}", render(&args("1,2,3".into(), Some(2))).unwrap_err());
+    assert!(e.contains("3 tokens") && e.contains("context of 2"), "{e}");
+    let many = vec!["1"; 4097].join(",");
+    let e = format!("{:#}", render(&args(many, None)).unwrap_err());
+    assert!(e.contains("4097") && e.contains("4096"), "{e}");
+    assert!(render(&args("1,2,3".into(), Some(3))).unwrap().starts_with("pos 0 token 1 "));
+    let e = format!("{:#}", render(&args("1,,2".into(), None)).unwrap_err());
+    assert!(e.contains("item 2 is empty"), "{e}");
+}
+
+#[test]
+fn the_cpu_memory_plan_counts_f32_weights_and_is_checked_against_ram() {
+    use flashtree::cli::limits::{check_memory, cpu_plan, draft_f32_bytes};
+    let (model, draft) = tiny().clone();
+    let g = flashtree::gguf::Gguf::open(&model).unwrap();
+    let params: u64 = g.tensor_infos().map(|t| t.n_elements()).sum();
+    let plan = cpu_plan(&g, 100, 10, draft_f32_bytes(&draft).unwrap()).unwrap();
+    assert_eq!(plan.target_weights, 4 * params);
+    assert!(plan.draft_weights > 0 && plan.state > 0);
+    let e = check_memory(&plan, Some(plan.total() - 1)).unwrap_err().to_string();
+    assert!(e.contains("RAM is available") && e.contains("GiB"), "{e}");
+    check_memory(&plan, Some(plan.total())).unwrap();
 }

@@ -422,3 +422,59 @@ fn draft_config_errors_name_the_key() {
         .to_string();
     assert!(e.contains("num_attention_heads"), "{e}");
 }
+
+/// What `main` prints: a GGUF whose architecture is 3.7 KB of control bytes gives an error with
+/// the string escaped and cut, the file named once.
+#[test]
+fn binary_content_in_an_error_is_escaped_and_cut() {
+    let mut w = GgufWriter::new();
+    let binary: String = [1u8, 2, 3, 27, 7, 8].iter().map(|&b| b as char).cycle().take(3720).collect();
+    w.set("general.architecture", Value::String(binary));
+    let path = std::env::temp_dir().join(format!("flashtree-binary-arch-{}.gguf", std::process::id()));
+    std::fs::write(&path, w.to_bytes(&[]).expect("writes")).unwrap();
+    let g = flashtree::gguf::Gguf::open(&path).expect("a valid container");
+    let e = anyhow::Error::new(Qwen35Config::from_gguf(&g).expect_err("not qwen35"));
+    let shown = flashtree::cli::error_message(&e);
+    let _ = std::fs::remove_file(&path);
+    assert!(shown.len() < 600, "{} bytes: {shown}", shown.len());
+    assert!(!shown.chars().any(|c| c.is_control()), "{shown}");
+    assert_eq!(shown.matches(path.to_str().unwrap()).count(), 1, "{shown}");
+    assert!(shown.contains("expected \"qwen35\""), "{shown}");
+}
+
+/// A cause whose text its parent already prints (`#[error("I/O error: {0}")]` over the
+/// `io::Error` it wraps) is printed once.
+#[test]
+fn a_cause_is_printed_once() {
+    let io = std::io::Error::other("No such device");
+    let kind = Box::new(flashtree::gguf::GgufErrorKind::Io(io));
+    let e = anyhow::Error::new(flashtree::gguf::GgufError { file: "m.gguf".into(), offset: None, kind })
+        .context("opening m.gguf");
+    let shown = flashtree::cli::error_message(&e);
+    assert_eq!(shown.matches("No such device").count(), 1, "{shown}");
+    assert_eq!(shown, "opening m.gguf: m.gguf: I/O error: No such device");
+}
+
+#[test]
+fn empty_token_ids_and_a_missing_tiktoken_file_are_errors() {
+    let e = flashtree::cli::logits::parse_list::<u32>("tokens", "1,,2").unwrap_err().to_string();
+    assert!(e.contains("item 2 is empty"), "{e}");
+    assert!(flashtree::cli::logits::parse_list::<u32>("tokens", "1,2,").is_err());
+    assert_eq!(flashtree::cli::logits::parse_list::<u32>("tokens", " 1, 2").unwrap(), [1, 2]);
+    let args = flashtree::cli::synth::SynthArgs {
+        preset: "qwen3.5-27b".into(),
+        quant: "q4_k_m".into(),
+        seed: 0,
+        out: std::env::temp_dir().join("flashtree-never-written"),
+        layers: Some(4),
+        no_draft: true,
+        tiktoken: Some("/nonexistent/qwen3_6.tiktoken".into()),
+    };
+    let e = flashtree::cli::synth::run(args.clone()).unwrap_err().to_string();
+    assert!(e.contains("--tiktoken /nonexistent/qwen3_6.tiktoken") && e.contains("not a file"), "{e}");
+    let e =
+        flashtree::cli::synth::run(flashtree::cli::synth::SynthArgs { preset: "tiny".into(), layers: None, ..args })
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("only used by the qwen3.5-27b preset"), "{e}");
+}

@@ -13,6 +13,7 @@ mod linker;
 mod ptx;
 mod ptxas;
 mod synth;
+mod toolchain;
 
 use std::process::ExitCode;
 

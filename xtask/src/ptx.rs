@@ -1,5 +1,5 @@
 //! `cargo xtask ptx`: build `gpu-kernels` for `nvptx64-nvidia-cuda` with the nightly toolchain
-//! pinned in `gpu-kernels/rust-toolchain.toml`, using this binary as the bitcode linker.
+//! pinned in `gpu-kernels/rust-toolchain.toml` (installed by [`toolchain::ensure`] when missing), using this binary as the bitcode linker.
 //!
 //! Output: `target/ptx/gpu_kernels.<arch>.ptx` (PTX ISA 8.0), or with `--features F` (experiment
 //! builds of `gpu-kernels`' cargo features, loaded at run time with `FLASHTREE_PTX=<file>`)
@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::{linker, ptxas, run_checked, workspace_root};
+use crate::{linker, ptxas, run_checked, toolchain, workspace_root};
 
 /// PTX ISA version emitted; a CUDA 12.0+ driver accepts it (13.0 accepts ≤ 9.0).
 pub const PTX_FEATURE: &str = "ptx80";
@@ -63,7 +63,7 @@ fn is_leaky_env(key: &str) -> bool {
         )
 }
 
-fn nightly(cmd: &str, kernels: &PathBuf) -> Command {
+fn nightly(cmd: &str, kernels: &PathBuf, channel: &str) -> Command {
     let mut c = Command::new(cmd);
     c.current_dir(kernels);
     for (k, _) in std::env::vars_os() {
@@ -73,33 +73,18 @@ fn nightly(cmd: &str, kernels: &PathBuf) -> Command {
             }
         }
     }
+    // The pinned channel, explicitly (a `rustup override` or a parent's RUSTUP_TOOLCHAIN must not win).
+    c.env("RUSTUP_TOOLCHAIN", channel).env("RUSTUP_AUTO_INSTALL", "0");
     c
 }
 
-/// Builds the PTX; returns its path.
+/// Builds the PTX; returns its path. The output file is rewritten only when its content changes,
+/// so that a no-change build leaves its modification time (and everything built on it) alone.
 pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
     let root = workspace_root();
     let kernels = root.join("gpu-kernels");
-    let sysroot = nightly("rustc", &kernels)
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|e| format!("cannot run rustc: {e}"))?;
-    if !sysroot.status.success() {
-        return Err(format!(
-            "the nightly toolchain of gpu-kernels/rust-toolchain.toml is not usable: {}\n\
-             install it with: rustup component add rust-src llvm-tools --toolchain nightly",
-            String::from_utf8_lossy(&sysroot.stderr)
-        ));
-    }
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
-    let host = host_triple(&kernels)?;
-    let llvm_bin = sysroot.join("lib/rustlib").join(&host).join("bin");
-    if !llvm_bin.join("llc").exists() {
-        return Err(format!(
-            "{} has no llc: run `rustup component add llvm-tools rust-src --toolchain nightly`",
-            llvm_bin.display()
-        ));
-    }
+    let toolchain = toolchain::ensure(&root)?;
+    let llvm_bin = toolchain.llvm_bin();
     let suffix = if o.features.is_empty() { String::new() } else { format!("+{}", o.features.replace(',', "+")) };
     let target_dir = root.join("target").join(format!("gpu-{}-{PTX_FEATURE}{suffix}", o.arch));
     let linked = target_dir.join("nvptx64-nvidia-cuda/release/deps/gpu_kernels.ptx");
@@ -110,7 +95,7 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
         "target.nvptx64-nvidia-cuda.rustflags=[\"-Ctarget-cpu={}\",\"-Ctarget-feature=+{PTX_FEATURE}\"]",
         o.arch
     );
-    let mut cargo = nightly("cargo", &kernels);
+    let mut cargo = nightly("cargo", &kernels, &toolchain.channel);
     cargo
         .args(["build", "--release", "-Zbuild-std=core", "--target", "nvptx64-nvidia-cuda"])
         .args(if o.features.is_empty() { vec![] } else { vec!["--features".to_string(), o.features.clone()] })
@@ -126,22 +111,16 @@ pub fn build(o: &PtxOptions) -> Result<PathBuf, String> {
     let out_dir = root.join("target/ptx");
     std::fs::create_dir_all(&out_dir).map_err(|e| e.to_string())?;
     let out = out_dir.join(format!("gpu_kernels.{}{suffix}.ptx", o.arch));
-    std::fs::copy(&built, &out).map_err(|e| format!("copy {} → {}: {e}", built.display(), out.display()))?;
+    let text = std::fs::read(&built).map_err(|e| format!("reading {}: {e}", built.display()))?;
+    if std::fs::read(&out).ok().as_deref() != Some(&text[..]) {
+        std::fs::write(&out, &text).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    }
     let kernels_n = std::fs::read_to_string(&out).map(|s| s.matches(".entry ").count()).unwrap_or(0);
     eprintln!("xtask: wrote {} ({kernels_n} kernels)", out.display());
     if o.ptxas {
         ptxas::check(&out, &o.arch)?;
     }
     Ok(out)
-}
-
-fn host_triple(kernels: &PathBuf) -> Result<String, String> {
-    let out = nightly("rustc", kernels).arg("-vV").output().map_err(|e| format!("cannot run rustc -vV: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .map(str::to_string)
-        .ok_or_else(|| "rustc -vV printed no host triple".into())
 }
 
 #[cfg(test)]

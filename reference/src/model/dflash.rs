@@ -1,4 +1,4 @@
-//! The DFlash block-diffusion draft (z-lab `DFlashDraftModel`, see `shared/docs/dflash-draft.md`).
+//! The DFlash block-diffusion draft (z-lab `DFlashDraftModel`, see `docs/dflash-draft.md`).
 //!
 //! ```text
 //! c_j    = RMSNorm_hidden( fc · concat_l h_target[l](j) )                 context rows, no residual
