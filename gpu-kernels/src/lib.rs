@@ -13,6 +13,7 @@
 
 pub mod device;
 
+pub mod attention;
 pub mod copy;
 pub mod norm;
 pub mod qmatmul;
