@@ -561,7 +561,7 @@ mod attn_tests {
             let len = attn_split_len(keys);
             let s = attn_splits(keys);
             assert!(len.is_multiple_of(ATTN_TILE_KEYS) && len > 0);
-            assert!(s >= 1 && s <= ATTN_MAX_SPLITS, "{keys}: {s}");
+            assert!((1..=ATTN_MAX_SPLITS).contains(&s), "{keys}: {s}");
             assert!((s - 1) * len < keys && s * len >= keys, "{keys}: {s} × {len}");
             for ctx in [keys, keys + 1, keys * 2] {
                 assert!(s <= attn_split_slots(ctx));
