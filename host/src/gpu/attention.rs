@@ -152,7 +152,6 @@ pub fn attn_prep(
     if half > 0 && max_pos == 0 {
         return Err(GpuError::shape(K, format!("rope table of {} values holds no position", rope.len())));
     }
-    rope.need(1, K, "rope")?;
     let p = AttnPrepParams {
         n: n32,
         n_head: d.n_head as u32,

@@ -164,7 +164,8 @@ proptest! {
         let v = values(seed ^ 3, n * row, 4.0);
         let qn = values(seed ^ 4, hd, 2.0);
         let kn = values(seed ^ 5, hd, 2.0);
-        let rope = rope_table(n_rot, theta, max_pos);
+        let mut rope = rope_table(n_rot, theta, max_pos);
+        rope.push(0.0); // never empty (n_rot = 0 reads none of it)
         let (_bb, bs) = batch_span(gpu, &b);
         let up = |x: &[f32]| gpu.upload(x).unwrap();
         let (dqg, dk, dv, dqn, dkn, drope) = (up(&qg), up(&k), up(&v), up(&qn), up(&kn), up(&rope));
