@@ -13,6 +13,7 @@
 
 pub mod device;
 
+pub mod attention;
 pub mod copy;
 pub mod deltanet;
 pub mod embed;

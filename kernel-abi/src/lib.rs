@@ -613,3 +613,128 @@ pub const fn gdn_recur_smem_words(d_k: u32) -> u32 {
 pub const fn gdn_commit_smem_words(d_k: u32) -> u32 {
     MAX_NODES * (d_k + GDN_COLS_PER_BLOCK + 2)
 }
+
+/// Threads per block of the `attention` kernels (8 warps).
+pub const ATTN_THREADS: u32 = 256;
+/// Keys per tile of `attn_tree_split`: scores, softmax and the value pass run tile by tile.
+pub const ATTN_TILE_KEYS: u32 = 64;
+/// Largest head dimension of the `attention` kernels (a power of two in `32..=256`).
+pub const ATTN_MAX_HEAD_DIM: u32 = 256;
+/// Largest GQA group (query heads per KV head) of `attn_tree_split`.
+pub const ATTN_MAX_GROUP: u32 = 8;
+/// Fewest keys per split of `attn_tree_split` (before rounding to whole tiles).
+pub const ATTN_MIN_SPLIT_KEYS: u32 = 128;
+/// Most key splits of one node's attention (flash-decoding partials per node and head).
+pub const ATTN_MAX_SPLITS: u32 = 64;
+
+/// Keys per split for a node that sees `keys` keys: `⌈keys / s⌉` rounded up to whole
+/// [`ATTN_TILE_KEYS`] tiles, where `s = clamp(⌈keys / ATTN_MIN_SPLIT_KEYS⌉, 1, ATTN_MAX_SPLITS)`.
+/// A function of the key count only (never of the batch or the tree), so a node's reduction
+/// order is the same whatever else is in the batch.
+pub const fn attn_split_len(keys: u32) -> u32 {
+    let mut s = keys.div_ceil(ATTN_MIN_SPLIT_KEYS);
+    if s > ATTN_MAX_SPLITS {
+        s = ATTN_MAX_SPLITS;
+    }
+    if s == 0 {
+        s = 1;
+    }
+    let len = keys.div_ceil(s).div_ceil(ATTN_TILE_KEYS) * ATTN_TILE_KEYS;
+    if len == 0 {
+        ATTN_TILE_KEYS
+    } else {
+        len
+    }
+}
+
+/// Non-empty splits of a node that sees `keys` keys (`⌈keys / attn_split_len(keys)⌉`; 0 for 0).
+pub const fn attn_splits(keys: u32) -> u32 {
+    keys.div_ceil(attn_split_len(keys))
+}
+
+/// Split slots per (node, head) that a launch over a cache of `ctx` rows provides (the grid's
+/// `x` and the scratch stride): `clamp(⌈ctx / ATTN_MIN_SPLIT_KEYS⌉, 1, ATTN_MAX_SPLITS)`, which
+/// bounds [`attn_splits`]`(keys)` for every `keys ≤ ctx`.
+pub const fn attn_split_slots(ctx: u32) -> u32 {
+    let s = ctx.div_ceil(ATTN_MIN_SPLIT_KEYS);
+    if s > ATTN_MAX_SPLITS {
+        ATTN_MAX_SPLITS
+    } else if s == 0 {
+        1
+    } else {
+        s
+    }
+}
+
+/// Parameters of `attn_prep` (per-head q/k RMSNorm + partial NeoX RoPE, KV cache write).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnPrepParams {
+    /// Nodes of the launch's grid (`≤ MAX_NODES`); nodes `≥ NodeBatch::n` are skipped too.
+    pub n: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    /// Rotated dims per head (even, `≤ head_dim`).
+    pub n_rot: u32,
+    /// Rows of each KV cache plane: rows `≥ ctx` are never written.
+    pub ctx: u32,
+    /// Positions in the RoPE table: a node at `pos ≥ max_pos` gets NaN queries and no KV write.
+    pub max_pos: u32,
+    pub eps: f32,
+}
+
+/// Parameters of `attn_tree_split` and `attn_tree_combine`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnTreeParams {
+    /// Nodes of the launch's grid (`≤ MAX_NODES`, the row count of the scratch partials).
+    pub n: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    /// Rows of each KV cache plane; a batch with `n_past + NodeBatch::n > ctx` gives NaN outputs.
+    pub ctx: u32,
+    /// Split slots per (node, head): [`attn_split_slots`]`(ctx)`.
+    pub slots: u32,
+    /// `log2(e) / √head_dim` (scores are kept in the base-2 domain).
+    pub scale_log2: f32,
+}
+
+/// Parameters of `kv_commit`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvCommitParams {
+    /// KV planes compacted (`2 · attention layers`).
+    pub planes: u32,
+    /// f16 values per cache row (`n_head_kv · head_dim`, a multiple of 2).
+    pub row_elems: u32,
+    /// Rows per plane.
+    pub ctx: u32,
+    pub _pad: u32,
+    /// f16 values from one plane's start to the next's.
+    pub plane_stride: u64,
+}
+
+#[cfg(test)]
+mod attn_tests {
+    use super::*;
+
+    #[test]
+    fn attn_splits_cover_the_keys_in_whole_tiles_within_the_slots() {
+        for keys in (1u32..5000).chain([8192, 8193, 32768, 32769, 100_000, 1 << 20]) {
+            let len = attn_split_len(keys);
+            let s = attn_splits(keys);
+            assert!(len.is_multiple_of(ATTN_TILE_KEYS) && len > 0);
+            assert!((1..=ATTN_MAX_SPLITS).contains(&s), "{keys}: {s}");
+            assert!((s - 1) * len < keys && s * len >= keys, "{keys}: {s} × {len}");
+            for ctx in [keys, keys + 1, keys * 2] {
+                assert!(s <= attn_split_slots(ctx));
+            }
+        }
+        assert_eq!(attn_splits(0), 0);
+        assert_eq!(attn_split_len(8192), 128);
+        assert_eq!(attn_splits(8192), 64);
+        assert_eq!(attn_splits(513), 5);
+    }
+}

@@ -3,6 +3,7 @@
 //! One module per kernel family (`norm`, `qmatmul`, `sample`, …), named like the GPU kernels in
 //! `gpu-kernels/src/<family>.rs` and the launchers in `host/src/gpu/<family>.rs`.
 
+pub mod attention;
 pub mod copy;
 pub mod deltanet;
 pub mod embed;

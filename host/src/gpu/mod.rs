@@ -10,6 +10,7 @@ mod error;
 mod span;
 mod timer;
 
+pub mod attention;
 pub mod bandwidth;
 pub mod copy;
 pub mod deltanet;

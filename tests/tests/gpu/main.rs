@@ -1,6 +1,7 @@
 //! The GPU suite: every kernel family against `flashtree-reference` on random inputs and shapes.
 //! Skips visibly (`skipped: no CUDA driver`) on a machine without the NVIDIA driver.
 
+mod attention;
 mod copy;
 mod deltanet;
 mod embed;

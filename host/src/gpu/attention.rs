@@ -1,0 +1,362 @@
+//! Launchers of `attention` (`gpu-kernels/src/attention.rs`): `attn_prep` (q/k norm, RoPE, KV
+//! write), `attn_tree` (flash-decoding over each node's visible keys: `attn_tree_split_g{G}` then
+//! `attn_tree_combine`) and `kv_commit`. All launch through [`ChainedLaunch`] and read the step's
+//! [`NodeBatch`] / [`CommitPath`] from device memory, so a step can be captured as a graph.
+//!
+//! KV cache layout, per attention layer: a K plane and a V plane of `[ctx, n_kv·head_dim]` f16
+//! (as `u16`), row `r` = position `r`; a batch's node `i` writes row `n_past + i` (scratch until
+//! [`kv_commit`] moves the accepted path to `n_past..n_past + len`).
+
+use cudarc::driver::LaunchConfig;
+use kernel_abi::{
+    attn_split_slots, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch, ATTN_MAX_GROUP,
+    ATTN_MAX_HEAD_DIM, ATTN_THREADS, MAX_NODES,
+};
+
+use super::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
+
+/// Head counts and head dimension of one attention layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttnDims {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// A power of two in `32..=256`.
+    pub head_dim: usize,
+}
+
+impl AttnDims {
+    /// f16 values per KV cache row (`n_head_kv · head_dim`).
+    pub fn row(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+
+    fn check(&self, kernel: &'static str) -> Result<(), GpuError> {
+        let hd = self.head_dim;
+        if !(hd.is_power_of_two() && (32..=ATTN_MAX_HEAD_DIM as usize).contains(&hd)) {
+            return Err(GpuError::shape(kernel, format!("head_dim {hd}: must be a power of two in 32..=256")));
+        }
+        if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) {
+            return Err(GpuError::shape(
+                kernel,
+                format!("{} query heads are not a multiple of {} KV heads", self.n_head, self.n_head_kv),
+            ));
+        }
+        let g = self.n_head / self.n_head_kv;
+        if g == 0 || g > ATTN_MAX_GROUP as usize {
+            return Err(GpuError::shape(kernel, format!("GQA group of {g} query heads per KV head: 1..=8 supported")));
+        }
+        if self.n_head * hd > u32::MAX as usize / 2 {
+            return Err(GpuError::shape(kernel, "too many heads"));
+        }
+        Ok(())
+    }
+}
+
+/// The RoPE table `attn_prep` reads: `[max_pos, n_rot/2]` pairs `(cos θ, sin θ)` with
+/// `θ = pos · theta^(−2j/n_rot)` computed in f64 (as the reference's `model::rope`) and rounded
+/// to f32. Build once per model (`max_pos` = the context size).
+pub fn rope_table(n_rot: usize, theta: f64, max_pos: usize) -> Vec<f32> {
+    let half = n_rot / 2;
+    let mut t = Vec::with_capacity(max_pos * half * 2);
+    for pos in 0..max_pos {
+        for j in 0..half {
+            let inv_freq = theta.powf(-2.0 * j as f64 / n_rot as f64);
+            let (s, c) = (pos as f64 * inv_freq).sin_cos();
+            t.push(c as f32);
+            t.push(s as f32);
+        }
+    }
+    t
+}
+
+fn check_n(kernel: &'static str, n: usize) -> Result<u32, GpuError> {
+    if n == 0 || n > MAX_NODES as usize {
+        return Err(GpuError::shape(kernel, format!("{n} nodes: 1..={MAX_NODES} per launch")));
+    }
+    Ok(n as u32)
+}
+
+fn check_batch(kernel: &'static str, batch: DevSpan<NodeBatch>) -> Result<(), GpuError> {
+    batch.need(1, kernel, "batch")?;
+    if !batch.ptr().is_multiple_of(4) {
+        return Err(GpuError::shape(kernel, "NodeBatch must be 4-byte aligned"));
+    }
+    Ok(())
+}
+
+fn check_planes(
+    kernel: &'static str,
+    d: AttnDims,
+    k_cache: DevSpan<u16>,
+    v_cache: DevSpan<u16>,
+    ctx: usize,
+) -> Result<u32, GpuError> {
+    let ctx32 = u32::try_from(ctx).map_err(|_| GpuError::shape(kernel, format!("ctx {ctx} too large")))?;
+    if ctx == 0 {
+        return Err(GpuError::shape(kernel, "ctx = 0 rows"));
+    }
+    let need = ctx.checked_mul(d.row()).ok_or_else(|| GpuError::shape(kernel, "ctx × row overflows"))?;
+    k_cache.need(need, kernel, "k_cache")?;
+    v_cache.need(need, kernel, "v_cache")?;
+    if !k_cache.ptr().is_multiple_of(16) || !v_cache.ptr().is_multiple_of(16) {
+        return Err(GpuError::shape(kernel, "KV cache planes must be 16-byte aligned"));
+    }
+    Ok(ctx32)
+}
+
+/// `attn_prep` for `n` nodes of `batch`: per head of node `i`, q = RoPE(rmsnorm(qg's query half)
+/// ⊙ q_norm) at `n_past + depth[i]` → `q [n, n_head·hd]`, gate = qg's gate half → `gate`,
+/// K = RoPE(rmsnorm(k) ⊙ k_norm) and V as f16 into row `n_past + i` of `k_cache` / `v_cache`
+/// (`[ctx, n_kv·hd]` each). `qg [n, n_head·2·hd]` (per head `[q | gate]`), `k`, `v`
+/// `[n, n_kv·hd]`, `rope` = [`rope_table`]`(n_rot, θ, max_pos)`. Rows `≥ ctx` are never written
+/// and a node at `pos ≥ max_pos` gets NaN queries (the engine refuses such batches first).
+#[allow(clippy::too_many_arguments)]
+pub fn attn_prep(
+    gpu: &Gpu,
+    d: AttnDims,
+    n_rot: usize,
+    eps: f32,
+    batch: DevSpan<NodeBatch>,
+    n: usize,
+    qg: DevSpan<f32>,
+    k: DevSpan<f32>,
+    v: DevSpan<f32>,
+    q_norm: DevSpan<f32>,
+    k_norm: DevSpan<f32>,
+    rope: DevSpan<f32>,
+    q: DevSpan<f32>,
+    gate: DevSpan<f32>,
+    k_cache: DevSpan<u16>,
+    v_cache: DevSpan<u16>,
+    ctx: usize,
+) -> Result<(), GpuError> {
+    const K: &str = "attn_prep";
+    d.check(K)?;
+    let n32 = check_n(K, n)?;
+    check_batch(K, batch)?;
+    let ctx32 = check_planes(K, d, k_cache, v_cache, ctx)?;
+    let hd = d.head_dim;
+    if !n_rot.is_multiple_of(2) || n_rot > hd {
+        return Err(GpuError::shape(K, format!("n_rot {n_rot}: must be even and ≤ head_dim {hd}")));
+    }
+    let q_row = d.n_head * hd;
+    qg.need(n * 2 * q_row, K, "qg")?;
+    k.need(n * d.row(), K, "k")?;
+    v.need(n * d.row(), K, "v")?;
+    q_norm.need(hd, K, "q_norm")?;
+    k_norm.need(hd, K, "k_norm")?;
+    q.need(n * q_row, K, "q")?;
+    gate.need(n * q_row, K, "gate")?;
+    let half = n_rot / 2;
+    let max_pos = if half == 0 { u32::MAX as usize } else { rope.len() / (2 * half) };
+    if half > 0 && max_pos == 0 {
+        return Err(GpuError::shape(K, format!("rope table of {} values holds no position", rope.len())));
+    }
+    let p = AttnPrepParams {
+        n: n32,
+        n_head: d.n_head as u32,
+        n_head_kv: d.n_head_kv as u32,
+        head_dim: hd as u32,
+        n_rot: n_rot as u32,
+        ctx: ctx32,
+        max_pos: max_pos.min(u32::MAX as usize) as u32,
+        eps,
+    };
+    let vectors = (d.n_head + 2 * d.n_head_kv) as u32;
+    let cfg = LaunchConfig {
+        grid_dim: (n32, vectors.div_ceil(ATTN_THREADS / 32), 1),
+        block_dim: (ATTN_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    unsafe {
+        ChainedLaunch::new(gpu, K)
+            .span(batch)
+            .span(qg)
+            .span(k)
+            .span(v)
+            .span(q_norm)
+            .span(k_norm)
+            .span(rope)
+            .span(q)
+            .span(gate)
+            .span(k_cache)
+            .span(v_cache)
+            .value(Param(p))
+            .launch(cfg)
+    }
+}
+
+/// f32 values of the scratch [`attn_tree`] needs for `n` nodes over a cache of `ctx` rows:
+/// `n · n_head · attn_split_slots(ctx) · (head_dim + 2)` (27B, 32 nodes, ctx ≥ 8192: 50.7 MB).
+pub fn attn_tree_scratch_len(d: AttnDims, n: usize, ctx: usize) -> usize {
+    n * d.n_head * attn_split_slots(ctx.min(u32::MAX as usize) as u32) as usize * (d.head_dim + 2)
+}
+
+fn split_kernel(g: usize) -> &'static str {
+    match g {
+        1 => "attn_tree_split_g1",
+        2 => "attn_tree_split_g2",
+        3 => "attn_tree_split_g3",
+        4 => "attn_tree_split_g4",
+        5 => "attn_tree_split_g5",
+        6 => "attn_tree_split_g6",
+        7 => "attn_tree_split_g7",
+        _ => "attn_tree_split_g8",
+    }
+}
+
+/// Gated attention of `n` nodes of `batch` over the f16 KV cache: `out[i, h·hd ..] =
+/// sigmoid(gate[i, h·hd ..]) ⊙ Σ_t softmax_t(q_{i,h}·K_t/√hd)·V_t` over node `i`'s visible keys
+/// (committed rows `0..n_past`, then rows `n_past + j` of its ancestors and itself, `j` in
+/// `anc[i]`), query head `h` on KV head `h / (n_head/n_kv)`. `q`, `gate`, `out`
+/// `[n, n_head·hd]` f32; `scratch` ≥ [`attn_tree_scratch_len`]. Bitwise batch-invariant: a
+/// node's output depends only on its q, gate and visible key/value sequence. A batch with
+/// `n_past + NodeBatch::n > ctx` gives NaN outputs (and reads nothing outside the planes).
+#[allow(clippy::too_many_arguments)]
+pub fn attn_tree(
+    gpu: &Gpu,
+    d: AttnDims,
+    batch: DevSpan<NodeBatch>,
+    n: usize,
+    q: DevSpan<f32>,
+    gate: DevSpan<f32>,
+    k_cache: DevSpan<u16>,
+    v_cache: DevSpan<u16>,
+    ctx: usize,
+    scratch: DevSpan<f32>,
+    out: DevSpan<f32>,
+) -> Result<(), GpuError> {
+    const K: &str = "attn_tree";
+    d.check(K)?;
+    let n32 = check_n(K, n)?;
+    check_batch(K, batch)?;
+    let ctx32 = check_planes(K, d, k_cache, v_cache, ctx)?;
+    let q_row = d.n_head * d.head_dim;
+    q.need(n * q_row, K, "q")?;
+    gate.need(n * q_row, K, "gate")?;
+    out.need(n * q_row, K, "out")?;
+    scratch.need(attn_tree_scratch_len(d, n, ctx), K, "scratch")?;
+    let slots = attn_split_slots(ctx32);
+    let p = AttnTreeParams {
+        n: n32,
+        n_head: d.n_head as u32,
+        n_head_kv: d.n_head_kv as u32,
+        head_dim: d.head_dim as u32,
+        ctx: ctx32,
+        slots,
+        scale_log2: (std::f64::consts::LOG2_E / (d.head_dim as f64).sqrt()) as f32,
+    };
+    let cfg = LaunchConfig {
+        grid_dim: (slots, d.n_head_kv as u32, n32),
+        block_dim: (ATTN_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    unsafe {
+        ChainedLaunch::new(gpu, split_kernel(d.n_head / d.n_head_kv))
+            .span(batch)
+            .span(q)
+            .span(k_cache)
+            .span(v_cache)
+            .span(scratch)
+            .value(Param(p))
+            .launch(cfg)?;
+    }
+    let cfg =
+        LaunchConfig { grid_dim: (d.n_head as u32, n32, 1), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
+    unsafe {
+        ChainedLaunch::new(gpu, "attn_tree_combine")
+            .span(batch)
+            .span(gate)
+            .span(scratch)
+            .span(out)
+            .value(Param(p))
+            .launch(cfg)
+    }
+}
+
+/// Keeps the accepted path in every KV plane: for `p < path.len`, row `n_past + nodes[p]` →
+/// row `n_past + p`. `cache` holds `planes` planes (`2 · attention layers`: the engine's arena
+/// `[layers][K|V][ctx][row_elems]`), plane `k` at `k · plane_stride` f16 values; rows of
+/// `row_elems` f16 (even); `ctx` rows per plane (rows `≥ ctx` are skipped). One launch for all
+/// layers; race-free (each thread reads its columns of every source row before writing).
+pub fn kv_commit(
+    gpu: &Gpu,
+    path: DevSpan<CommitPath>,
+    cache: DevSpan<u16>,
+    planes: usize,
+    plane_stride: usize,
+    row_elems: usize,
+    ctx: usize,
+) -> Result<(), GpuError> {
+    const K: &str = "kv_commit";
+    path.need(1, K, "path")?;
+    if planes == 0 || row_elems == 0 || ctx == 0 {
+        return Err(GpuError::shape(K, format!("{planes} planes of {ctx} rows of {row_elems}: none may be 0")));
+    }
+    if !row_elems.is_multiple_of(2) || !plane_stride.is_multiple_of(2) || !cache.ptr().is_multiple_of(4) {
+        return Err(GpuError::shape(K, "row_elems and plane_stride must be even, the cache 4-byte aligned"));
+    }
+    let plane_len = ctx.checked_mul(row_elems).ok_or_else(|| GpuError::shape(K, "ctx × row overflows"))?;
+    if plane_stride < plane_len {
+        return Err(GpuError::shape(K, format!("plane_stride {plane_stride} < ctx × row_elems {plane_len}")));
+    }
+    let need = (planes - 1)
+        .checked_mul(plane_stride)
+        .and_then(|x| x.checked_add(plane_len))
+        .ok_or_else(|| GpuError::shape(K, "planes × stride overflows"))?;
+    cache.need(need, K, "cache")?;
+    let too_big = |what| GpuError::shape(K, format!("{what} too large"));
+    let p = KvCommitParams {
+        planes: u32::try_from(planes).map_err(|_| too_big("planes"))?,
+        row_elems: u32::try_from(row_elems).map_err(|_| too_big("row_elems"))?,
+        ctx: u32::try_from(ctx).map_err(|_| too_big("ctx"))?,
+        _pad: 0,
+        plane_stride: plane_stride as u64,
+    };
+    if p.planes > 65_535 {
+        return Err(too_big("planes"));
+    }
+    let cfg = LaunchConfig {
+        grid_dim: ((row_elems / 2).div_ceil(ATTN_THREADS as usize) as u32, p.planes, 1),
+        block_dim: (ATTN_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    unsafe { ChainedLaunch::new(gpu, K).span(path).span(cache).value(Param(p)).launch(cfg) }
+}
+
+/// A step parameter kept in device memory: `#[repr(C)]` and made of 4-byte fields only (no
+/// padding), so its bytes are a sequence of `u32` words.
+pub trait StepParam: Copy + sealed::Sealed {}
+impl StepParam for NodeBatch {}
+impl StepParam for CommitPath {}
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for kernel_abi::NodeBatch {}
+    impl Sealed for kernel_abi::CommitPath {}
+}
+
+/// Writes one step parameter ([`NodeBatch`], [`CommitPath`]) into `dst` (a buffer of at least
+/// its size in `u32` words) and returns its span (for tests and benches; the engine keeps its own).
+pub fn write_step_param<T: StepParam>(
+    gpu: &Gpu,
+    value: &T,
+    dst: &mut super::CudaSlice<u32>,
+) -> Result<DevSpan<T>, GpuError> {
+    let words = std::mem::size_of::<T>().div_ceil(4);
+    if dst.len() < words || std::mem::align_of::<T>() > 4 {
+        return Err(GpuError::shape("write_step_param", format!("needs {words} u32 words, buffer has {}", dst.len())));
+    }
+    let mut w = vec![0u32; words];
+    // Safety: `T` is plain data of `size_of::<T>()` bytes; `w` holds at least that many.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            value as *const T as *const u8,
+            w.as_mut_ptr() as *mut u8,
+            std::mem::size_of::<T>(),
+        )
+    };
+    gpu.write(&w, dst)?;
+    let s = DevSpan::of(gpu, dst);
+    // Safety: the buffer holds at least `size_of::<T>()` bytes and outlives the caller's launches.
+    Ok(unsafe { DevSpan::from_raw(s.ptr(), 1) })
+}
