@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod cli;
 pub mod convert;
+pub mod engine;
 pub mod gguf;
 pub mod gpu;
 pub mod inspect;

@@ -19,6 +19,9 @@ struct Cli {
 enum Command {
     /// Generate text: AR, DFlash chain or DDTree tree speculative decoding (CPU backend for now).
     Generate(cli::generate::GenerateArgs),
+    /// Measure the GPU engine: AR tok/s against the bandwidth limit, tree verify vs AR step,
+    /// prefill, load time, memory, per-family breakdown.
+    Bench(cli::bench::BenchArgs),
     /// Show the GPU found and, with --bench, the measured copy bandwidth.
     Info(cli::info::InfoArgs),
     /// Describe a model file or draft folder: hyperparameters, tensor types, memory plan.
@@ -35,6 +38,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(a) => cli::generate::run(&a),
+        Command::Bench(a) => cli::bench::run(&a),
         Command::Info(a) => cli::info::run(&a),
         Command::Inspect(a) => cli::inspect::run(a),
         Command::Logits(a) => cli::logits::run(&a),

@@ -29,6 +29,7 @@ fn args(mode: ModeArg) -> GenerateArgs {
         no_think: false,
         ctx: None,
         verbose: false,
+        backend: flashtree::cli::backend::BackendArg::Cpu,
     }
 }
 

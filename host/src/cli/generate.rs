@@ -74,6 +74,9 @@ pub struct GenerateArgs {
     /// Print each load step (a spinner shows them anyway when stderr is a terminal).
     #[arg(long)]
     pub verbose: bool,
+    /// Where the target runs: `auto` = the GPU when one is present.
+    #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
+    pub backend: super::backend::BackendArg,
 }
 
 /// Refuses a `--model` that is a directory or missing, naming it (the OS says "No such device"
@@ -172,6 +175,10 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         bail!("the prompt is empty");
     }
     limits::check_prompt_fits(prompt.len(), args.max_tokens, ctx)?;
+    if let Some(gpu) = super::backend::resolve(args.backend)? {
+        drop(file);
+        return run_gpu(args, gpu, mode, &tk, &prompt, out, err);
+    }
     let draft_f32 = match &args.draft {
         Some(p) => limits::draft_f32_bytes(p)?,
         None => 0,
@@ -236,6 +243,49 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         return Err(e).context("writing the generated text");
     }
     writeln!(err, "mode {} budget {}", mode.name(), if mode == Mode::Ar { 0 } else { args.budget })?;
+    writeln!(err, "{}", stats.summary())?;
+    Ok(())
+}
+
+/// Greedy AR decoding of the target on the GPU engine (context: prompt + `--max-tokens`).
+fn run_gpu(
+    args: &GenerateArgs,
+    gpu: crate::gpu::Gpu,
+    mode: Mode,
+    tk: &crate::tokenizer::gguf::GgufTokenizer,
+    prompt: &[u32],
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> anyhow::Result<()> {
+    if mode != Mode::Ar {
+        bail!(
+            "--mode {} on the GPU backend needs the draft on the GPU, which is not built yet: use --mode ar, \
+             or --backend cpu for speculative decoding on the CPU reference",
+            mode.name()
+        );
+    }
+    let ctx = prompt.len() + args.max_tokens + 1;
+    let (mut engine, _) = super::backend::open_engine(gpu, &args.model, Some(ctx), !args.verbose)?;
+    let mut tgt = crate::engine::GpuTarget::new(&mut engine);
+    let cfg = GenerateConfig { mode, budget: 0, max_tokens: args.max_tokens, eos: tk.stop_ids.clone() };
+    let mut dec = StreamDecoder::new();
+    let mut io_err = None;
+    let (_, stats) = generate(&mut tgt, None::<&mut CpuDraft>, prompt, &cfg, |ids| {
+        for &id in ids {
+            let bytes = tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD");
+            let piece = dec.push(bytes);
+            if let Err(e) = out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
+                io_err.get_or_insert(e);
+            }
+        }
+    })
+    .map_err(|e: SpecError| anyhow::anyhow!(e))?;
+    out.write_all(dec.finish().as_bytes())?;
+    writeln!(out)?;
+    if let Some(e) = io_err {
+        return Err(e).context("writing the generated text");
+    }
+    writeln!(err, "mode ar budget 0 backend gpu")?;
     writeln!(err, "{}", stats.summary())?;
     Ok(())
 }

@@ -1,6 +1,8 @@
 //! Command-line subcommands. Each module holds a clap `Args` struct and a `run` function;
 //! `src/main.rs` only dispatches.
 
+pub mod backend;
+pub mod bench;
 pub mod convert;
 pub mod generate;
 pub mod info;

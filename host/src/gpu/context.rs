@@ -174,3 +174,12 @@ impl Gpu {
         self.stream.synchronize().while_(|| "synchronizing the stream".into())
     }
 }
+
+impl Gpu {
+    /// Free and total device memory in bytes.
+    pub fn memory_info(&self) -> Result<(u64, u64), GpuError> {
+        self.ctx.bind_to_thread().while_(|| "binding the context".into())?;
+        let (free, total) = cudarc::driver::result::mem_get_info().while_(|| "reading free device memory".into())?;
+        Ok((free as u64, total as u64))
+    }
+}

@@ -23,6 +23,11 @@ pub enum GpuError {
 }
 
 impl GpuError {
+    /// A failed driver call, with what was being done.
+    pub fn from_driver(what: &str, source: DriverError) -> Self {
+        GpuError::Driver { what: what.to_string(), source }
+    }
+
     pub(crate) fn shape(kernel: &'static str, message: impl Into<String>) -> Self {
         GpuError::Shape { kernel, message: message.into() }
     }

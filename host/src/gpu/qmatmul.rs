@@ -5,7 +5,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use kernel_abi::{gemv_split, GemvParams, GEMV_BLOCK_THREADS, GEMV_WARPS_PER_BLOCK};
 
 use super::error::{DriverContext, GpuError};
-use super::{ChainedLaunch, Gpu, Param};
+use super::{ChainedLaunch, DevSpan, Gpu, Param};
 
 fn params<W>(
     kernel: &'static str,
@@ -304,6 +304,9 @@ pub struct QmmWorkspace {
     max_out: usize,
     /// What the activation buffers hold now: `(n, in, with bf16 pairs)`.
     prepared: Option<(usize, usize, bool)>,
+    /// Whether a caller preparing activations for several matrices must write the bf16 pair
+    /// (some matrix is F32); the engine sets it once from its weights.
+    pub pairs_needed: bool,
 }
 
 impl QmmWorkspace {
@@ -328,6 +331,7 @@ impl QmmWorkspace {
             max_in,
             max_out,
             prepared: None,
+            pairs_needed: false,
         })
     }
 }
@@ -395,6 +399,18 @@ pub fn qmm_prepare(
     pairs: bool,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
+    qmm_prepare_span(gpu, DevSpan::of(gpu, x), n, inp, pairs, ws)
+}
+
+/// [`qmm_prepare`] reading x from a view.
+pub fn qmm_prepare_span(
+    gpu: &Gpu,
+    x: DevSpan<f32>,
+    n: usize,
+    inp: usize,
+    pairs: bool,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
     if n == 0 || n > QMM_MAX_N as usize {
         return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
     }
@@ -414,7 +430,7 @@ pub fn qmm_prepare(
     // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
     unsafe {
         ChainedLaunch::new(gpu, "qmm_prep_x")
-            .buf(x)
+            .span(x)
             .buf_mut(&mut ws.xh)
             .buf_mut(&mut ws.xb_hi)
             .buf_mut(&mut ws.xb_lo)
@@ -439,6 +455,21 @@ pub fn qmm_prepared(
     inp: usize,
     n: usize,
     y: &mut CudaSlice<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    launch(gpu, ty, w, out, inp, n, DevSpan::of(gpu, y), None, ws)
+}
+
+/// [`qmm_prepared`] writing into a view (`y` holds at least `n · out` values).
+#[allow(clippy::too_many_arguments)]
+pub fn qmm_prepared_span(
+    gpu: &Gpu,
+    ty: GgmlType,
+    w: &CudaSlice<u8>,
+    out: usize,
+    inp: usize,
+    n: usize,
+    y: DevSpan<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
     launch(gpu, ty, w, out, inp, n, y, None, ws)
@@ -529,6 +560,21 @@ pub fn qmm_swiglu_prepared(
     y: &mut CudaSlice<f32>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
+    launch(gpu, ty, w, swiglu_rows(ff)?, inp, n, DevSpan::of(gpu, y), Some(ff), ws)
+}
+
+/// [`qmm_swiglu_prepared`] writing into a view (`y` holds at least `n · ff` values).
+#[allow(clippy::too_many_arguments)]
+pub fn qmm_swiglu_prepared_span(
+    gpu: &Gpu,
+    ty: GgmlType,
+    w: &CudaSlice<u8>,
+    ff: usize,
+    inp: usize,
+    n: usize,
+    y: DevSpan<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
     launch(gpu, ty, w, swiglu_rows(ff)?, inp, n, y, Some(ff), ws)
 }
 
@@ -585,7 +631,7 @@ fn launch(
     out: usize,
     inp: usize,
     n: usize,
-    y: &mut CudaSlice<f32>,
+    y: DevSpan<f32>,
     swiglu: Option<usize>,
     ws: &mut QmmWorkspace,
 ) -> Result<(), GpuError> {
@@ -675,7 +721,7 @@ fn launch(
             .buf(&ws.xsum)
             .buf_mut(&mut ws.partial)
             .buf_mut(&mut ws.counters)
-            .buf_mut(y)
+            .span(y)
             .value(Param(p))
             .launch(cfg)
     }

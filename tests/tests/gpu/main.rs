@@ -5,6 +5,7 @@ mod attention;
 mod copy;
 mod deltanet;
 mod embed;
+mod engine;
 mod graph;
 mod norm;
 mod qmatmul;

@@ -1,0 +1,554 @@
+//! [`Engine`]: device buffers of one target and its forward / commit.
+
+use cudarc::driver::{CudaEvent, CudaSlice};
+use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
+
+use super::batch::bytes_of;
+use super::plan::MemoryPlan;
+use super::weights::{self, MixerWeights, QWeight, TargetWeights};
+use super::EngineError;
+use crate::gguf::Gguf;
+use crate::gpu::attention::{self as attn, AttnDims};
+use crate::gpu::deltanet::{self as gdn, GdnIo, GdnLayerState, GdnShape, GdnWeights};
+use crate::gpu::embed::embed_rows;
+use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
+use crate::gpu::qmatmul::{
+    qmm_needs_pairs, qmm_prepare_span, qmm_prepared_span, qmm_swiglu_prepared_span, qmm_swiglu_rows, QmmWorkspace,
+};
+use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len};
+use crate::gpu::{DevSpan, Gpu, GpuError};
+use crate::model::Qwen35Config;
+
+const N: usize = MAX_NODES as usize;
+
+/// The target on the GPU: weights, caches, recurrent state, step buffers.
+pub struct Engine {
+    pub gpu: Gpu,
+    pub cfg: Qwen35Config,
+    pub plan: MemoryPlan,
+    w: TargetWeights,
+    attn: AttnDims,
+    gdn: GdnShape,
+    /// Per trunk layer: its index among the attention layers or among the DeltaNet layers.
+    slot: Vec<usize>,
+    n_attn: usize,
+    n_gdn: usize,
+    // Step parameters (device).
+    batch_dev: CudaSlice<u8>,
+    commit_dev: CudaSlice<u8>,
+    /// The last forward's batch (host copy), for commit's checks.
+    last: Option<NodeBatch>,
+    // Activations `[32, dim]`.
+    h: CudaSlice<f32>,
+    x: CudaSlice<f32>,
+    mix: CudaSlice<f32>,
+    wide: CudaSlice<f32>,
+    qg: CudaSlice<f32>,
+    kb: CudaSlice<f32>,
+    vb: CudaSlice<f32>,
+    q: CudaSlice<f32>,
+    gate: CudaSlice<f32>,
+    ao: CudaSlice<f32>,
+    z: CudaSlice<f32>,
+    ab: CudaSlice<f32>,
+    bb: CudaSlice<f32>,
+    go: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+    /// Argmax scratch (partials) and results: index and value per node.
+    am_part_val: CudaSlice<f32>,
+    am_part_idx: CudaSlice<u32>,
+    am_idx: CudaSlice<u32>,
+    am_val: CudaSlice<f32>,
+    ws: QmmWorkspace,
+    rope: CudaSlice<f32>,
+    /// Split-K partials of `attn_tree` (one buffer serves every layer).
+    attn_scratch: CudaSlice<f32>,
+    // Caches and state (arenas over layers).
+    kv: CudaSlice<u16>,
+    state: CudaSlice<f32>,
+    conv: CudaSlice<f32>,
+    mixed: CudaSlice<f32>,
+    gdn_scratch: CudaSlice<f32>,
+    /// Committed tokens.
+    n_past: usize,
+    /// When set, [`Engine::forward`] records an event after each kernel group (serialising the
+    /// chain): the per-family breakdown of `flashtree bench`.
+    profile: Option<Profile>,
+}
+
+/// Events recorded after each kernel group of a profiled forward, with the group's family.
+pub struct Profile {
+    start: CudaEvent,
+    marks: Vec<(&'static str, CudaEvent)>,
+    /// Milliseconds per family over every profiled forward so far.
+    pub totals: Vec<(&'static str, f64)>,
+    pub steps: usize,
+}
+
+fn mark(gpu: &Gpu, prof: &mut Option<Profile>, family: &'static str) -> Result<(), EngineError> {
+    if let Some(p) = prof {
+        let ev = gpu.context().new_event(None).map_err(|e| GpuError::from_driver("creating an event", e))?;
+        ev.record(gpu.stream()).map_err(|e| GpuError::from_driver("recording an event", e))?;
+        p.marks.push((family, ev));
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Plans, checks and allocates an engine for `cfg` at context `ctx`, then loads the weights
+    /// from `g` (`progress(bytes done, total)` after each tensor). Prints nothing: the caller
+    /// shows [`Engine::plan`] and the progress.
+    pub fn load(
+        gpu: Gpu,
+        g: &Gguf,
+        cfg: Qwen35Config,
+        ctx: usize,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<Engine, EngineError> {
+        let plan = Self::plan_for(&cfg, g, ctx)?;
+        let (free, _total) = gpu.memory_info()?;
+        plan.check(free, 512 << 20)?;
+        let w = weights::load(&gpu, &cfg, g, progress)?;
+        Self::with_weights(gpu, cfg, ctx, plan, w)
+    }
+
+    /// The memory plan of `cfg` from `g` at context `ctx` (nothing allocated).
+    pub fn plan_for(cfg: &Qwen35Config, g: &Gguf, ctx: usize) -> Result<MemoryPlan, EngineError> {
+        check_supported(cfg, ctx)?;
+        let gdn = gdn_shape(cfg);
+        MemoryPlan::new(cfg, ctx, weights::weight_bytes(cfg, g)?, gdn::gdn_scratch_len(&gdn))
+    }
+
+    fn with_weights(
+        gpu: Gpu,
+        cfg: Qwen35Config,
+        ctx: usize,
+        plan: MemoryPlan,
+        w: TargetWeights,
+    ) -> Result<Engine, EngineError> {
+        let d = cfg.embedding_length;
+        let hd = cfg.key_length;
+        let (nh, nkv) = (cfg.head_count, cfg.head_count_kv);
+        let ch = cfg.ssm_conv_channels();
+        let inner = cfg.ssm_inner_size;
+        let vh = cfg.ssm_time_step_rank;
+        let ff = cfg.feed_forward_length;
+        let mut slot = Vec::with_capacity(cfg.n_layer());
+        let (mut n_attn, mut n_gdn) = (0, 0);
+        for l in 0..cfg.n_layer() {
+            if cfg.is_recurrent(l) {
+                slot.push(n_gdn);
+                n_gdn += 1;
+            } else {
+                slot.push(n_attn);
+                n_attn += 1;
+            }
+        }
+        let attn = attn_dims(&cfg);
+        let gdn = gdn_shape(&cfg);
+        let max_in = [d, ff, nh * hd, inner].into_iter().max().unwrap_or(d);
+        let max_out = [cfg.vocab_size, qmm_swiglu_rows(ff), 2 * nh * hd, ch, d].into_iter().max().unwrap_or(d);
+        let state_len = vh * cfg.ssm_state_size * cfg.ssm_value_head_dim();
+        let conv_len = (cfg.ssm_conv_kernel - 1) * ch;
+        let z = |n: usize| gpu.zeros::<f32>(n.max(1));
+        let rope = gpu.upload(&attn::rope_table(cfg.rope_dimension_count, cfg.rope_freq_base as f64, ctx))?;
+        let e = Engine {
+            batch_dev: gpu.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
+            commit_dev: gpu.zeros::<u8>(std::mem::size_of::<CommitPath>())?,
+            last: None,
+            h: z(N * d)?,
+            x: z(N * d)?,
+            mix: z(N * d)?,
+            wide: z(N * ff.max(ch))?,
+            qg: z(N * 2 * nh * hd)?,
+            kb: z(N * nkv * hd)?,
+            vb: z(N * nkv * hd)?,
+            q: z(N * nh * hd)?,
+            gate: z(N * nh * hd)?,
+            ao: z(N * nh * hd)?,
+            z: z(N * inner)?,
+            ab: z(N * vh)?,
+            bb: z(N * vh)?,
+            go: z(N * inner)?,
+            logits: z(N * cfg.vocab_size)?,
+            am_part_val: gpu.zeros(argmax_scratch_len(N))?,
+            am_part_idx: gpu.zeros(argmax_scratch_len(N))?,
+            am_idx: gpu.zeros(N)?,
+            am_val: z(N)?,
+            ws: {
+                let mut ws = QmmWorkspace::new(&gpu, max_in, max_out)?;
+                ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || qmm_needs_pairs(w.head.ty);
+                ws
+            },
+            rope,
+            attn_scratch: z(attn::attn_tree_scratch_len(attn, N, ctx))?,
+            kv: gpu.zeros::<u16>((n_attn * 2 * ctx * nkv * hd).max(1))?,
+            state: z(n_gdn * state_len)?,
+            conv: z(n_gdn * conv_len)?,
+            mixed: z(n_gdn * N * ch)?,
+            gdn_scratch: z(n_gdn * gdn::gdn_scratch_len(&gdn))?,
+            n_past: 0,
+            profile: None,
+            gpu,
+            cfg,
+            plan,
+            w,
+            attn,
+            gdn,
+            slot,
+            n_attn,
+            n_gdn,
+        };
+        Ok(e)
+    }
+
+    /// Weight bytes one forward reads: every matrix once, one embedding row per node (ignored),
+    /// the vectors.
+    pub fn step_weight_bytes(&self) -> u64 {
+        let w = &self.w;
+        let mut b = w.head.buf.num_bytes() as u64 + 4 * w.output_norm.len() as u64;
+        for l in &w.layers {
+            b += (l.gate_up.buf.num_bytes() + l.down.buf.num_bytes()) as u64;
+            b += 4 * (l.attn_norm.len() + l.post_norm.len()) as u64;
+            b += match &l.mixer {
+                MixerWeights::Attention { q, k, v, o, .. } => {
+                    q.buf.num_bytes() + k.buf.num_bytes() + v.buf.num_bytes() + o.buf.num_bytes()
+                }
+                MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, conv, .. } => {
+                    qkv.buf.num_bytes()
+                        + gate.buf.num_bytes()
+                        + beta.buf.num_bytes()
+                        + alpha.buf.num_bytes()
+                        + out.buf.num_bytes()
+                        + 4 * conv.len()
+                }
+            } as u64;
+        }
+        b
+    }
+
+    /// Committed tokens.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// The context (KV rows) the engine was planned for.
+    pub fn ctx(&self) -> usize {
+        self.plan.ctx
+    }
+
+    /// Forgets every committed token (the caches are overwritten as the next prompt runs; the
+    /// recurrent state and conv windows are zeroed).
+    pub fn reset(&mut self) -> Result<(), EngineError> {
+        self.gpu.fill_bytes(&mut self.state, 0)?;
+        self.gpu.fill_bytes(&mut self.conv, 0)?;
+        self.n_past = 0;
+        self.last = None;
+        Ok(())
+    }
+
+    /// Enqueues the forward of `batch` (built by [`super::node_batch`] at this engine's
+    /// `n_past`): logits of every node in the logits buffer, argmax in the argmax buffer. The
+    /// committed state is not modified.
+    pub fn forward(&mut self, batch: &NodeBatch) -> Result<(), EngineError> {
+        let n = batch.n as usize;
+        if n == 0 || n > N || batch.n_past as usize != self.n_past {
+            return Err(EngineError::Batch(format!(
+                "batch of {n} nodes at n_past {} (the engine holds {} tokens)",
+                batch.n_past, self.n_past
+            )));
+        }
+        let need = self.n_past + n;
+        if need > self.ctx() {
+            return Err(EngineError::Context { need, ctx: self.ctx() });
+        }
+        self.gpu.write(bytes_of(batch), &mut self.batch_dev)?;
+        self.last = Some(*batch);
+        let mut prof = self.profile.take();
+        if let Some(p) = &mut prof {
+            p.marks.clear();
+            p.start.record(self.gpu.stream()).map_err(|e| GpuError::from_driver("recording an event", e))?;
+        }
+        let r = self.enqueue_forward(n, &mut prof);
+        if let Some(p) = &mut prof {
+            p.collect()?;
+        }
+        self.profile = prof;
+        r
+    }
+
+    /// Turns the per-family profile on (serialises every kernel group) or off, returning the
+    /// profile gathered so far.
+    pub fn set_profile(&mut self, on: bool) -> Result<Option<Profile>, EngineError> {
+        let old = self.profile.take();
+        if on {
+            let start =
+                self.gpu.context().new_event(None).map_err(|e| GpuError::from_driver("creating an event", e))?;
+            self.profile = Some(Profile { start, marks: Vec::new(), totals: Vec::new(), steps: 0 });
+        }
+        Ok(old)
+    }
+
+    fn enqueue_forward(&mut self, n: usize, prof: &mut Option<Profile>) -> Result<(), EngineError> {
+        let gpu = &self.gpu;
+        let cfg = &self.cfg;
+        let d = cfg.embedding_length;
+        let eps = cfg.rms_norm_eps;
+        let s = |b: &CudaSlice<f32>| DevSpan::of(gpu, b);
+        let batch: DevSpan<u8> = DevSpan::of(gpu, &self.batch_dev);
+        // Safety: `batch_dev` holds one `NodeBatch` for the engine's life; its `tokens` field
+        // follows `n_past` and `n`.
+        let nodes: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(batch.ptr(), 1) };
+        let tokens: DevSpan<u32> = unsafe { DevSpan::from_raw(batch.ptr() + 8, N) };
+        embed_rows(gpu, self.w.embd_ty, DevSpan::of(gpu, &self.w.embd), cfg.vocab_size, d, tokens, n, s(&self.h))?;
+        mark(gpu, prof, "embed")?;
+        let (h, x, mix) = (s(&self.h), s(&self.x), s(&self.mix));
+        for (l, lw) in self.w.layers.iter().enumerate() {
+            if l == 0 {
+                rms_norm_rows_span(gpu, h, s(&lw.attn_norm), x, n, d, eps)?;
+            } else {
+                add_rms_norm(gpu, h, mix, s(&lw.attn_norm), x, n, d, eps)?;
+            }
+            mark(gpu, prof, "norm")?;
+            prepare(gpu, x, n, d, &mut self.ws)?;
+            match &lw.mixer {
+                MixerWeights::Attention { q, k, v, o, q_norm, k_norm } => {
+                    let a = self.slot[l];
+                    let plane = self.ctx() * self.attn.row();
+                    let kv = DevSpan::of(gpu, &self.kv);
+                    let kc = kv.sub(2 * a * plane, plane, "kv cache")?;
+                    let vc = kv.sub((2 * a + 1) * plane, plane, "kv cache")?;
+                    matmul(gpu, q, n, s(&self.qg), &mut self.ws)?;
+                    matmul(gpu, k, n, s(&self.kb), &mut self.ws)?;
+                    matmul(gpu, v, n, s(&self.vb), &mut self.ws)?;
+                    mark(gpu, prof, "qmm")?;
+                    let ctx = self.ctx();
+                    attn::attn_prep(
+                        gpu,
+                        self.attn,
+                        cfg.rope_dimension_count,
+                        eps,
+                        nodes,
+                        n,
+                        s(&self.qg),
+                        s(&self.kb),
+                        s(&self.vb),
+                        s(q_norm),
+                        s(k_norm),
+                        s(&self.rope),
+                        s(&self.q),
+                        s(&self.gate),
+                        kc,
+                        vc,
+                        ctx,
+                    )?;
+                    attn::attn_tree(
+                        gpu,
+                        self.attn,
+                        nodes,
+                        n,
+                        s(&self.q),
+                        s(&self.gate),
+                        kc,
+                        vc,
+                        ctx,
+                        s(&self.attn_scratch),
+                        s(&self.ao),
+                    )?;
+                    mark(gpu, prof, "attention")?;
+                    prepare(gpu, s(&self.ao), n, o.inp, &mut self.ws)?;
+                    matmul(gpu, o, n, mix, &mut self.ws)?;
+                    mark(gpu, prof, "qmm")?;
+                }
+                MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, conv, dt_bias, ssm_a, norm } => {
+                    let g = self.slot[l];
+                    let ch = cfg.ssm_conv_channels();
+                    let mixed = DevSpan::of(gpu, &self.mixed).sub(g * N * ch, N * ch, "mixed")?;
+                    matmul(gpu, qkv, n, mixed, &mut self.ws)?;
+                    matmul(gpu, gate, n, s(&self.z), &mut self.ws)?;
+                    matmul(gpu, beta, n, s(&self.bb), &mut self.ws)?;
+                    matmul(gpu, alpha, n, s(&self.ab), &mut self.ws)?;
+                    mark(gpu, prof, "qmm")?;
+                    let state_len = self.gdn.state_len();
+                    let conv_len = self.gdn.conv_state_len();
+                    let scratch_len = gdn::gdn_scratch_len(&self.gdn);
+                    let w = GdnWeights { conv_w: s(conv), ssm_a: s(ssm_a), dt_bias: s(dt_bias), norm_w: s(norm) };
+                    let io = GdnIo { mixed, z: s(&self.z), a: s(&self.ab), b: s(&self.bb), out: s(&self.go) };
+                    let st = GdnLayerState {
+                        conv_state: DevSpan::of(gpu, &self.conv).sub(g * conv_len, conv_len, "conv state")?,
+                        state: DevSpan::of(gpu, &self.state).sub(g * state_len, state_len, "state")?,
+                        scratch: DevSpan::of(gpu, &self.gdn_scratch).sub(
+                            g * scratch_len,
+                            scratch_len,
+                            "gdn scratch",
+                        )?,
+                    };
+                    gdn::gdn_forward(gpu, &self.gdn, n, nodes, &w, &io, &st)?;
+                    mark(gpu, prof, "deltanet")?;
+                    prepare(gpu, s(&self.go), n, out.inp, &mut self.ws)?;
+                    matmul(gpu, out, n, mix, &mut self.ws)?;
+                    mark(gpu, prof, "qmm")?;
+                }
+            }
+            add_rms_norm(gpu, h, mix, s(&lw.post_norm), x, n, d, eps)?;
+            mark(gpu, prof, "norm")?;
+            prepare(gpu, x, n, d, &mut self.ws)?;
+            let gu = &lw.gate_up;
+            qmm_swiglu_prepared_span(gpu, gu.ty, &gu.buf, gu.ff, gu.inp, n, s(&self.wide), &mut self.ws)?;
+            prepare(gpu, s(&self.wide), n, gu.ff, &mut self.ws)?;
+            matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
+            mark(gpu, prof, "qmm")?;
+        }
+        add_rms_norm(gpu, h, mix, s(&self.w.output_norm), x, n, d, eps)?;
+        mark(gpu, prof, "norm")?;
+        prepare(gpu, x, n, d, &mut self.ws)?;
+        matmul(gpu, &self.w.head, n, s(&self.logits), &mut self.ws)?;
+        mark(gpu, prof, "lm_head")?;
+        argmax_rows_span(
+            gpu,
+            s(&self.logits),
+            n,
+            cfg.vocab_size,
+            s(&self.am_part_val),
+            DevSpan::of(gpu, &self.am_part_idx),
+            DevSpan::of(gpu, &self.am_idx),
+            s(&self.am_val),
+        )?;
+        mark(gpu, prof, "argmax")?;
+        Ok(())
+    }
+
+    /// The argmax token of each node of the last forward (waits for it: the step's sync).
+    pub fn argmax_tokens(&self, n: usize) -> Result<Vec<u32>, EngineError> {
+        let all = self.gpu.download(&self.am_idx)?;
+        Ok(all[..n.min(all.len())].to_vec())
+    }
+
+    /// The logits of the last forward, `[n, n_vocab]` (waits).
+    pub fn logits(&self, n: usize) -> Result<Vec<f32>, EngineError> {
+        let all = self.gpu.download(&self.logits)?;
+        Ok(all[..n * self.cfg.vocab_size].to_vec())
+    }
+
+    /// Keeps the nodes `path` of the last forward (root first, each the parent of the next):
+    /// KV rows compacted, recurrent state and conv windows advanced along the path.
+    pub fn commit(&mut self, path: &[usize]) -> Result<(), EngineError> {
+        let batch = self.last.take().ok_or_else(|| EngineError::Batch("commit without a forward".into()))?;
+        let c = super::batch::commit_path(&batch, path)?;
+        if path.is_empty() {
+            return Ok(());
+        }
+        self.gpu.write(bytes_of(&c), &mut self.commit_dev)?;
+        let gpu = &self.gpu;
+        // Safety: `commit_dev` holds one `CommitPath` for the engine's life.
+        let commit: DevSpan<CommitPath> = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.commit_dev).ptr(), 1) };
+        if self.n_attn > 0 {
+            let plane = self.ctx() * self.attn.row();
+            attn::kv_commit(
+                gpu,
+                commit,
+                DevSpan::of(gpu, &self.kv),
+                2 * self.n_attn,
+                plane,
+                self.attn.row(),
+                self.ctx(),
+            )?;
+        }
+        if self.n_gdn > 0 {
+            gdn::gdn_commit(
+                gpu,
+                &self.gdn,
+                self.n_gdn,
+                commit,
+                DevSpan::of(gpu, &self.mixed),
+                DevSpan::of(gpu, &self.gdn_scratch),
+                DevSpan::of(gpu, &self.state),
+                DevSpan::of(gpu, &self.conv),
+            )?;
+        }
+        self.n_past += path.len();
+        Ok(())
+    }
+
+    /// Runs `tokens` (a prompt, or its continuation) in chains of at most 32 through the same
+    /// forward, committing each chain. Returns the argmax after the last token.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<u32, EngineError> {
+        let mut last = None;
+        let chunks = tokens.len().div_ceil(N);
+        for (c, chunk) in tokens.chunks(N).enumerate() {
+            let b = super::batch::chain_batch(self.n_past, chunk, self.cfg.vocab_size, self.ctx())?;
+            self.forward(&b)?;
+            if c + 1 == chunks {
+                last = self.argmax_tokens(chunk.len())?.last().copied();
+            }
+            let path: Vec<usize> = (0..chunk.len()).collect();
+            self.commit(&path)?;
+        }
+        last.ok_or_else(|| EngineError::Batch("empty prompt".into()))
+    }
+}
+
+impl Profile {
+    /// Waits for the last forward and adds each group's time to its family.
+    fn collect(&mut self) -> Result<(), EngineError> {
+        let mut prev = &self.start;
+        for (family, ev) in &self.marks {
+            ev.synchronize().map_err(|e| GpuError::from_driver("waiting for an event", e))?;
+            let ms = prev.elapsed_ms(ev).map_err(|e| GpuError::from_driver("reading event time", e))? as f64;
+            match self.totals.iter_mut().find(|(f, _)| f == family) {
+                Some((_, t)) => *t += ms,
+                None => self.totals.push((family, ms)),
+            }
+            prev = ev;
+        }
+        self.steps += 1;
+        Ok(())
+    }
+}
+
+/// Converts the activations `x [n, inp]` for the matmuls that follow (with the bf16 pair only
+/// when some matrix of the model is F32: [`qmm_needs_pairs`]).
+fn prepare(gpu: &Gpu, x: DevSpan<f32>, n: usize, inp: usize, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
+    qmm_prepare_span(gpu, x, n, inp, ws.pairs_needed, ws)?;
+    Ok(())
+}
+
+fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
+    qmm_prepared_span(gpu, w.ty, &w.buf, w.out, w.inp, n, y, ws)?;
+    Ok(())
+}
+
+fn attn_dims(cfg: &Qwen35Config) -> AttnDims {
+    AttnDims { n_head: cfg.head_count, n_head_kv: cfg.head_count_kv, head_dim: cfg.key_length }
+}
+
+fn gdn_shape(cfg: &Qwen35Config) -> GdnShape {
+    GdnShape {
+        n_k: cfg.ssm_group_count,
+        n_v: cfg.ssm_time_step_rank,
+        d_k: cfg.ssm_state_size,
+        d_v: cfg.ssm_value_head_dim(),
+        conv_kernel: cfg.ssm_conv_kernel,
+        eps: cfg.rms_norm_eps,
+    }
+}
+
+/// Shapes the kernels do not cover, refused before anything is allocated.
+fn check_supported(cfg: &Qwen35Config, ctx: usize) -> Result<(), EngineError> {
+    if cfg.key_length != cfg.value_length {
+        return Err(EngineError::Unsupported(format!(
+            "attention key_length {} ≠ value_length {}",
+            cfg.key_length, cfg.value_length
+        )));
+    }
+    if ctx == 0 || ctx > cfg.context_length {
+        return Err(EngineError::Plan(format!(
+            "context {ctx} is outside 1..={} (the model's qwen35.context_length)",
+            cfg.context_length
+        )));
+    }
+    if ctx > u32::MAX as usize / 2 {
+        return Err(EngineError::Plan(format!("context {ctx} is too large")));
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! The memory plan: every device allocation of the engine, computed from the config and the
+//! chosen context before anything is allocated, printed, and checked against the free memory.
+
+use std::fmt;
+
+use super::EngineError;
+use crate::model::Qwen35Config;
+
+/// Bytes of each part of the engine's device memory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    pub ctx: usize,
+    pub weights: u64,
+    /// F16 K and V of every attention layer for `ctx` tokens.
+    pub kv_cache: u64,
+    /// DeltaNet recurrent state and conv windows.
+    pub recurrent: u64,
+    /// Per-node scratch a verify keeps until commit (conv inputs, recurrent inputs).
+    pub tree_scratch: u64,
+    /// Activations, logits, the matmul workspace, the RoPE table.
+    pub workspace: u64,
+}
+
+impl MemoryPlan {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.recurrent + self.tree_scratch + self.workspace
+    }
+
+    /// The plan for `cfg` at context `ctx` with `weights` bytes of packed weights and
+    /// `gdn_scratch` f32 values of per-layer DeltaNet scratch. All arithmetic is checked.
+    pub fn new(cfg: &Qwen35Config, ctx: usize, weights: u64, gdn_scratch: usize) -> Result<Self, EngineError> {
+        let over = || EngineError::Plan("memory plan overflows".into());
+        let m = |a: u64, b: u64| a.checked_mul(b).ok_or_else(over);
+        let n_attn = cfg.attention_layers().len() as u64;
+        let n_gdn = cfg.n_layer() as u64 - n_attn;
+        let kv_row = (cfg.head_count_kv * cfg.key_length) as u64;
+        let kv_cache = m(m(m(n_attn, 2)?, ctx as u64)?, m(kv_row, 2)?)?;
+        let state = (cfg.ssm_time_step_rank * cfg.ssm_state_size * cfg.ssm_value_head_dim()) as u64;
+        let ch = cfg.ssm_conv_channels() as u64;
+        let conv = (cfg.ssm_conv_kernel as u64 - 1) * ch;
+        let recurrent = m(m(n_gdn, state + conv)?, 4)?;
+        let tree_scratch = m(m(n_gdn, 32 * ch + gdn_scratch as u64)?, 4)?;
+        let d = cfg.embedding_length as u64;
+        let hd = cfg.key_length as u64;
+        let nh = cfg.head_count as u64;
+        let wide = [cfg.feed_forward_length as u64, 2 * nh * hd, ch, cfg.ssm_inner_size as u64].into_iter().max();
+        let wide = wide.unwrap_or(0);
+        let v = cfg.vocab_size as u64;
+        let acts = 32 * 4 * (3 * d + 2 * wide + 4 * nh * hd + 3 * cfg.ssm_inner_size as u64);
+        let logits = 32 * 4 * v;
+        let max_in = [d, cfg.feed_forward_length as u64, nh * hd, cfg.ssm_inner_size as u64].into_iter().max();
+        let max_in = max_in.unwrap_or(0);
+        let max_out = [v, 2 * cfg.feed_forward_length as u64 + 16, 2 * nh * hd, ch].into_iter().max().unwrap_or(0);
+        let qmm_ws = 32 * max_in * 2 * 4 + 16 * 32 * max_out * 4 + 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4;
+        let rope = m(ctx as u64, cfg.rope_dimension_count as u64 * 4)?;
+        // The attention split-K partials: up to 64 splits × 32 nodes × heads × (head_dim + 2).
+        let attn_split = 64 * 32 * nh * (hd + 2) * 4;
+        let workspace = acts + logits + qmm_ws + rope + attn_split;
+        Ok(MemoryPlan { ctx, weights, kv_cache, recurrent, tree_scratch, workspace })
+    }
+
+    /// Refuses the plan unless it fits `free` bytes, keeping `reserve` for the driver.
+    pub fn check(&self, free: u64, reserve: u64) -> Result<(), EngineError> {
+        if self.total().saturating_add(reserve) > free {
+            return Err(EngineError::Plan(format!(
+                "the plan does not fit: {self}\n  needs {:.2} GiB + {:.2} GiB reserve, the GPU has {:.2} GiB free \
+                 (lower --ctx to shrink the KV cache)",
+                gib(self.total()),
+                gib(reserve),
+                gib(free)
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "weights {:.2} GiB, KV cache {:.2} GiB (context {}), recurrent state {:.3} GiB, tree scratch {:.3} GiB, \
+             workspace {:.3} GiB: total {:.2} GiB",
+            gib(self.weights),
+            gib(self.kv_cache),
+            self.ctx,
+            gib(self.recurrent),
+            gib(self.tree_scratch),
+            gib(self.workspace),
+            gib(self.total())
+        )
+    }
+}

@@ -1,0 +1,346 @@
+//! The target's weights on the device, each matrix in its GGUF type packed for `qmm`
+//! ([`QWeight`]), the MLP's gate and up interleaved for the fused SwiGLU product, vectors as f32.
+//!
+//! Loading packs tensors on every host core in parallel and uploads them from one thread as
+//! they are ready, with a progress bar on stderr; peak host memory is the mapped file plus a
+//! few packed tensors in flight.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use cudarc::driver::CudaSlice;
+use flashtree_reference::quant::dequantize;
+
+use super::EngineError;
+use crate::gguf::{GgmlType, Gguf};
+use crate::gpu::qmatmul::{qmm_format, qmm_pack_gate_up, qmm_pack_weights, qmm_packed_bytes, qmm_swiglu_rows};
+use crate::gpu::Gpu;
+use crate::model::Qwen35Config;
+
+/// A matrix `[out, in]` on the device in its GGUF type, packed for `qmm`.
+pub struct QWeight {
+    pub ty: GgmlType,
+    pub out: usize,
+    pub inp: usize,
+    pub buf: CudaSlice<u8>,
+}
+
+/// The interleaved gate/up matrix of an MLP with `ff` features (`qmm_swiglu`).
+pub struct GateUp {
+    pub ty: GgmlType,
+    pub ff: usize,
+    pub inp: usize,
+    pub buf: CudaSlice<u8>,
+}
+
+/// The mixer of a layer.
+pub enum MixerWeights {
+    Attention {
+        q: QWeight,
+        k: QWeight,
+        v: QWeight,
+        o: QWeight,
+        q_norm: CudaSlice<f32>,
+        k_norm: CudaSlice<f32>,
+    },
+    DeltaNet {
+        qkv: QWeight,
+        gate: QWeight,
+        beta: QWeight,
+        alpha: QWeight,
+        out: QWeight,
+        conv: CudaSlice<f32>,
+        dt_bias: CudaSlice<f32>,
+        ssm_a: CudaSlice<f32>,
+        norm: CudaSlice<f32>,
+    },
+}
+
+/// One trunk layer.
+pub struct LayerWeights {
+    pub attn_norm: CudaSlice<f32>,
+    pub post_norm: CudaSlice<f32>,
+    pub mixer: MixerWeights,
+    pub gate_up: GateUp,
+    pub down: QWeight,
+}
+
+impl LayerWeights {
+    /// Whether any matrix of the layer has a type for which `pred` holds.
+    pub fn uses_type(&self, pred: impl Fn(GgmlType) -> bool) -> bool {
+        let mut tys = vec![self.gate_up.ty, self.down.ty];
+        match &self.mixer {
+            MixerWeights::Attention { q, k, v, o, .. } => tys.extend([q.ty, k.ty, v.ty, o.ty]),
+            MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, .. } => {
+                tys.extend([qkv.ty, gate.ty, beta.ty, alpha.ty, out.ty])
+            }
+        }
+        tys.into_iter().any(pred)
+    }
+}
+
+/// Every weight of the target.
+pub struct TargetWeights {
+    /// `token_embd` as stored in the file (rows gathered by the `embed` kernel).
+    pub embd_ty: GgmlType,
+    pub embd: CudaSlice<u8>,
+    pub output_norm: CudaSlice<f32>,
+    pub head: QWeight,
+    pub layers: Vec<LayerWeights>,
+}
+
+/// What one load job produces.
+enum Job {
+    /// A matrix packed for `qmm`: tensor name, `[out, in]`.
+    Matrix(String, usize, usize),
+    /// Gate and up of an MLP: names, `ff`, `in`.
+    GateUp(String, String, usize, usize),
+    /// A tensor's raw bytes.
+    Raw(String),
+    /// A float vector as f32.
+    Vector(String),
+}
+
+enum Packed {
+    Bytes(Vec<u8>),
+    Floats(Vec<f32>),
+}
+
+/// Device bytes each matrix takes once packed; the planner's weight line.
+pub fn weight_bytes(cfg: &Qwen35Config, g: &Gguf) -> Result<u64, EngineError> {
+    let mut total = 0u64;
+    for (job, _) in jobs(cfg)? {
+        total += match &job {
+            Job::Matrix(name, out, inp) => packed_len(g, name, *out, *inp)? as u64,
+            Job::GateUp(gate, _, ff, inp) => 2 * packed_len(g, gate, qmm_swiglu_rows(*ff) / 2, *inp)? as u64,
+            Job::Raw(name) => tensor(g, name)?.1.len() as u64,
+            Job::Vector(name) => 4 * g.tensor(name).map(|t| t.n_elements()).unwrap_or(0),
+        };
+    }
+    Ok(total)
+}
+
+fn packed_len(g: &Gguf, name: &str, out: usize, inp: usize) -> Result<usize, EngineError> {
+    let (ty, _) = tensor(g, name)?;
+    qmm_packed_bytes(ty, out, inp).map_err(|e| EngineError::Weights(format!("{name}: {e}")))
+}
+
+fn tensor<'g>(g: &'g Gguf, name: &str) -> Result<(GgmlType, &'g [u8]), EngineError> {
+    let info = g.tensor(name).ok_or_else(|| EngineError::Weights(format!("tensor {name} is missing")))?;
+    let data = g.tensor_data(name).map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
+    Ok((info.ty, data))
+}
+
+/// The jobs in load order, each with the index of its result slot.
+fn jobs(cfg: &Qwen35Config) -> Result<Vec<(Job, usize)>, EngineError> {
+    let d = cfg.embedding_length;
+    let mut v = vec![
+        Job::Raw("token_embd.weight".into()),
+        Job::Vector("output_norm.weight".into()),
+        Job::Matrix(if cfg.has_output { "output.weight" } else { "token_embd.weight" }.into(), cfg.vocab_size, d),
+    ];
+    let ff = cfg.feed_forward_length;
+    for l in 0..cfg.n_layer() {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        v.push(Job::Vector(n("attn_norm.weight")));
+        v.push(Job::Vector(n("post_attention_norm.weight")));
+        v.push(Job::GateUp(n("ffn_gate.weight"), n("ffn_up.weight"), ff, d));
+        v.push(Job::Matrix(n("ffn_down.weight"), d, ff));
+        if cfg.is_recurrent(l) {
+            let inner = cfg.ssm_inner_size;
+            let vh = cfg.ssm_time_step_rank;
+            v.push(Job::Matrix(n("attn_qkv.weight"), cfg.ssm_conv_channels(), d));
+            v.push(Job::Matrix(n("attn_gate.weight"), inner, d));
+            v.push(Job::Matrix(n("ssm_beta.weight"), vh, d));
+            v.push(Job::Matrix(n("ssm_alpha.weight"), vh, d));
+            v.push(Job::Matrix(n("ssm_out.weight"), d, inner));
+            v.push(Job::Vector(n("ssm_conv1d.weight")));
+            v.push(Job::Vector(n("ssm_dt.bias")));
+            v.push(Job::Vector(n("ssm_a")));
+            v.push(Job::Vector(n("ssm_norm.weight")));
+        } else {
+            let hd = cfg.key_length;
+            v.push(Job::Matrix(n("attn_q.weight"), 2 * cfg.head_count * hd, d));
+            v.push(Job::Matrix(n("attn_k.weight"), cfg.head_count_kv * hd, d));
+            v.push(Job::Matrix(n("attn_v.weight"), cfg.head_count_kv * cfg.value_length, d));
+            v.push(Job::Matrix(n("attn_output.weight"), d, cfg.head_count * cfg.value_length));
+            v.push(Job::Vector(n("attn_q_norm.weight")));
+            v.push(Job::Vector(n("attn_k_norm.weight")));
+        }
+    }
+    Ok(v.into_iter().enumerate().map(|(i, j)| (j, i)).collect())
+}
+
+fn run_job(g: &Gguf, job: &Job) -> Result<Packed, EngineError> {
+    let err = |name: &str, e: &dyn std::fmt::Display| EngineError::Weights(format!("{name}: {e}"));
+    Ok(match job {
+        Job::Matrix(name, out, inp) => {
+            let (ty, raw) = tensor(g, name)?;
+            if qmm_format(ty).is_none() {
+                return Err(EngineError::Weights(format!(
+                    "{name} is {}: the GPU matmul supports Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16 and F32",
+                    ty.name()
+                )));
+            }
+            Packed::Bytes(qmm_pack_weights(ty, raw, *out, *inp).map_err(|e| err(name, &e))?)
+        }
+        Job::GateUp(gate, up, ff, inp) => {
+            let (tg, rg) = tensor(g, gate)?;
+            let (tu, ru) = tensor(g, up)?;
+            if tg != tu {
+                return Err(EngineError::Weights(format!(
+                    "{gate} is {} but {up} is {}: the fused SwiGLU product needs one type",
+                    tg.name(),
+                    tu.name()
+                )));
+            }
+            Packed::Bytes(qmm_pack_gate_up(tg, rg, ru, *ff, *inp).map_err(|e| err(gate, &e))?)
+        }
+        Job::Raw(name) => Packed::Bytes(tensor(g, name)?.1.to_vec()),
+        Job::Vector(name) => {
+            let (ty, raw) = tensor(g, name)?;
+            Packed::Floats(dequantize(ty, raw).map_err(|e| err(name, &e))?)
+        }
+    })
+}
+
+enum Slot {
+    Bytes(CudaSlice<u8>),
+    Floats(CudaSlice<f32>),
+}
+
+/// Packs and uploads every weight of `cfg` from `g`. `progress` is called with (bytes done,
+/// bytes total) after each tensor.
+pub fn load(
+    gpu: &Gpu,
+    cfg: &Qwen35Config,
+    g: &Gguf,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<TargetWeights, EngineError> {
+    let jobs = jobs(cfg)?;
+    let total: u64 = g.tensor_bytes();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 32);
+    let next = AtomicUsize::new(0);
+    let mut slots: Vec<Option<Slot>> = (0..jobs.len()).map(|_| None).collect();
+    let mut done = 0u64;
+    std::thread::scope(|s| -> Result<(), EngineError> {
+        // Bounded: at most `threads` packed tensors wait for the uploader.
+        let (tx, rx) = mpsc::sync_channel::<(usize, Result<Packed, EngineError>)>(threads);
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (jobs, next) = (&jobs, &next);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((job, slot)) = jobs.get(i) else { break };
+                let r = run_job(g, job);
+                let failed = r.is_err();
+                if tx.send((*slot, r)).is_err() || failed {
+                    // On failure stop handing out work: the uploader reports the first error.
+                    next.store(jobs.len(), Ordering::Relaxed);
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (slot, r) in rx {
+            let packed = match r {
+                Ok(p) => p,
+                Err(e) => {
+                    next.store(jobs.len(), Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
+            let up = match packed {
+                Packed::Bytes(b) => {
+                    done += b.len() as u64;
+                    Slot::Bytes(gpu.upload(&b)?)
+                }
+                Packed::Floats(f) => {
+                    done += 4 * f.len() as u64;
+                    Slot::Floats(gpu.upload(&f)?)
+                }
+            };
+            slots[slot] = Some(up);
+            progress(done.min(total), total);
+        }
+        Ok(())
+    })?;
+    let mut next_slot = Slots { it: slots.into_iter(), jobs: jobs.iter().map(|(j, _)| j) };
+    let embd = next_slot.bytes()?;
+    let output_norm = next_slot.floats()?;
+    let ty_of = |name: &str| g.tensor(name).map(|t| t.ty).unwrap_or(GgmlType::F32);
+    let head_name = if cfg.has_output { "output.weight" } else { "token_embd.weight" };
+    let d = cfg.embedding_length;
+    let head = QWeight { ty: ty_of(head_name), out: cfg.vocab_size, inp: d, buf: next_slot.bytes()? };
+    let ff = cfg.feed_forward_length;
+    let mut layers = Vec::with_capacity(cfg.n_layer());
+    for l in 0..cfg.n_layer() {
+        let t = |s: &str| ty_of(&format!("blk.{l}.{s}"));
+        let attn_norm = next_slot.floats()?;
+        let post_norm = next_slot.floats()?;
+        let gate_up = GateUp { ty: t("ffn_gate.weight"), ff, inp: d, buf: next_slot.bytes()? };
+        let down = QWeight { ty: t("ffn_down.weight"), out: d, inp: ff, buf: next_slot.bytes()? };
+        let mixer = if cfg.is_recurrent(l) {
+            let (inner, vh) = (cfg.ssm_inner_size, cfg.ssm_time_step_rank);
+            MixerWeights::DeltaNet {
+                qkv: QWeight {
+                    ty: t("attn_qkv.weight"),
+                    out: cfg.ssm_conv_channels(),
+                    inp: d,
+                    buf: next_slot.bytes()?,
+                },
+                gate: QWeight { ty: t("attn_gate.weight"), out: inner, inp: d, buf: next_slot.bytes()? },
+                beta: QWeight { ty: t("ssm_beta.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
+                alpha: QWeight { ty: t("ssm_alpha.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
+                out: QWeight { ty: t("ssm_out.weight"), out: d, inp: inner, buf: next_slot.bytes()? },
+                conv: next_slot.floats()?,
+                dt_bias: next_slot.floats()?,
+                ssm_a: next_slot.floats()?,
+                norm: next_slot.floats()?,
+            }
+        } else {
+            let hd = cfg.key_length;
+            let (nh, nkv) = (cfg.head_count, cfg.head_count_kv);
+            MixerWeights::Attention {
+                q: QWeight { ty: t("attn_q.weight"), out: 2 * nh * hd, inp: d, buf: next_slot.bytes()? },
+                k: QWeight { ty: t("attn_k.weight"), out: nkv * hd, inp: d, buf: next_slot.bytes()? },
+                v: QWeight { ty: t("attn_v.weight"), out: nkv * cfg.value_length, inp: d, buf: next_slot.bytes()? },
+                o: QWeight { ty: t("attn_output.weight"), out: d, inp: nh * cfg.value_length, buf: next_slot.bytes()? },
+                q_norm: next_slot.floats()?,
+                k_norm: next_slot.floats()?,
+            }
+        };
+        layers.push(LayerWeights { attn_norm, post_norm, mixer, gate_up, down });
+    }
+    let embd_ty = ty_of("token_embd.weight");
+    Ok(TargetWeights { embd_ty, embd, output_norm, head, layers })
+}
+
+/// The loaded slots, taken in job order.
+struct Slots<'j, I: Iterator<Item = &'j Job>> {
+    it: std::vec::IntoIter<Option<Slot>>,
+    jobs: I,
+}
+
+impl<'j, I: Iterator<Item = &'j Job>> Slots<'j, I> {
+    fn name(&mut self) -> String {
+        match self.jobs.next() {
+            Some(Job::Matrix(n, ..) | Job::GateUp(n, ..) | Job::Raw(n) | Job::Vector(n)) => n.clone(),
+            None => "a tensor".into(),
+        }
+    }
+    fn bytes(&mut self) -> Result<CudaSlice<u8>, EngineError> {
+        let name = self.name();
+        match self.it.next().flatten() {
+            Some(Slot::Bytes(b)) => Ok(b),
+            _ => Err(EngineError::Weights(format!("{name} was not loaded as bytes"))),
+        }
+    }
+    fn floats(&mut self) -> Result<CudaSlice<f32>, EngineError> {
+        let name = self.name();
+        match self.it.next().flatten() {
+            Some(Slot::Floats(f)) => Ok(f),
+            _ => Err(EngineError::Weights(format!("{name} was not loaded as floats"))),
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The GPU engine against the CPU reference on the tiny synthetic model: logits of chains and
+//! trees, batch invariance (a node's logits are the same bits alone or in any tree), and greedy
+//! AR tokens.
+//!
+//! Tolerance of the logits: the engine rounds matmul activations to f16 (2⁻¹¹ relative) and the
+//! KV cache to f16; the reference is f32/f64 throughout. Over the tiny model's 4 layers these
+//! roundings give logit errors of a few 1e-4 of the row's largest |logit|; the bound
+//! 2e-3 relative (to the row's max |logit|) is checked.
+
+use flashtree::engine::{chain_batch, node_batch, Engine};
+use flashtree::gguf::Gguf;
+use flashtree::model::Qwen35Config;
+use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights};
+use flashtree_tests::gpu::gpu_or_skip;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+struct Tiny {
+    path: PathBuf,
+    cpu: Qwen35Weights,
+}
+
+fn tiny() -> &'static Tiny {
+    static T: OnceLock<Tiny> = OnceLock::new();
+    T.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("flashtree-engine-tiny-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
+        let cpu = flashtree::convert::gguf_load::load_qwen35(&out.target).expect("reference loads");
+        Tiny { path: out.target, cpu }
+    })
+}
+
+fn engine(test: &str, ctx: usize) -> Option<Engine> {
+    gpu_or_skip(test)?;
+    // Each test owns an engine on its own context (the shared GPU handle is for kernel tests).
+    let gpu = flashtree::gpu::Gpu::try_new().expect("gpu");
+    let g = Gguf::open(&tiny().path).expect("open");
+    let cfg = Qwen35Config::from_gguf(&g).expect("config");
+    Some(Engine::load(gpu, &g, cfg, ctx, |_, _| {}).expect("engine loads"))
+}
+
+fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// max |a − b| / max |b| over one row.
+fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    let scale = b.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+    a.iter().zip(b).fold(0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs())) / scale
+}
+
+/// Runs `toks` through the engine in chains of ≤ 32, returning every row's logits.
+fn engine_chain_logits(e: &mut Engine, toks: &[u32]) -> Vec<Vec<f32>> {
+    let v = e.cfg.vocab_size;
+    let mut rows = Vec::new();
+    for chunk in toks.chunks(32) {
+        let b = chain_batch(e.n_past(), chunk, v, e.ctx()).unwrap();
+        e.forward(&b).unwrap();
+        let l = e.logits(chunk.len()).unwrap();
+        rows.extend(l.chunks(v).map(|r| r.to_vec()));
+        e.commit(&(0..chunk.len()).collect::<Vec<_>>()).unwrap();
+    }
+    rows
+}
+
+#[test]
+fn chain_logits_match_the_reference_for_prompts_of_1_to_300_tokens() {
+    let Some(mut e) = engine("chain_logits_match_the_reference_for_prompts_of_1_to_300_tokens", 512) else {
+        return;
+    };
+    let t = tiny();
+    for (seed, len) in [(1u64, 1usize), (2, 7), (3, 32), (4, 33), (5, 100), (6, 300)] {
+        let toks = tokens(seed, len, e.cfg.vocab_size);
+        e.reset().unwrap();
+        let got = engine_chain_logits(&mut e, &toks);
+        let mut st = Qwen35State::new(&t.cpu.hparams);
+        let want = t.cpu.forward(&mut st, &toks, &ForwardOptions::default()).unwrap().logits;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let err = rel_err(g, w);
+            assert!(err <= 2e-3, "prompt {len} (seed {seed}) token {i}: relative logit error {err:e}");
+        }
+    }
+}
+
+/// A random tree of `n` nodes: each node's parent is a random earlier node or the root slot.
+fn random_parents(seed: u64, n: usize) -> Vec<Option<usize>> {
+    let r = tokens(seed, n, 1 << 20);
+    (0..n).map(|i| if i == 0 { None } else { Some(r[i] as usize % i) }).collect()
+}
+
+#[test]
+fn tree_logits_match_the_reference_and_each_node_alone_bitwise() {
+    let Some(mut e) = engine("tree_logits_match_the_reference_and_each_node_alone_bitwise", 512) else {
+        return;
+    };
+    let t = tiny();
+    let v = e.cfg.vocab_size;
+    for seed in 0..4u64 {
+        let prompt = tokens(100 + seed, 20 + 13 * seed as usize, v);
+        let n = [32usize, 22, 5, 1][seed as usize];
+        let parents = random_parents(seed, n);
+        let toks = tokens(200 + seed, n, v);
+        e.reset().unwrap();
+        engine_chain_logits(&mut e, &prompt);
+        let b = node_batch(e.n_past(), &toks, &parents, v, e.ctx()).unwrap();
+        e.forward(&b).unwrap();
+        let tree = e.logits(n).unwrap();
+        // Reference tree forward.
+        let mut st = Qwen35State::new(&t.cpu.hparams);
+        t.cpu.forward(&mut st, &prompt, &ForwardOptions::default()).unwrap();
+        let want = t.cpu.forward_tree(&st, &toks, &parents, &[]).unwrap().logits;
+        for i in 0..n {
+            let err = rel_err(&tree[i * v..(i + 1) * v], &want[i]);
+            assert!(err <= 2e-3, "seed {seed} node {i}: relative logit error {err:e}");
+        }
+        // Each node alone after its ancestors, committed as a chain.
+        for i in 0..n {
+            let mut path = vec![i];
+            while let Some(p) = parents[*path.last().unwrap()] {
+                path.push(p);
+            }
+            path.reverse();
+            e.reset().unwrap();
+            engine_chain_logits(&mut e, &prompt);
+            let anc: Vec<u32> = path[..path.len() - 1].iter().map(|&j| toks[j]).collect();
+            if !anc.is_empty() {
+                engine_chain_logits(&mut e, &anc);
+            }
+            let b = chain_batch(e.n_past(), &[toks[i]], v, e.ctx()).unwrap();
+            e.forward(&b).unwrap();
+            let alone = e.logits(1).unwrap();
+            let same = alone.iter().zip(&tree[i * v..(i + 1) * v]).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "seed {seed}: node {i} (path {path:?}) alone differs from the tree in some bit");
+        }
+    }
+}
+
+#[test]
+fn commit_of_a_tree_path_equals_the_chain() {
+    let Some(mut e) = engine("commit_of_a_tree_path_equals_the_chain", 512) else {
+        return;
+    };
+    let v = e.cfg.vocab_size;
+    let prompt = tokens(9, 40, v);
+    let parents = random_parents(77, 22);
+    let toks = tokens(78, 22, v);
+    // Deepest node's path.
+    let b = node_batch(0, &toks, &parents, v, 512).unwrap();
+    let deepest = (0..22).max_by_key(|&i| (b.depth[i], i)).unwrap();
+    let mut path = vec![deepest];
+    while let Some(p) = parents[*path.last().unwrap()] {
+        path.push(p);
+    }
+    path.reverse();
+    let next = tokens(79, 1, v);
+    // Tree, commit the path, then one token.
+    e.reset().unwrap();
+    engine_chain_logits(&mut e, &prompt);
+    let b = node_batch(e.n_past(), &toks, &parents, v, e.ctx()).unwrap();
+    e.forward(&b).unwrap();
+    e.commit(&path).unwrap();
+    let after_tree = engine_chain_logits(&mut e, &next);
+    // The same tokens as a chain.
+    e.reset().unwrap();
+    engine_chain_logits(&mut e, &prompt);
+    let chain: Vec<u32> = path.iter().map(|&i| toks[i]).collect();
+    engine_chain_logits(&mut e, &chain);
+    let after_chain = engine_chain_logits(&mut e, &next);
+    assert!(
+        after_tree[0].iter().zip(&after_chain[0]).all(|(a, b)| a.to_bits() == b.to_bits()),
+        "the token after a committed tree path differs from the token after the same chain"
+    );
+}
+
+#[test]
+fn greedy_ar_gives_the_reference_tokens_for_256_steps() {
+    let Some(mut e) = engine("greedy_ar_gives_the_reference_tokens_for_256_steps", 512) else {
+        return;
+    };
+    let t = tiny();
+    let v = e.cfg.vocab_size;
+    let prompt = tokens(5, 12, v);
+    let mut tok = e.prefill(&prompt).unwrap();
+    let mut st = Qwen35State::new(&t.cpu.hparams);
+    let out = t.cpu.forward(&mut st, &prompt, &ForwardOptions::default()).unwrap();
+    let mut ref_logits = out.logits.last().unwrap().clone();
+    for step in 0..256 {
+        let (want, margin) = top2(&ref_logits);
+        if tok != want {
+            let scale = ref_logits.iter().fold(0f32, |m, x| m.max(x.abs()));
+            assert!(
+                margin <= 2e-3 * scale,
+                "step {step}: GPU token {tok} vs reference {want} with a top-2 margin of {margin} (scale {scale})"
+            );
+            eprintln!("step {step}: tokens diverge where the reference's top-2 margin is {margin}: stopping");
+            return;
+        }
+        let b = chain_batch(e.n_past(), &[tok], v, e.ctx()).unwrap();
+        e.forward(&b).unwrap();
+        let next = e.argmax_tokens(1).unwrap()[0];
+        e.commit(&[0]).unwrap();
+        ref_logits = t.cpu.forward(&mut st, &[tok], &ForwardOptions::default()).unwrap().logits.remove(0);
+        tok = next;
+    }
+}
+
+fn top2(l: &[f32]) -> (u32, f32) {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    let mut second = f32::NEG_INFINITY;
+    for (i, &x) in l.iter().enumerate() {
+        if x > best.1 {
+            second = best.1;
+            best = (i, x);
+        } else if x > second {
+            second = x;
+        }
+    }
+    (best.0 as u32, best.1 - second)
+}
