@@ -11,6 +11,7 @@ use crate::gguf::Gguf;
 use crate::gpu::attention::{self as attn, AttnDims};
 use crate::gpu::deltanet::{self as gdn, GdnIo, GdnLayerState, GdnShape, GdnWeights};
 use crate::gpu::embed::embed_rows;
+use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{
     qmm_needs_pairs, qmm_prepare_span, qmm_prepared_span, qmm_swiglu_prepared_span, qmm_swiglu_rows, QmmWorkspace,
@@ -74,6 +75,18 @@ pub struct Engine {
     /// When set, [`Engine::forward`] records an event after each kernel group (serialising the
     /// chain): the per-family breakdown of `flashtree bench`.
     profile: Option<Profile>,
+    /// The forward of `n` nodes captured as a graph (index `n − 1`), replayed with a new
+    /// `NodeBatch`; captured on the second forward of that size (the first fills the launchers'
+    /// caches). `FLASHTREE_GRAPH=0` launches every kernel from the host instead.
+    graphs: Vec<Option<Graph>>,
+    /// Forwards run eagerly per node count.
+    eager_runs: [u32; N],
+}
+
+/// Whether forwards are captured and replayed as graphs (default; `FLASHTREE_GRAPH=0` off).
+pub fn graphs_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FLASHTREE_GRAPH").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
 /// Events recorded after each kernel group of a profiled forward, with the group's family.
@@ -87,7 +100,10 @@ pub struct Profile {
 
 fn mark(gpu: &Gpu, prof: &mut Option<Profile>, family: &'static str) -> Result<(), EngineError> {
     if let Some(p) = prof {
-        let ev = gpu.context().new_event(None).map_err(|e| GpuError::from_driver("creating an event", e))?;
+        let ev = gpu
+            .context()
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| GpuError::from_driver("creating an event", e))?;
         ev.record(gpu.stream()).map_err(|e| GpuError::from_driver("recording an event", e))?;
         p.marks.push((family, ev));
     }
@@ -189,6 +205,8 @@ impl Engine {
             gdn_scratch: z(n_gdn * gdn::gdn_scratch_len(&gdn))?,
             n_past: 0,
             profile: None,
+            graphs: (0..N).map(|_| None).collect(),
+            eager_runs: [0; N],
             gpu,
             cfg,
             plan,
@@ -269,7 +287,8 @@ impl Engine {
             p.marks.clear();
             p.start.record(self.gpu.stream()).map_err(|e| GpuError::from_driver("recording an event", e))?;
         }
-        let r = self.enqueue_forward(n, &mut prof);
+        let r =
+            if prof.is_none() && graphs_enabled() { self.forward_graph(n) } else { self.enqueue_forward(n, &mut prof) };
         if let Some(p) = &mut prof {
             p.collect()?;
         }
@@ -277,13 +296,35 @@ impl Engine {
         r
     }
 
+    /// Replays the graph of `n` nodes, capturing it first when this size already ran eagerly.
+    fn forward_graph(&mut self, n: usize) -> Result<(), EngineError> {
+        if self.graphs[n - 1].is_none() {
+            if self.eager_runs[n - 1] == 0 {
+                self.eager_runs[n - 1] += 1;
+                return self.enqueue_forward(n, &mut None);
+            }
+            Graph::begin_capture(&self.gpu)?;
+            let recorded = self.enqueue_forward(n, &mut None);
+            let graph = Graph::end_capture(&self.gpu);
+            recorded?;
+            self.graphs[n - 1] = Some(graph?);
+        }
+        match &self.graphs[n - 1] {
+            Some(g) => Ok(g.replay()?),
+            None => Err(EngineError::Batch(format!("no graph for {n} nodes"))),
+        }
+    }
+
     /// Turns the per-family profile on (serialises every kernel group) or off, returning the
     /// profile gathered so far.
     pub fn set_profile(&mut self, on: bool) -> Result<Option<Profile>, EngineError> {
         let old = self.profile.take();
         if on {
-            let start =
-                self.gpu.context().new_event(None).map_err(|e| GpuError::from_driver("creating an event", e))?;
+            let start = self
+                .gpu
+                .context()
+                .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| GpuError::from_driver("creating an event", e))?;
             self.profile = Some(Profile { start, marks: Vec::new(), totals: Vec::new(), steps: 0 });
         }
         Ok(old)

@@ -181,7 +181,13 @@ impl Qwen35Weights {
             let x: Vec<Vec<f32>> = h.iter().map(|r| rms_norm(r, &layer.attn_norm, hp.rms_eps)).collect();
             let mix: Vec<Vec<f32>> = match (&layer.mixer, &state.layers[l]) {
                 (Mixer::Attention(w), LayerState::Attention { k: ck, v: cv }) => {
-                    let p: Vec<_> = (0..n).map(|i| attention::project(w, hp, &x[i], pos[i])).collect();
+                    let mut p: Vec<_> = (0..n).map(|i| attention::project(w, hp, &x[i], pos[i])).collect();
+                    if super::tensor::device_rounding() {
+                        for pi in p.iter_mut() {
+                            pi.k = super::tensor::round_f16(&pi.k);
+                            pi.v = super::tensor::round_f16(&pi.v);
+                        }
+                    }
                     let ys = (0..n)
                         .map(|i| {
                             let keys: Vec<&[f32]> = ck

@@ -2,14 +2,19 @@
 //! trees, batch invariance (a node's logits are the same bits alone or in any tree), and greedy
 //! AR tokens.
 //!
-//! Tolerance of the logits: the engine rounds matmul activations to f16 (2⁻¹¹ relative) and the
-//! KV cache to f16; the reference is f32/f64 throughout. Over the tiny model's 4 layers these
-//! roundings give logit errors of a few 1e-4 of the row's largest |logit|; the bound
-//! 2e-3 relative (to the row's max |logit|) is checked.
+//! Tolerance of the logits (relative to the row's largest |logit|): the engine stores two things
+//! at reduced precision by design — every matmul input as f16 (`qmm_prep_x`, 2⁻¹¹ relative) and
+//! the KV cache as f16. The reference run inside `with_device_rounding` applies exactly these
+//! two roundings (in f64 arithmetic otherwise), so the GPU must match it within 2e-3 (the
+//! remaining differences are f32 accumulation orders and approximate exp/log, ≪ 1e-4 per op);
+//! a wrong kernel shows up as errors of order 1. Against the exact reference the same logits
+//! also carry the roundings' own effect (measured on nvidia-h200: see docs/perf/engine.md);
+//! that is checked against a looser sanity bound (1e-2) that still catches any real bug.
 
 use flashtree::engine::{chain_batch, node_batch, Engine};
 use flashtree::gguf::Gguf;
 use flashtree::model::Qwen35Config;
+use flashtree_reference::model::tensor::with_device_rounding;
 use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights};
 use flashtree_tests::gpu::gpu_or_skip;
 use std::path::PathBuf;
@@ -82,12 +87,29 @@ fn chain_logits_match_the_reference_for_prompts_of_1_to_300_tokens() {
         let toks = tokens(seed, len, e.cfg.vocab_size);
         e.reset().unwrap();
         let got = engine_chain_logits(&mut e, &toks);
-        let mut st = Qwen35State::new(&t.cpu.hparams);
-        let want = t.cpu.forward(&mut st, &toks, &ForwardOptions::default()).unwrap().logits;
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let err = rel_err(g, w);
-            assert!(err <= 2e-3, "prompt {len} (seed {seed}) token {i}: relative logit error {err:e}");
+        let reference = |rounding: bool| {
+            let run = || {
+                let mut st = Qwen35State::new(&t.cpu.hparams);
+                t.cpu.forward(&mut st, &toks, &ForwardOptions::default()).unwrap().logits
+            };
+            if rounding {
+                with_device_rounding(run)
+            } else {
+                run()
+            }
+        };
+        let (emulated, exact) = (reference(true), reference(false));
+        let (mut worst_emu, mut worst_exact) = (0f64, 0f64);
+        for (i, g) in got.iter().enumerate() {
+            let (e, x) = (rel_err(g, &emulated[i]), rel_err(g, &exact[i]));
+            assert!(e <= 2e-3, "prompt {len} (seed {seed}) token {i}: error {e:e} vs the device-rounding reference");
+            assert!(x <= 1e-2, "prompt {len} (seed {seed}) token {i}: error {x:e} vs the exact reference");
+            worst_emu = worst_emu.max(e);
+            worst_exact = worst_exact.max(x);
         }
+        eprintln!(
+            "prompt {len}: max logit error {worst_emu:.2e} (device-rounding reference), {worst_exact:.2e} (exact)"
+        );
     }
 }
 
@@ -115,13 +137,18 @@ fn tree_logits_match_the_reference_and_each_node_alone_bitwise() {
         e.forward(&b).unwrap();
         let tree = e.logits(n).unwrap();
         // Reference tree forward.
-        let mut st = Qwen35State::new(&t.cpu.hparams);
-        t.cpu.forward(&mut st, &prompt, &ForwardOptions::default()).unwrap();
-        let want = t.cpu.forward_tree(&st, &toks, &parents, &[]).unwrap().logits;
+        let want = with_device_rounding(|| {
+            let mut st = Qwen35State::new(&t.cpu.hparams);
+            t.cpu.forward(&mut st, &prompt, &ForwardOptions::default()).unwrap();
+            t.cpu.forward_tree(&st, &toks, &parents, &[]).unwrap().logits
+        });
+        let mut worst = 0f64;
         for i in 0..n {
             let err = rel_err(&tree[i * v..(i + 1) * v], &want[i]);
-            assert!(err <= 2e-3, "seed {seed} node {i}: relative logit error {err:e}");
+            assert!(err <= 2e-3, "seed {seed} node {i}: error {err:e} vs the device-rounding reference");
+            worst = worst.max(err);
         }
+        eprintln!("tree of {n} nodes: max logit error {worst:.2e} (device-rounding reference)");
         // Each node alone after its ancestors, committed as a chain.
         for i in 0..n {
             let mut path = vec![i];
