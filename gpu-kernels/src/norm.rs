@@ -15,6 +15,10 @@ use crate::device::sync::sync_threads;
 use crate::device::warp::warp_sum_f32;
 use crate::device::*;
 
+/// Strides of a row whose loads one thread issues together (a 5120-wide row on 256 threads is
+/// 20 strides: three batches, so three memory latencies per pass instead of twenty).
+const NORM_BATCH: usize = 8;
+
 #[link_section = ".shared"]
 static NORM_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
 
@@ -40,16 +44,37 @@ unsafe fn norm_row<const ADD: bool>(x: *mut f32, a: *const f32, w: *const f32, y
     let xr = x.add(off);
     let yr = y.add(off);
     let t = thread_x();
+    let stride = block_dim_x();
+    // Loads are issued `NORM_BATCH` strides at a time before any is used (the in-place store of
+    // the sums may alias the next loads as far as the compiler knows, so a plain loop waits one
+    // memory latency per element); the fma order is unchanged: `c = t, t+256, …`.
     let mut acc = 0.0f32;
-    let mut c = t;
-    while c < p.cols {
-        let mut v = *xr.add(c as usize);
-        if ADD {
-            v += *a.add(off + c as usize);
-            *xr.add(c as usize) = v;
+    let mut base = t;
+    while base < p.cols {
+        let mut v = [0.0f32; NORM_BATCH];
+        let mut k = 0;
+        while k < NORM_BATCH {
+            let c = base + k as u32 * stride;
+            if c < p.cols {
+                v[k] = *xr.add(c as usize);
+                if ADD {
+                    v[k] += *a.add(off + c as usize);
+                }
+            }
+            k += 1;
         }
-        acc = fma(v, v, acc);
-        c += block_dim_x();
+        let mut k = 0;
+        while k < NORM_BATCH {
+            let c = base + k as u32 * stride;
+            if c < p.cols {
+                if ADD {
+                    *xr.add(c as usize) = v[k];
+                }
+                acc = fma(v[k], v[k], acc);
+            }
+            k += 1;
+        }
+        base += NORM_BATCH as u32 * stride;
     }
     let acc = warp_sum_f32(acc);
     let partials = NORM_PARTIALS.as_mut_ptr() as *mut f32;
@@ -66,11 +91,27 @@ unsafe fn norm_row<const ADD: bool>(x: *mut f32, a: *const f32, w: *const f32, y
     }
     let s = inv_rms(total, p.cols, p.eps);
     // Each thread reads back only the values it wrote itself (same `c`), so no barrier is needed
-    // between the in-place update and this pass.
-    let mut c = t;
-    while c < p.cols {
-        *yr.add(c as usize) = *xr.add(c as usize) * s * *w.add(c as usize);
-        c += block_dim_x();
+    // between the in-place update and this pass. Batched like the first pass.
+    let mut base = t;
+    while base < p.cols {
+        let mut v = [0.0f32; NORM_BATCH];
+        let mut k = 0;
+        while k < NORM_BATCH {
+            let c = base + k as u32 * stride;
+            if c < p.cols {
+                v[k] = *xr.add(c as usize) * s * *w.add(c as usize);
+            }
+            k += 1;
+        }
+        let mut k = 0;
+        while k < NORM_BATCH {
+            let c = base + k as u32 * stride;
+            if c < p.cols {
+                *yr.add(c as usize) = v[k];
+            }
+            k += 1;
+        }
+        base += NORM_BATCH as u32 * stride;
     }
 }
 

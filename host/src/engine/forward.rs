@@ -352,6 +352,7 @@ impl Engine {
             }
             mark(gpu, prof, "norm")?;
             prepare(gpu, x, n, d, &mut self.ws)?;
+            mark(gpu, prof, "prep")?;
             match &lw.mixer {
                 MixerWeights::Attention { q, k, v, o, q_norm, k_norm } => {
                     let a = self.slot[l];
@@ -398,6 +399,7 @@ impl Engine {
                     )?;
                     mark(gpu, prof, "attention")?;
                     prepare(gpu, s(&self.ao), n, o.inp, &mut self.ws)?;
+                    mark(gpu, prof, "prep")?;
                     matmul(gpu, o, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
@@ -427,6 +429,7 @@ impl Engine {
                     gdn::gdn_forward(gpu, &self.gdn, n, nodes, &w, &io, &st)?;
                     mark(gpu, prof, "deltanet")?;
                     prepare(gpu, s(&self.go), n, out.inp, &mut self.ws)?;
+                    mark(gpu, prof, "prep")?;
                     matmul(gpu, out, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
@@ -434,15 +437,18 @@ impl Engine {
             add_rms_norm(gpu, h, mix, s(&lw.post_norm), x, n, d, eps)?;
             mark(gpu, prof, "norm")?;
             prepare(gpu, x, n, d, &mut self.ws)?;
+            mark(gpu, prof, "prep")?;
             let gu = &lw.gate_up;
             qmm_swiglu_prepared_span(gpu, gu.ty, &gu.buf, gu.ff, gu.inp, n, s(&self.wide), &mut self.ws)?;
             prepare(gpu, s(&self.wide), n, gu.ff, &mut self.ws)?;
+            mark(gpu, prof, "prep")?;
             matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
         }
         add_rms_norm(gpu, h, mix, s(&self.w.output_norm), x, n, d, eps)?;
         mark(gpu, prof, "norm")?;
         prepare(gpu, x, n, d, &mut self.ws)?;
+        mark(gpu, prof, "prep")?;
         matmul(gpu, &self.w.head, n, s(&self.logits), &mut self.ws)?;
         mark(gpu, prof, "lm_head")?;
         argmax_rows_span(
