@@ -24,7 +24,7 @@ static NORM_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
 
 /// `1 / sqrt(mean + eps)` with correctly rounded sqrt and division.
 #[inline(always)]
-fn inv_rms(sum_sq: f32, cols: u32, eps: f32) -> f32 {
+pub(crate) fn inv_rms(sum_sq: f32, cols: u32, eps: f32) -> f32 {
     div_rn(1.0, sqrt_rn(div_rn(sum_sq, cols as f32) + eps))
 }
 

@@ -350,6 +350,16 @@ pub struct QmmPrepParams {
     pub pairs: u32,
 }
 
+/// The norm part of `qmm_prep_norm` (the prep part is [`QmmPrepParams`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QmmPrepNormParams {
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// Non-zero: add `a` to `h` first and store the sum to `h_out`.
+    pub add: u32,
+}
+
 /// Elements of one column written by one block of `qmm_prep_x` (grid `(n, ⌈in / this⌉)`).
 pub const QMM_PREP_CHUNK: u32 = 1024;
 

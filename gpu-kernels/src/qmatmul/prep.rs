@@ -11,14 +11,16 @@
 //! plane of the warpgroup kernels ([`core_matrix_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
 //! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
 
-use kernel_abi::{QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
+use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v4, U32x4};
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
-use crate::device::warp::{shfl_xor_f32, shfl_xor_u32};
+use crate::device::math::fma;
+use crate::device::warp::{shfl_xor_f32, shfl_xor_u32, warp_sum_f32};
+use crate::norm::inv_rms;
 use crate::device::*;
 
 /// Where element `e` (0..32) of a 32-element block is stored: lane `t = e / 8` of a fragment
@@ -138,26 +140,62 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
         m = m.max(*maxes.add(w));
         w += 1;
     }
-    // s_c = 2^(E - 14) where E = floor(log2(max)), so max / s_c ∈ [2^14, 2^15).
-    let (scale, inv) = if m == 0 || m >= 0x7f80_0000 {
+    let (scale, inv) = column_scale(m);
+    if t == 0 && block_y() == 0 {
+        *xscale.add(c as usize) = scale;
+    }
+    // Pass 2: this block's units.
+    write_units(c, k, inv, |e| *x.add(base + e), xh, xb_hi, xb_lo, xcm, xsum, p);
+}
+
+/// `s_c` and `1/s_c` for a column whose largest |x| has the bits `m` (see pass 1 of
+/// [`qmm_prep_x`]): `s_c = 2^(E − 14)`, `E = ⌊log2 max⌋`, so `max / s_c ∈ [2^14, 2^15)`.
+#[inline(always)]
+pub(crate) fn column_scale(m: u32) -> (f32, f32) {
+    if m == 0 || m >= 0x7f80_0000 {
         (if m > 0x7f80_0000 { f32::NAN } else { 1.0 }, 1.0)
     } else {
         let e = ((m >> 23) as i32 - 127).max(-126);
         let k2 = (e - 14).clamp(-126, 127);
         (pow2(k2), pow2((-k2).clamp(-126, 127)))
-    };
-    if t == 0 && block_y() == 0 {
-        *xscale.add(c as usize) = scale;
     }
-    // Pass 2: this block's units, four per warp; lane = element.
+}
+
+/// Pass 2 of the prep kernels: block `(c, block_y)` writes its chunk's units of column `c`,
+/// four per warp (lane = element), from `value(e)` (element `e` of the column, before scaling):
+/// the f16 fragment plane, the core-matrix plane, optionally the bf16 pair, and the unit sums.
+/// The four values of a warp are loaded before any is stored.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn write_units(
+    c: u32,
+    k: usize,
+    inv: f32,
+    value: impl Fn(usize) -> f32,
+    xh: *mut u16,
+    xb_hi: *mut u16,
+    xb_lo: *mut u16,
+    xcm: *mut u16,
+    xsum: *mut f32,
+    p: QmmPrepParams,
+) {
+    let base = c as usize * k;
     let lane = lane_id();
     let units = k / 32;
+    let first = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4;
+    let mut vals = [0f32; 4];
     let mut j = 0;
     while j < 4 {
-        let unit = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4 + j;
+        if first + j < units {
+            vals[j] = value((first + j) * 32 + lane as usize);
+        }
+        j += 1;
+    }
+    let mut j = 0;
+    while j < 4 {
+        let unit = first + j;
         if unit < units {
-            let e = unit * 32 + lane as usize;
-            let v = *x.add(base + e) * inv;
+            let v = vals[j] * inv;
             let h = f32_to_f16(v);
             let dst = base + unit * 32 + position_in_block(lane) as usize;
             *xh.add(dst) = h;
@@ -191,4 +229,137 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
         }
         j += 1;
     }
+}
+
+#[link_section = ".shared"]
+static PREP_NORM_PARTIALS: Shared<[f32; 8]> = Shared::uninit();
+
+/// Strides of the row a thread loads together in [`qmm_prep_norm`] (as `norm`'s batch).
+const ROW_BATCH: usize = 8;
+
+/// The residual add, RMSNorm and `qmm_prep_x` in one launch: `v = h (+ a)`, `x̂ = v · s · w` with
+/// `s = 1/sqrt(Σ v² / in + eps)`, then exactly [`qmm_prep_x`] of `x̂`; with `np.add ≠ 0`, block
+/// `(c, 0)` also stores `v` to `h_out` (the next residual stream: a different buffer than `h`,
+/// because every block reads `h` whole). The sum of squares runs in `norm`'s order (thread `t`:
+/// `c = t, t+256, …` by fma; butterfly; the 8 warp sums in order) and `x̂` is `(v·s)·w`, so `x̂`
+/// is bitwise `add_rms_norm_rows`'s (or `rms_norm_rows`'s) output and the prepared activations
+/// are bitwise those of `add_rms_norm_rows` + `qmm_prep_x`. Launch: grid `(n, ⌈in/1024⌉)`, 256
+/// threads. Traffic: every block reads its column's `h`, `a`, `w` twice (L2), writes its chunk
+/// like `qmm_prep_x`; one launch instead of two, one kernel boundary less per norm.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
+    h: *const f32,
+    a: *const f32,
+    w: *const f32,
+    h_out: *mut f32,
+    xh: *mut u16,
+    xb_hi: *mut u16,
+    xb_lo: *mut u16,
+    xcm: *mut u16,
+    xscale: *mut f32,
+    xsum: *mut f32,
+    p: QmmPrepParams,
+    np: QmmPrepNormParams,
+) {
+    launch_dependents();
+    let c = block_x();
+    if c >= p.n {
+        return;
+    }
+    grid_dependency_wait();
+    let k = p.in_features as usize;
+    let base = c as usize * k;
+    let add = np.add != 0;
+    let t = thread_x() as usize;
+    let v_at = |e: usize| -> f32 {
+        let mut v = *h.add(base + e);
+        if add {
+            v += *a.add(base + e);
+        }
+        v
+    };
+    // Pass 0: Σ v² in `norm`'s order; block (c, 0) stores v.
+    let store = add && block_y() == 0;
+    let mut acc = 0.0f32;
+    let mut at = t;
+    while at < k {
+        let mut v = [0.0f32; ROW_BATCH];
+        let mut j = 0;
+        while j < ROW_BATCH {
+            let e = at + j * 256;
+            if e < k {
+                v[j] = v_at(e);
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < ROW_BATCH {
+            let e = at + j * 256;
+            if e < k {
+                if store {
+                    *h_out.add(base + e) = v[j];
+                }
+                acc = fma(v[j], v[j], acc);
+            }
+            j += 1;
+        }
+        at += ROW_BATCH * 256;
+    }
+    let acc = warp_sum_f32(acc);
+    let partials = PREP_NORM_PARTIALS.as_mut_ptr() as *mut f32;
+    if lane_id() == 0 {
+        *partials.add(warp_id() as usize) = acc;
+    }
+    sync_threads();
+    let mut total = 0.0f32;
+    let mut i = 0;
+    while i < 8 {
+        total += *partials.add(i);
+        i += 1;
+    }
+    let s = inv_rms(total, p.in_features, np.eps);
+    let y_at = |e: usize| -> f32 { v_at(e) * s * *w.add(e) };
+    // Pass 1: max |x̂| over the column (bits, as `qmm_prep_x`).
+    let mut m = 0u32;
+    let mut at = t;
+    while at < k {
+        let mut y = [0.0f32; ROW_BATCH];
+        let mut j = 0;
+        while j < ROW_BATCH {
+            let e = at + j * 256;
+            if e < k {
+                y[j] = y_at(e);
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < ROW_BATCH {
+            m = m.max(y[j].to_bits() & 0x7fff_ffff);
+            j += 1;
+        }
+        at += ROW_BATCH * 256;
+    }
+    let mut sh = 16;
+    while sh > 0 {
+        m = m.max(shfl_xor_u32(m, sh));
+        sh >>= 1;
+    }
+    let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
+    if lane_id() == 0 {
+        *maxes.add(warp_id() as usize) = m;
+    }
+    sync_threads();
+    let mut m = 0u32;
+    let mut wi = 0;
+    while wi < 8 {
+        m = m.max(*maxes.add(wi));
+        wi += 1;
+    }
+    let (scale, inv) = column_scale(m);
+    if t == 0 && block_y() == 0 {
+        *xscale.add(c as usize) = scale;
+    }
+    write_units(c, k, inv, y_at, xh, xb_hi, xb_lo, xcm, xsum, p);
 }

@@ -14,7 +14,8 @@ use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{
-    qmm_needs_pairs, qmm_prepare_span, qmm_prepared_span, qmm_swiglu_prepared_span, qmm_swiglu_rows, QmmWorkspace,
+    qmm_needs_pairs, qmm_prepare_norm_span, qmm_prepare_span, qmm_prepared_span, qmm_swiglu_prepared_span,
+    qmm_swiglu_rows, QmmWorkspace,
 };
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len};
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -41,6 +42,7 @@ pub struct Engine {
     last: Option<NodeBatch>,
     // Activations `[32, dim]`.
     h: CudaSlice<f32>,
+    h2: CudaSlice<f32>,
     x: CudaSlice<f32>,
     mix: CudaSlice<f32>,
     wide: CudaSlice<f32>,
@@ -87,6 +89,14 @@ pub struct Engine {
 pub fn graphs_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("FLASHTREE_GRAPH").map(|v| v.trim() != "0").unwrap_or(true))
+}
+
+/// Whether each residual add + RMSNorm is fused with the matmul prep that follows it
+/// (`qmm_prep_norm`, default) or run as `add_rms_norm` + `qmm_prep_x` (`FLASHTREE_FUSED_NORM=0`,
+/// for A/B: the two give the same bits).
+pub fn fused_norm_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FLASHTREE_FUSED_NORM").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
 /// Events recorded after each kernel group of a profiled forward, with the group's family.
@@ -173,6 +183,7 @@ impl Engine {
             commit_dev: gpu.zeros::<u8>(std::mem::size_of::<CommitPath>())?,
             last: None,
             h: z(N * d)?,
+            h2: z(N * d)?,
             x: z(N * d)?,
             mix: z(N * d)?,
             wide: z(N * ff.max(ch))?,
@@ -343,16 +354,34 @@ impl Engine {
         let tokens: DevSpan<u32> = unsafe { DevSpan::from_raw(batch.ptr() + 8, N) };
         embed_rows(gpu, self.w.embd_ty, DevSpan::of(gpu, &self.w.embd), cfg.vocab_size, d, tokens, n, s(&self.h))?;
         mark(gpu, prof, "embed")?;
-        let (h, x, mix) = (s(&self.h), s(&self.x), s(&self.mix));
-        for (l, lw) in self.w.layers.iter().enumerate() {
-            if l == 0 {
-                rms_norm_rows_span(gpu, h, s(&lw.attn_norm), x, n, d, eps)?;
+        let (x, mix) = (s(&self.x), s(&self.mix));
+        // The residual stream alternates between two buffers when the norm is fused into the
+        // matmul prep (that kernel reads `h` whole in every block, so it writes `h + a` elsewhere).
+        let hb = [s(&self.h), s(&self.h2)];
+        let mut cur = 0usize;
+        let fused = fused_norm_enabled();
+        // Residual add (unless `first`) + RMSNorm with `w` + the matmul prep of the result.
+        let mut norm_site = |w: DevSpan<f32>, first: bool, ws: &mut QmmWorkspace, prof: &mut Option<Profile>| {
+            if fused {
+                let add = if first { None } else { Some((mix, hb[1 - cur])) };
+                qmm_prepare_norm_span(gpu, hb[cur], add, w, n, d, eps, ws.pairs_needed, ws)?;
+                if !first {
+                    cur = 1 - cur;
+                }
+                mark(gpu, prof, "norm+prep")
             } else {
-                add_rms_norm(gpu, h, mix, s(&lw.attn_norm), x, n, d, eps)?;
+                if first {
+                    rms_norm_rows_span(gpu, hb[cur], w, x, n, d, eps)?;
+                } else {
+                    add_rms_norm(gpu, hb[cur], mix, w, x, n, d, eps)?;
+                }
+                mark(gpu, prof, "norm")?;
+                prepare(gpu, x, n, d, ws)?;
+                mark(gpu, prof, "prep")
             }
-            mark(gpu, prof, "norm")?;
-            prepare(gpu, x, n, d, &mut self.ws)?;
-            mark(gpu, prof, "prep")?;
+        };
+        for (l, lw) in self.w.layers.iter().enumerate() {
+            norm_site(s(&lw.attn_norm), l == 0, &mut self.ws, prof)?;
             match &lw.mixer {
                 MixerWeights::Attention { q, k, v, o, q_norm, k_norm } => {
                     let a = self.slot[l];
@@ -434,21 +463,16 @@ impl Engine {
                     mark(gpu, prof, "qmm")?;
                 }
             }
-            add_rms_norm(gpu, h, mix, s(&lw.post_norm), x, n, d, eps)?;
-            mark(gpu, prof, "norm")?;
-            prepare(gpu, x, n, d, &mut self.ws)?;
-            mark(gpu, prof, "prep")?;
+            norm_site(s(&lw.post_norm), false, &mut self.ws, prof)?;
             let gu = &lw.gate_up;
             qmm_swiglu_prepared_span(gpu, gu.ty, &gu.buf, gu.ff, gu.inp, n, s(&self.wide), &mut self.ws)?;
+            mark(gpu, prof, "qmm")?;
             prepare(gpu, s(&self.wide), n, gu.ff, &mut self.ws)?;
             mark(gpu, prof, "prep")?;
             matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
         }
-        add_rms_norm(gpu, h, mix, s(&self.w.output_norm), x, n, d, eps)?;
-        mark(gpu, prof, "norm")?;
-        prepare(gpu, x, n, d, &mut self.ws)?;
-        mark(gpu, prof, "prep")?;
+        norm_site(s(&self.w.output_norm), false, &mut self.ws, prof)?;
         matmul(gpu, &self.w.head, n, s(&self.logits), &mut self.ws)?;
         mark(gpu, prof, "lm_head")?;
         argmax_rows_span(

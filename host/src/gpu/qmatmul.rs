@@ -85,7 +85,7 @@ pub fn gemv_f32(
 use flashtree_reference::quant::GgmlType;
 use kernel_abi::{
     qmm_block_bytes, qmm_is_wgmma, qmm_ksplit, qmm_ksplit_pow2, qmm_lanes, qmm_row_scaled, qmm_xs_smem_bytes,
-    QmmParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    QmmParams, QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 /// The tensor-core kernel family of a weight type.
@@ -438,6 +438,72 @@ pub fn qmm_prepare_span(
             .buf_mut(&mut ws.xscale)
             .buf_mut(&mut ws.xsum)
             .value(pp)
+            .launch(cfg)?
+    };
+    ws.prepared = Some((n, inp, pairs));
+    Ok(())
+}
+
+/// The residual add, RMSNorm and [`qmm_prepare_span`] in one launch (`qmm_prep_norm`): with
+/// `add = Some((a, h_out))`, `v = h + a` is stored to `h_out` (a different buffer: every block
+/// reads `h` whole), else `v = h`; the activations prepared are those of `rmsnorm(v) ⊙ w`,
+/// bitwise the same as `add_rms_norm` / `rms_norm_rows_span` followed by [`qmm_prepare_span`].
+/// `h`, `a`, `h_out` hold `[n, inp]`, `w` holds `inp` values.
+#[allow(clippy::too_many_arguments)]
+pub fn qmm_prepare_norm_span(
+    gpu: &Gpu,
+    h: DevSpan<f32>,
+    add: Option<(DevSpan<f32>, DevSpan<f32>)>,
+    w: DevSpan<f32>,
+    n: usize,
+    inp: usize,
+    eps: f32,
+    pairs: bool,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    const K: &str = "qmm_prep_norm";
+    if n == 0 || n > QMM_MAX_N as usize {
+        return Err(GpuError::shape(K, format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+    }
+    if inp == 0 || !inp.is_multiple_of(32) || inp > ws.max_in {
+        return Err(GpuError::shape(
+            K,
+            format!("in = {inp}: must be a positive multiple of 32 within the workspace ({})", ws.max_in),
+        ));
+    }
+    h.need(n * inp, K, "h")?;
+    w.need(inp, K, "w")?;
+    let (a, h_out) = match add {
+        Some((a, o)) => {
+            a.need(n * inp, K, "a")?;
+            o.need(n * inp, K, "h_out")?;
+            if o.ptr() == h.ptr() {
+                return Err(GpuError::shape(K, "h_out must be another buffer than h"));
+            }
+            (a, o)
+        }
+        // Safety: never dereferenced (the kernel reads `a` and writes `h_out` only with `add`).
+        None => unsafe { (DevSpan::from_raw(0, 0), DevSpan::from_raw(0, 0)) },
+    };
+    ws.prepared = None;
+    let pp = Param(QmmPrepParams { n: n as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+    let np = Param(QmmPrepNormParams { eps, add: add.is_some() as u32 });
+    let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
+    let cfg = LaunchConfig { grid_dim: (n as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    unsafe {
+        ChainedLaunch::new(gpu, K)
+            .span(h)
+            .span(a)
+            .span(w)
+            .span(h_out)
+            .buf_mut(&mut ws.xh)
+            .buf_mut(&mut ws.xb_hi)
+            .buf_mut(&mut ws.xb_lo)
+            .buf_mut(&mut ws.xcm)
+            .buf_mut(&mut ws.xscale)
+            .buf_mut(&mut ws.xsum)
+            .value(pp)
+            .value(np)
             .launch(cfg)?
     };
     ws.prepared = Some((n, inp, pairs));

@@ -10,5 +10,6 @@ mod graph;
 mod norm;
 mod qmatmul;
 mod qmm;
+mod qmm_prep_norm;
 mod qmm_swiglu;
 mod sample;
