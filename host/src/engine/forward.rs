@@ -92,11 +92,13 @@ pub fn graphs_enabled() -> bool {
 }
 
 /// Whether each residual add + RMSNorm is fused with the matmul prep that follows it
-/// (`qmm_prep_norm`, default) or run as `add_rms_norm` + `qmm_prep_x` (`FLASHTREE_FUSED_NORM=0`,
-/// for A/B: the two give the same bits).
+/// (`qmm_prep_norm`, `FLASHTREE_FUSED_NORM=1`) or run as `add_rms_norm` + `qmm_prep_x`
+/// (default). The two give the same bits; the fused kernel measured slower in the engine
+/// (nvidia-h200, 27B AR: 98 vs 108 tok/s, docs/perf/engine.md): every block reads its row three
+/// times in dependent passes, which costs more than the launch it saves.
 pub fn fused_norm_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FLASHTREE_FUSED_NORM").map(|v| v.trim() != "0").unwrap_or(true))
+    *ON.get_or_init(|| std::env::var("FLASHTREE_FUSED_NORM").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Events recorded after each kernel group of a profiled forward, with the group's family.
