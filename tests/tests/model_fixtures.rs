@@ -87,6 +87,12 @@ fn tiny_b_multimodal_layout_logits_and_hidden_states_match_transformers() {
     check_teacher_forced("b", &[0, 2, 5]);
 }
 
+/// `c` has the GPU kernels' shapes (the GPU engine's test, `tests/gpu/engine_hf.rs`, runs it).
+#[test]
+fn tiny_c_gpu_shaped_logits_and_hidden_states_match_transformers() {
+    check_teacher_forced("c", &[0, 1, 3]);
+}
+
 fn check_decode(name: &str) {
     let dir = fixture(name);
     let (_, w) = load_hf(&dir).unwrap_or_else(|e| panic!("{e}"));
@@ -109,6 +115,11 @@ fn tiny_a_prefill_then_token_by_token_decode_matches_transformers_cache() {
 #[test]
 fn tiny_b_prefill_then_token_by_token_decode_matches_transformers_cache() {
     check_decode("b");
+}
+
+#[test]
+fn tiny_c_prefill_then_token_by_token_decode_matches_transformers_cache() {
+    check_decode("c");
 }
 
 fn chain(w: &Qwen35Weights, st: &Qwen35State, toks: &[u32]) -> Vec<Vec<f32>> {

@@ -45,7 +45,7 @@ fn engine(test: &str, ctx: usize) -> Option<Engine> {
     Some(Engine::load(gpu, &g, cfg, ctx, |_, _| {}).expect("engine loads"))
 }
 
-fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+pub(crate) fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|_| {
@@ -58,13 +58,13 @@ fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// max |a − b| / max |b| over one row.
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+pub(crate) fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let scale = b.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
     a.iter().zip(b).fold(0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs())) / scale
 }
 
 /// Runs `toks` through the engine in chains of ≤ 32, returning every row's logits.
-fn engine_chain_logits(e: &mut Engine, toks: &[u32]) -> Vec<Vec<f32>> {
+pub(crate) fn engine_chain_logits(e: &mut Engine, toks: &[u32]) -> Vec<Vec<f32>> {
     let v = e.cfg.vocab_size;
     let mut rows = Vec::new();
     for chunk in toks.chunks(32) {
@@ -114,7 +114,7 @@ fn chain_logits_match_the_reference_for_prompts_of_1_to_300_tokens() {
 }
 
 /// A random tree of `n` nodes: each node's parent is a random earlier node or the root slot.
-fn random_parents(seed: u64, n: usize) -> Vec<Option<usize>> {
+pub(crate) fn random_parents(seed: u64, n: usize) -> Vec<Option<usize>> {
     let r = tokens(seed, n, 1 << 20);
     (0..n).map(|i| if i == 0 { None } else { Some(r[i] as usize % i) }).collect()
 }

@@ -1,9 +1,16 @@
-//! CUDA graph capture/replay and event timing on real launches.
+//! CUDA graph capture/replay and event timing on real launches; chained `qmm` launches under
+//! capture and without chaining.
+
+use std::io::Write;
 
 use flashtree::gpu::graph::Graph;
 use flashtree::gpu::norm::rms_norm_rows;
-use flashtree::gpu::GpuTimer;
+use flashtree::gpu::qmatmul::{qmm_prepare_span, qmm_prepared_span, qmm_upload_weights, QmmWorkspace};
+use flashtree::gpu::{chaining_enabled, CudaSlice, DevSpan, Gpu, GpuError, GpuTimer};
+use flashtree_reference::quant::GgmlType;
 use flashtree_tests::gpu::gpu_or_skip;
+
+use crate::qmm::{activations as qmm_activations, case as qmm_case, qmm_block};
 
 /// A replayed graph computes the same bits as direct launches, and re-reads its inputs on every
 /// replay (so changed inputs give changed outputs).
@@ -41,4 +48,225 @@ fn timer_measures_positive_device_time() {
     let mut y = gpu.zeros::<f32>(1 << 20).unwrap();
     let t = GpuTimer::time_per_run(gpu, 1, 5, || rms_norm_rows(gpu, &x, &w, &mut y, 1024, 1e-6)).unwrap();
     assert!(t > 0.0 && t < 1.0, "{t}");
+}
+
+/// A product of the chain: W `[out, in]` of type `ty` (packed), writing buffer `dst`.
+struct Product {
+    ty: GgmlType,
+    out: usize,
+    inp: usize,
+    w: CudaSlice<u8>,
+    dst: usize,
+}
+
+/// One stage: `qmm_prepare` of the first `n` rows of buffer `src` (`[32, inp]`), then its products.
+struct Stage {
+    src: usize,
+    n: usize,
+    inp: usize,
+    pairs: bool,
+    products: Vec<Product>,
+}
+
+/// Chained `qmm` launches of mixed types and node counts, each stage reading the buffer an
+/// earlier product wrote: 5 `qmm_prep_x` + 7 `qmm_*` launches, n = 32, 32, 20, 9, 1 (tile counts
+/// 4, 4, 3, 2, 1), and a last stage with the bf16 pair (F32 weights) that a Q5_K product shares.
+struct QmmChain {
+    /// `[32, width]` each; buffer 0 is the input.
+    bufs: Vec<CudaSlice<f32>>,
+    stages: Vec<Stage>,
+    ws: QmmWorkspace,
+}
+
+const CHAIN_IN: usize = 256;
+
+fn qmm_chain(gpu: &Gpu) -> QmmChain {
+    // (type, out, in, dst): in is a whole number of the type's K blocks.
+    let product = |ty: GgmlType, out: usize, inp: usize, dst: usize, seed: u64| {
+        let c = qmm_case(ty, out, inp / qmm_block(ty), seed);
+        assert_eq!(c.inp, inp);
+        Product { ty, out, inp, w: qmm_upload_weights(gpu, ty, &c.raw, out, inp).unwrap(), dst }
+    };
+    let widths = [CHAIN_IN, 512, 256, 96, 288, 256, 200, 130];
+    let stages = vec![
+        Stage { src: 0, n: 32, inp: 256, pairs: false, products: vec![product(GgmlType::Q4_K, 512, 256, 1, 11)] },
+        Stage {
+            src: 1,
+            n: 32,
+            inp: 512,
+            pairs: false,
+            products: vec![product(GgmlType::Q6_K, 256, 512, 2, 12), product(GgmlType::Q8_0, 96, 512, 3, 13)],
+        },
+        Stage { src: 2, n: 20, inp: 256, pairs: false, products: vec![product(GgmlType::F16, 288, 256, 4, 14)] },
+        Stage { src: 4, n: 9, inp: 288, pairs: false, products: vec![product(GgmlType::BF16, 256, 288, 5, 15)] },
+        Stage {
+            src: 5,
+            n: 1,
+            inp: 256,
+            pairs: true,
+            products: vec![product(GgmlType::F32, 200, 256, 6, 16), product(GgmlType::Q5_K, 130, 256, 7, 17)],
+        },
+    ];
+    QmmChain {
+        bufs: widths.iter().map(|&w| gpu.zeros::<f32>(32 * w).unwrap()).collect(),
+        stages,
+        ws: QmmWorkspace::new(gpu, 512, 512).unwrap(),
+    }
+}
+
+/// Enqueues every launch of the chain (recorded, not run, inside a capture); `serialize`: wait
+/// for each launch before the next (no launch can overlap its predecessor).
+fn enqueue_chain(gpu: &Gpu, c: &mut QmmChain, serialize: bool) -> Result<(), GpuError> {
+    let QmmChain { bufs, stages, ws } = c;
+    for s in stages.iter() {
+        qmm_prepare_span(gpu, DevSpan::of(gpu, &bufs[s.src]), s.n, s.inp, s.pairs, ws)?;
+        if serialize {
+            gpu.synchronize()?;
+        }
+        for p in &s.products {
+            qmm_prepared_span(gpu, p.ty, &p.w, p.out, p.inp, s.n, DevSpan::of(gpu, &bufs[p.dst]), ws)?;
+            if serialize {
+                gpu.synchronize()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes input `round` into buffer 0 and NaN into every output buffer.
+fn chain_inputs(gpu: &Gpu, c: &mut QmmChain, round: u64) {
+    gpu.write(&qmm_activations(500 + round, 32, CHAIN_IN), &mut c.bufs[0]).unwrap();
+    for b in c.bufs.iter_mut().skip(1) {
+        gpu.fill_bytes(b, 0xff).unwrap();
+    }
+}
+
+/// The bits of every output buffer; checks that each product wrote finite values in its rows.
+fn chain_outputs(gpu: &Gpu, c: &QmmChain) -> Vec<Vec<u32>> {
+    let outs: Vec<Vec<u32>> =
+        c.bufs.iter().skip(1).map(|b| gpu.download(b).unwrap().iter().map(|v| v.to_bits()).collect()).collect();
+    for s in &c.stages {
+        for p in &s.products {
+            let written = &outs[p.dst - 1][..s.n * p.out];
+            assert!(
+                written.iter().all(|&b| f32::from_bits(b).is_finite()),
+                "{:?} [{}, {}] n={}: some output not written (NaN) or not finite",
+                p.ty,
+                p.out,
+                p.inp,
+                s.n
+            );
+        }
+    }
+    outs
+}
+
+/// Replaying a captured chain of mixed `qmm` launches (which read what the previous launch
+/// wrote) gives bitwise the eager launches' results, on every replay, for new inputs written
+/// into the same buffers between replays.
+#[test]
+fn chained_qmm_launches_replay_as_a_graph_bitwise_with_new_inputs() {
+    let Some(_) = gpu_or_skip("chained_qmm_launches_replay_as_a_graph_bitwise_with_new_inputs") else { return };
+    // A context of our own: a capture must not record other tests' launches.
+    let gpu = &Gpu::try_new().expect("gpu");
+    let mut c = qmm_chain(gpu);
+    let mut graph: Option<Graph> = None;
+    let mut previous: Option<Vec<Vec<u32>>> = None;
+    for round in 0..5 {
+        chain_inputs(gpu, &mut c, round);
+        enqueue_chain(gpu, &mut c, false).unwrap();
+        let eager = chain_outputs(gpu, &c);
+        if let Some(p) = &previous {
+            assert!(p.iter().zip(&eager).all(|(a, b)| a != b), "round {round}: new inputs left an output unchanged");
+        }
+        if graph.is_none() {
+            // Captured after an eager run (which loaded every kernel and set its shared memory).
+            Graph::begin_capture(gpu).unwrap();
+            let recorded = enqueue_chain(gpu, &mut c, false);
+            let g = Graph::end_capture(gpu);
+            recorded.unwrap();
+            graph = Some(g.unwrap());
+        }
+        let g = graph.as_ref().unwrap();
+        for replay in 0..3 {
+            chain_inputs(gpu, &mut c, round);
+            g.replay().unwrap();
+            let got = chain_outputs(gpu, &c);
+            for (b, (x, y)) in got.iter().zip(&eager).enumerate() {
+                assert!(
+                    x == y,
+                    "round {round}, replay {replay}: output buffer {} differs from the eager launches",
+                    b + 1
+                );
+            }
+        }
+        previous = Some(eager);
+    }
+}
+
+/// Name of the environment variable that makes the unchained-process check's child write its bits.
+const CHAIN_CHILD_OUT: &str = "FLASHTREE_TEST_CHAIN_CHILD_OUT";
+
+/// The chain's output bits for three rounds of inputs, launched eagerly.
+fn chain_rounds(gpu: &Gpu, c: &mut QmmChain, serialize: bool) -> Vec<u32> {
+    let mut bits = Vec::new();
+    for round in 0..3 {
+        chain_inputs(gpu, c, round);
+        enqueue_chain(gpu, c, serialize).unwrap();
+        bits.extend(chain_outputs(gpu, c).into_iter().flatten());
+    }
+    bits
+}
+
+/// Chained launches (programmatic dependent launch: a kernel may start while its predecessor
+/// runs and waits in `griddepcontrol.wait`) give the same bits as launches that cannot overlap:
+/// (1) the same launches each followed by a host sync, in this process; (2) the same launches in
+/// a child process with `FLASHTREE_CHAIN=0` (read once per process, so it cannot be toggled
+/// per call: the test binary re-runs this test in a child).
+#[test]
+fn chained_qmm_launches_equal_serialized_and_unchained_launches_bitwise() {
+    let test = "chained_qmm_launches_equal_serialized_and_unchained_launches_bitwise";
+    let Some(_) = gpu_or_skip(test) else { return };
+    let gpu = &Gpu::try_new().expect("gpu");
+    let mut c = qmm_chain(gpu);
+    let chained = chain_rounds(gpu, &mut c, false);
+    if let Some(out) = std::env::var_os(CHAIN_CHILD_OUT) {
+        // The child of (2): hand the bits back.
+        let bytes: Vec<u8> = chained.iter().flat_map(|b| b.to_le_bytes()).collect();
+        std::fs::write(&out, bytes).expect("writing the child's output");
+        return;
+    }
+    let serialized = chain_rounds(gpu, &mut c, true);
+    assert!(
+        chained == serialized,
+        "chained launches differ in some bit from the same launches each followed by a sync"
+    );
+    if !chaining_enabled() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "{test}: FLASHTREE_CHAIN=0 in this process, so only serialized vs unchained launches were compared"
+        );
+        return;
+    }
+    // libtest names a test by its module path inside the test crate.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
+    let name = format!("{module}::{test}");
+    let out = std::env::temp_dir().join(format!("flashtree-chain-child-{}.bin", std::process::id()));
+    let _ = std::fs::remove_file(&out);
+    let child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([name.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+        .env("FLASHTREE_CHAIN", "0")
+        .env(CHAIN_CHILD_OUT, &out)
+        .output()
+        .expect("running the test binary with FLASHTREE_CHAIN=0");
+    let log = format!("{}{}", String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+    assert!(child.status.success(), "the FLASHTREE_CHAIN=0 child failed:\n{log}");
+    let bytes =
+        std::fs::read(&out).unwrap_or_else(|e| panic!("the FLASHTREE_CHAIN=0 child wrote no bits ({e}):\n{log}"));
+    let _ = std::fs::remove_file(&out);
+    let unchained: Vec<u32> = bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    assert!(
+        chained == unchained,
+        "chained launches differ in some bit from the same launches in a process with FLASHTREE_CHAIN=0"
+    );
 }

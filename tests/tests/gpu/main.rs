@@ -6,6 +6,7 @@ mod copy;
 mod deltanet;
 mod embed;
 mod engine;
+mod engine_hf;
 mod graph;
 mod norm;
 mod qmatmul;
