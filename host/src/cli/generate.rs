@@ -74,7 +74,9 @@ pub struct GenerateArgs {
     /// Print each load step (a spinner shows them anyway when stderr is a terminal).
     #[arg(long)]
     pub verbose: bool,
-    /// Where the target runs: `auto` = the GPU when one is present.
+    /// Where the target runs: `auto` = the GPU when one is present (for `--mode ar`; the
+    /// speculative modes run on the CPU until the draft runs on the GPU), `gpu` = the GPU or an
+    /// error, `cpu` = the CPU reference.
     #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
     pub backend: super::backend::BackendArg,
 }
@@ -175,7 +177,12 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         bail!("the prompt is empty");
     }
     limits::check_prompt_fits(prompt.len(), args.max_tokens, ctx)?;
-    if let Some(gpu) = super::backend::resolve(args.backend)? {
+    // `auto` runs speculative modes on the CPU until the draft runs on the GPU; `gpu` refuses them.
+    let backend = match (args.backend, mode) {
+        (super::backend::BackendArg::Auto, m) if m != Mode::Ar => super::backend::BackendArg::Cpu,
+        (b, _) => b,
+    };
+    if let Some(gpu) = super::backend::resolve(backend)? {
         drop(file);
         return run_gpu(args, gpu, mode, &tk, &prompt, out, err);
     }
