@@ -74,6 +74,10 @@ pub struct Engine {
     gdn_scratch: CudaSlice<f32>,
     /// Committed tokens.
     n_past: usize,
+    /// Layers whose outputs (the residual stream after the layer, HF `hidden_states[l + 1]`)
+    /// every forward copies into `features` (`[capture.len()][32][n_embd]`): the draft's taps.
+    capture: Vec<usize>,
+    features: CudaSlice<f32>,
     /// When set, [`Engine::forward`] records an event after each kernel group (serialising the
     /// chain): the per-family breakdown of `flashtree bench`.
     profile: Option<Profile>,
@@ -218,6 +222,8 @@ impl Engine {
             gdn_scratch: z(n_gdn * gdn::gdn_scratch_len(&gdn))?,
             n_past: 0,
             profile: None,
+            capture: Vec::new(),
+            features: z(1)?,
             graphs: (0..N).map(|_| None).collect(),
             eager_runs: [0; N],
             gpu,
@@ -256,6 +262,26 @@ impl Engine {
             } as u64;
         }
         b
+    }
+
+    /// Makes every later forward copy the outputs of `layers` (each `< n_layer`) into the
+    /// feature buffer ([`Engine::captured`]). Drops the captured graphs (they record the copies).
+    pub fn set_capture(&mut self, layers: &[usize]) -> Result<(), EngineError> {
+        if let Some(&l) = layers.iter().find(|&&l| l >= self.cfg.n_layer()) {
+            return Err(EngineError::Batch(format!("capture layer {l}: the model has {} layers", self.cfg.n_layer())));
+        }
+        self.features = self.gpu.zeros::<f32>((layers.len() * N * self.cfg.embedding_length).max(1))?;
+        self.capture = layers.to_vec();
+        self.graphs.iter_mut().for_each(|g| *g = None);
+        self.eager_runs = [0; N];
+        Ok(())
+    }
+
+    /// The captured layer outputs of the last forward: `[capture.len()][n][n_embd]` (waits).
+    pub fn captured(&self, n: usize) -> Result<Vec<Vec<f32>>, EngineError> {
+        let d = self.cfg.embedding_length;
+        let all = self.gpu.download(&self.features)?;
+        Ok((0..self.capture.len()).map(|c| all[c * N * d..c * N * d + n * d].to_vec()).collect())
     }
 
     /// Committed tokens.
@@ -363,14 +389,18 @@ impl Engine {
         let mut cur = 0usize;
         let fused = fused_norm_enabled();
         // Residual add (unless `first`) + RMSNorm with `w` + the matmul prep of the result.
-        let mut norm_site = |w: DevSpan<f32>, first: bool, ws: &mut QmmWorkspace, prof: &mut Option<Profile>| {
+        let mut norm_site = |w: DevSpan<f32>,
+                             first: bool,
+                             ws: &mut QmmWorkspace,
+                             prof: &mut Option<Profile>|
+         -> Result<DevSpan<f32>, EngineError> {
             if fused {
                 let add = if first { None } else { Some((mix, hb[1 - cur])) };
                 qmm_prepare_norm_span(gpu, hb[cur], add, w, n, d, eps, ws.pairs_needed, ws)?;
                 if !first {
                     cur = 1 - cur;
                 }
-                mark(gpu, prof, "norm+prep")
+                mark(gpu, prof, "norm+prep")?;
             } else {
                 if first {
                     rms_norm_rows_span(gpu, hb[cur], w, x, n, d, eps)?;
@@ -379,11 +409,29 @@ impl Engine {
                 }
                 mark(gpu, prof, "norm")?;
                 prepare(gpu, x, n, d, ws)?;
-                mark(gpu, prof, "prep")
+                mark(gpu, prof, "prep")?;
             }
+            Ok(hb[cur])
+        };
+        // Copies the residual stream (the output of layer `l`) into its feature slot if captured.
+        let features = s(&self.features);
+        let capture = &self.capture;
+        let copy_out = |l: usize, h: DevSpan<f32>| -> Result<(), EngineError> {
+            if let Some(c) = capture.iter().position(|&x| x == l) {
+                let dst = features.sub(c * N * d, n * d, "features")?;
+                // Safety: both spans hold n·d f32 on this device; the copy is ordered on the stream.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(dst.ptr(), h.ptr(), n * d * 4, gpu.stream().cu_stream())
+                }
+                .map_err(|e| GpuError::from_driver("copying captured hidden states", e))?;
+            }
+            Ok(())
         };
         for (l, lw) in self.w.layers.iter().enumerate() {
-            norm_site(s(&lw.attn_norm), l == 0, &mut self.ws, prof)?;
+            let h = norm_site(s(&lw.attn_norm), l == 0, &mut self.ws, prof)?;
+            if l > 0 {
+                copy_out(l - 1, h)?;
+            }
             match &lw.mixer {
                 MixerWeights::Attention { q, k, v, o, q_norm, k_norm } => {
                     let a = self.slot[l];
@@ -474,7 +522,8 @@ impl Engine {
             matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
         }
-        norm_site(s(&self.w.output_norm), false, &mut self.ws, prof)?;
+        let h = norm_site(s(&self.w.output_norm), false, &mut self.ws, prof)?;
+        copy_out(self.w.layers.len() - 1, h)?;
         matmul(gpu, &self.w.head, n, s(&self.logits), &mut self.ws)?;
         mark(gpu, prof, "lm_head")?;
         argmax_rows_span(

@@ -253,3 +253,55 @@ fn top2(l: &[f32]) -> (u32, f32) {
     }
     (best.0 as u32, best.1 - second)
 }
+
+/// Every layer's output (the draft's taps) against the device-rounding reference, chunk by
+/// chunk: shows where along the stack the logits' error builds up (printed per layer), and
+/// checks the captures themselves (bound as the logits: 2e-3 of the row's largest |h|).
+#[test]
+fn captured_layer_outputs_match_the_reference_layer_by_layer() {
+    let Some(mut e) = engine("captured_layer_outputs_match_the_reference_layer_by_layer", 512) else {
+        return;
+    };
+    let t = tiny();
+    let layers: Vec<usize> = (0..e.cfg.n_layer()).collect();
+    e.set_capture(&layers).unwrap();
+    let (d, v) = (e.cfg.embedding_length, e.cfg.vocab_size);
+    let toks = tokens(11, 70, v);
+    let want = with_device_rounding(|| {
+        let mut st = Qwen35State::new(&t.cpu.hparams);
+        let opts = ForwardOptions { capture_layers: layers.clone(), ..Default::default() };
+        t.cpu.forward(&mut st, &toks, &opts).unwrap().captured
+    });
+    let exact = {
+        let mut st = Qwen35State::new(&t.cpu.hparams);
+        let opts = ForwardOptions { capture_layers: layers.clone(), ..Default::default() };
+        t.cpu.forward(&mut st, &toks, &opts).unwrap().captured
+    };
+    let mut worst = vec![0f64; layers.len()];
+    let mut worst_exact = vec![0f64; layers.len()];
+    let mut start = 0;
+    for chunk in toks.chunks(32) {
+        let b = chain_batch(e.n_past(), chunk, v, e.ctx()).unwrap();
+        e.forward(&b).unwrap();
+        let got = e.captured(chunk.len()).unwrap();
+        for (l, rows) in got.iter().enumerate() {
+            for (i, row) in rows.chunks(d).enumerate() {
+                worst[l] = worst[l].max(rel_err(row, &want[l][start + i]));
+                worst_exact[l] = worst_exact[l].max(rel_err(row, &exact[l][start + i]));
+            }
+        }
+        e.commit(&(0..chunk.len()).collect::<Vec<_>>()).unwrap();
+        start += chunk.len();
+    }
+    let kinds: Vec<&str> =
+        layers.iter().map(|&l| if e.cfg.is_recurrent(l) { "deltanet" } else { "attention" }).collect();
+    for (l, w) in worst.iter().enumerate() {
+        eprintln!(
+            "layer {l} ({}): max hidden-state error {w:.2e} (device-rounding reference), {:.2e} (exact)",
+            kinds[l], worst_exact[l]
+        );
+    }
+    for (l, w) in worst.iter().enumerate() {
+        assert!(*w <= 2e-3, "layer {l} ({}): hidden-state error {w:e}", kinds[l]);
+    }
+}
