@@ -10,8 +10,8 @@ use clap::{Args, ValueEnum};
 use flashtree_reference::model::dflash::DFlashWeights;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
-use crate::convert::dflash::load_zlab;
-use crate::convert::gguf_load::{load_dflash, load_qwen35};
+use crate::convert::dflash::load_draft as load_draft_weights;
+use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
 use crate::spec::{generate, GenerateConfig, Mode, SpecError};
@@ -68,11 +68,7 @@ pub struct GenerateArgs {
 }
 
 fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
-    if path.is_dir() {
-        Ok(load_zlab(path).with_context(|| format!("loading draft folder {}", path.display()))?.1)
-    } else {
-        Ok(load_dflash(path).with_context(|| format!("loading draft GGUF {}", path.display()))?.1)
-    }
+    Ok(load_draft_weights(path).with_context(|| format!("loading draft {}", path.display()))?.1)
 }
 
 /// Runs the command, writing generated text to `out` and progress/stats to `err`.
