@@ -2,9 +2,9 @@
 //! llama.cpp `dflash` GGUF.
 
 use crate::convert::gguf_write::{convert_dflash, convert_qwen35};
+use crate::convert::hf_config;
 use crate::convert::out_type::OutType;
 use crate::convert::safetensors::open_folder;
-use crate::convert::hf_config;
 use crate::model::DraftConfig;
 use anyhow::{bail, Context};
 use clap::Args;

@@ -134,11 +134,7 @@ pub fn convert_qwen35(
 
 /// Where a draft GGUF's `tokenizer.*` metadata (the target's) and `rope.dimension_sections` come
 /// from: the target's HF folder, or the target's GGUF (its `tokenizer.*` keys are copied).
-fn draft_target_metadata(
-    w: &mut GgufWriter,
-    cfg: &DraftConfig,
-    target: &Path,
-) -> Result<(), ConvertError> {
+fn draft_target_metadata(w: &mut GgufWriter, cfg: &DraftConfig, target: &Path) -> Result<(), ConvertError> {
     let a = "dflash";
     let sections = Value::i32_array([cfg.head_dim as i32 / 2, 0, 0, 0]);
     if target.is_dir() {

@@ -5,8 +5,8 @@
 
 use super::error::ModelError;
 use super::inventory::{validate, ExpectedTensor, TensorRole};
-use super::qwen35::{Qwen35Config, MAX_DIM, MAX_LAYERS};
 use super::json::{read_config_text, short, JsonConfig};
+use super::qwen35::{Qwen35Config, MAX_DIM, MAX_LAYERS};
 use super::safetensors_io::read_safetensors;
 use crate::gguf::{GgmlType, Gguf, GgufHeader};
 use flashtree_reference::model::dflash::DFlashHparams;
@@ -167,25 +167,24 @@ impl DraftConfig {
                 .ok_or_else(|| c.err("dflash_config.mask_token_id", "missing"))?,
         } as u32;
         let ids_key = "dflash_config.target_layer_ids";
-        let target_layer_ids =
-            match c.get_any(&[&["dflash_config", "target_layer_ids"], &["target_layer_ids"]]) {
-                Some((Json::Array(a), key)) => {
-                    if a.is_empty() || a.len() as u64 > MAX_LAYERS {
-                        return Err(c.err(&key, format!("{} entries, expected 1..={MAX_LAYERS}", a.len())));
-                    }
-                    a.iter()
-                        .map(|v| v.as_u64().filter(|&n| n < MAX_LAYERS).map(|n| n as usize))
-                        .collect::<Option<Vec<_>>>()
-                        .ok_or_else(|| c.err(&key, format!("expected layer indices below {MAX_LAYERS}")))?
+        let target_layer_ids = match c.get_any(&[&["dflash_config", "target_layer_ids"], &["target_layer_ids"]]) {
+            Some((Json::Array(a), key)) => {
+                if a.is_empty() || a.len() as u64 > MAX_LAYERS {
+                    return Err(c.err(&key, format!("{} entries, expected 1..={MAX_LAYERS}", a.len())));
                 }
-                Some((other, key)) => {
-                    return Err(c.err(&key, format!("expected an array of layer indices, found {}", short(other))))
-                }
-                None => match c.uint(&["num_target_layers"], MAX_LAYERS)? {
-                    Some(t) => default_target_layer_ids(t, num_layers),
-                    None => return Err(c.err(ids_key, "missing, and num_target_layers is absent too")),
-                },
-            };
+                a.iter()
+                    .map(|v| v.as_u64().filter(|&n| n < MAX_LAYERS).map(|n| n as usize))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| c.err(&key, format!("expected layer indices below {MAX_LAYERS}")))?
+            }
+            Some((other, key)) => {
+                return Err(c.err(&key, format!("expected an array of layer indices, found {}", short(other))))
+            }
+            None => match c.uint(&["num_target_layers"], MAX_LAYERS)? {
+                Some(t) => default_target_layer_ids(t, num_layers),
+                None => return Err(c.err(ids_key, "missing, and num_target_layers is absent too")),
+            },
+        };
         let block_size = match c.uint(&["dflash_config", "block_size"], MAX_BLOCK_SIZE as u64)? {
             Some(b) => b,
             None => c.uint(&["block_size"], MAX_BLOCK_SIZE as u64)?.unwrap_or(16),
@@ -241,7 +240,7 @@ impl DraftConfig {
             use_sliding_window,
             causal,
         };
-        config.check(file)?;
+        config.check(file, false)?;
         Ok(config)
     }
 
@@ -307,11 +306,7 @@ impl DraftConfig {
             })
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| {
-                ModelError::config(
-                    &h.file,
-                    layers_key,
-                    format!("expected HF layer ids + 1, each in 1..={MAX_LAYERS}"),
-                )
+                ModelError::config(&h.file, layers_key, format!("expected HF layer ids + 1, each in 1..={MAX_LAYERS}"))
             })?;
         let sliding_window = h.opt_u32("dflash.attention.sliding_window")?.filter(|&w| w > 0).map(|w| w as usize);
         let sliding_layers = match (sliding_window, h.get("dflash.attention.sliding_window_pattern")) {
@@ -374,59 +369,90 @@ impl DraftConfig {
             sliding_window,
             causal: h.opt_bool("dflash.attention.causal")?,
         };
-        config.check(&h.file)?;
+        config.check(&h.file, true)?;
         Ok(config)
     }
 
     /// The checks every source shares, on numbers already inside their per-key bounds: heads
     /// divide, RoPE has an even head dim, the block size and the feature layer count are sane, the
     /// attention projections stay inside [`MAX_DIM`], sliding layers have a window and the mask
-    /// id is inside the stated vocabulary. `file` names the source in errors.
-    pub fn check(&self, file: &Path) -> Result<(), ModelError> {
-        let bad = |key: &str, msg: String| Err(ModelError::config(file, key, msg));
+    /// id is inside the stated vocabulary. `file` names the source in errors; keys are named as
+    /// in a `dflash` GGUF (`dflash.*`) when `gguf`, else as in `config.json`.
+    pub fn check(&self, file: &Path, gguf: bool) -> Result<(), ModelError> {
+        let bad = |json_key: &str, gguf_key: &str, msg: String| {
+            Err(ModelError::config(file, if gguf { gguf_key } else { json_key }, msg))
+        };
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return bad(
                 "num_key_value_heads",
+                "dflash.attention.head_count_kv",
                 format!("{} does not divide num_attention_heads {}", self.num_kv_heads, self.num_heads),
             );
         }
         if !self.head_dim.is_multiple_of(2) {
-            return bad("head_dim", format!("{} is odd; RoPE rotates pairs over the full head", self.head_dim));
+            return bad(
+                "head_dim",
+                "dflash.attention.key_length",
+                format!("{} is odd; RoPE rotates pairs over the full head", self.head_dim),
+            );
         }
-        for (key, heads) in [("num_attention_heads", self.num_heads), ("num_key_value_heads", self.num_kv_heads)] {
+        for (key, gkey, heads) in [
+            ("num_attention_heads", "dflash.attention.head_count", self.num_heads),
+            ("num_key_value_heads", "dflash.attention.head_count_kv", self.num_kv_heads),
+        ] {
             if heads.checked_mul(self.head_dim).is_none_or(|w| w as u64 > MAX_DIM) {
-                return bad(key, format!("{heads} heads × head_dim {} exceeds {MAX_DIM}", self.head_dim));
+                return bad(key, gkey, format!("{heads} heads × head_dim {} exceeds {MAX_DIM}", self.head_dim));
             }
         }
         if !(2..=MAX_BLOCK_SIZE).contains(&self.block_size) {
             return bad(
                 "block_size",
-                format!("{} is outside 2..={MAX_BLOCK_SIZE} (one anchor plus at least one drafted slot)", self.block_size),
+                "dflash.block_size",
+                format!(
+                    "{} is outside 2..={MAX_BLOCK_SIZE} (one anchor plus at least one drafted slot)",
+                    self.block_size
+                ),
             );
         }
         if self.target_layer_ids.is_empty() || self.target_layer_ids.len() as u64 > MAX_LAYERS {
-            return bad("target_layer_ids", format!("{} entries, expected 1..={MAX_LAYERS}", self.target_layer_ids.len()));
+            return bad(
+                "target_layer_ids",
+                "dflash.target_layers",
+                format!("{} entries, expected 1..={MAX_LAYERS}", self.target_layer_ids.len()),
+            );
         }
         if let Some(&l) = self.target_layer_ids.iter().find(|&&l| l as u64 >= MAX_LAYERS) {
-            return bad("target_layer_ids", format!("layer {l} is not below {MAX_LAYERS}"));
+            return bad("target_layer_ids", "dflash.target_layers", format!("layer {l} is not below {MAX_LAYERS}"));
         }
         if self.sliding_layers.len() != self.num_layers {
             return bad(
                 "layer_types",
+                "dflash.attention.sliding_window_pattern",
                 format!("{} entries for {} layers", self.sliding_layers.len(), self.num_layers),
             );
         }
         if self.sliding_layers.iter().any(|&s| s) && self.sliding_window.is_none_or(|w| w == 0) {
-            return bad("sliding_window", "missing or 0, but some layers are sliding_attention".into());
+            return bad(
+                "sliding_window",
+                "dflash.attention.sliding_window",
+                "missing or 0, but some layers are sliding_attention".into(),
+            );
         }
         if let Some(v) = self.vocab_size {
             if self.mask_token_id as usize >= v {
-                return bad("mask_token_id", format!("{} is outside vocab_size {v}", self.mask_token_id));
+                return bad(
+                    "mask_token_id",
+                    "tokenizer.ggml.mask_token_id",
+                    format!("{} is outside vocab_size {v}", self.mask_token_id),
+                );
             }
         }
-        for (key, v) in [("rms_norm_eps", self.rms_norm_eps), ("rope_theta", self.rope_theta)] {
+        for (key, gkey, v) in [
+            ("rms_norm_eps", "dflash.attention.layer_norm_rms_epsilon", self.rms_norm_eps),
+            ("rope_theta", "dflash.rope.freq_base", self.rope_theta),
+        ] {
             if !(v.is_finite() && v > 0.0) {
-                return bad(key, format!("{v} is not a positive finite number"));
+                return bad(key, gkey, format!("{v} is not a positive finite number"));
             }
         }
         Ok(())

@@ -68,7 +68,8 @@ impl<'a> JsonConfig<'a> {
 
     /// A required integer in `1..=max`.
     pub fn req(&self, path: &[&str], max: u64) -> Result<usize, ModelError> {
-        self.uint(path, max)?.ok_or_else(|| self.err(&path.join("."), format!("missing (expected an integer in 1..={max})")))
+        self.uint(path, max)?
+            .ok_or_else(|| self.err(&path.join("."), format!("missing (expected an integer in 1..={max})")))
     }
 
     /// A positive finite number at `path`, `None` when absent.

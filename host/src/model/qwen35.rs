@@ -223,10 +223,9 @@ impl Qwen35Config {
         let recurrent_layers = match c.array(&["layer_types"], MAX_LAYERS as usize)? {
             Some(types) => {
                 if types.len() != block_count {
-                    return Err(c.err(
-                        "layer_types",
-                        format!("{} entries for num_hidden_layers = {block_count}", types.len()),
-                    ));
+                    return Err(
+                        c.err("layer_types", format!("{} entries for num_hidden_layers = {block_count}", types.len()))
+                    );
                 }
                 types
                     .iter()
@@ -310,7 +309,10 @@ impl Qwen35Config {
         if self.value_length != self.key_length {
             return bad(
                 "attention.value_length",
-                format!("{} differs from key_length {}; qwen35 attention has one head dim", self.value_length, self.key_length),
+                format!(
+                    "{} differs from key_length {}; qwen35 attention has one head dim",
+                    self.value_length, self.key_length
+                ),
             );
         }
         if self.rope_dimension_count == 0
@@ -323,7 +325,11 @@ impl Qwen35Config {
             );
         }
         // Query + gate rows of attn_q, and the K/V widths.
-        if self.head_count.checked_mul(self.key_length).and_then(|q| q.checked_mul(2)).is_none_or(|q| q as u64 > MAX_DIM)
+        if self
+            .head_count
+            .checked_mul(self.key_length)
+            .and_then(|q| q.checked_mul(2))
+            .is_none_or(|q| q as u64 > MAX_DIM)
         {
             return bad(
                 "attention.head_count",
@@ -359,7 +365,8 @@ impl Qwen35Config {
                 ),
             );
         }
-        for (key, v) in [("attention.layer_norm_rms_epsilon", self.rms_norm_eps), ("rope.freq_base", self.rope_freq_base)]
+        for (key, v) in
+            [("attention.layer_norm_rms_epsilon", self.rms_norm_eps), ("rope.freq_base", self.rope_freq_base)]
         {
             if !(v.is_finite() && v > 0.0) {
                 return bad(key, format!("{v} is not a positive finite number"));
