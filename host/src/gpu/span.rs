@@ -64,9 +64,11 @@ impl<T> DevSpan<T> {
     /// Values `off..off + len`; an error names `what` if that is outside the span.
     pub fn sub(&self, off: usize, len: usize, what: &'static str) -> Result<Self, GpuError> {
         match off.checked_add(len) {
-            Some(end) if end <= self.len => {
-                Ok(DevSpan { ptr: self.ptr + (off * std::mem::size_of::<T>()) as u64, len, _t: PhantomData })
-            }
+            Some(end) if end <= self.len => Ok(DevSpan {
+                ptr: self.ptr + (off * std::mem::size_of::<T>()) as u64,
+                len,
+                _t: PhantomData,
+            }),
             _ => Err(GpuError::shape(what, format!("view {off}..{off}+{len} outside a buffer of {}", self.len))),
         }
     }

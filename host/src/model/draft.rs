@@ -48,7 +48,7 @@ pub struct DraftConfig {
 
 /// Where the weights live.
 enum Source {
-    Safetensors { map: Mmap, index: HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)> },
+    Safetensors { map: Mmap, index: SafetensorsIndex },
     Gguf(Gguf),
 }
 
@@ -555,6 +555,24 @@ impl DraftConfig {
     }
 }
 
+/// Tensor name → (`ne` shape, type, byte range inside the file).
+pub type SafetensorsIndex = HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)>;
+
+/// Parses the bytes of a z-lab `model.safetensors` (`file` for messages) and checks them against
+/// `config`'s tensor inventory: every tensor present with its shape and an allowed type.
+pub fn index_zlab_safetensors(bytes: &[u8], file: &Path, config: &DraftConfig) -> Result<SafetensorsIndex, ModelError> {
+    let mut index = HashMap::new();
+    let table = read_safetensors(bytes, file)?;
+    let base = bytes.as_ptr() as usize;
+    for e in table.tensors() {
+        let data = table.data(&e.name)?;
+        let start = data.as_ptr() as usize - base;
+        index.insert(e.name.clone(), (e.ne(), e.ty, start..start + data.len()));
+    }
+    validate(file, &config.tensor_inventory(), |n| index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty)))?;
+    Ok(index)
+}
+
 fn io_err(file: &Path, e: std::io::Error) -> ModelError {
     ModelError::Io { file: file.to_path_buf(), msg: e.to_string() }
 }
@@ -578,17 +596,7 @@ impl DraftModel {
         let file = std::fs::File::open(&st_path).map_err(|e| io_err(&st_path, e))?;
         // SAFETY: read-only private map; see `GgufFile::open` for the same caveat.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| io_err(&st_path, e))?;
-        let mut index = HashMap::new();
-        {
-            let table = read_safetensors(&map, &st_path)?;
-            let base = map.as_ptr() as usize;
-            for e in table.tensors() {
-                let data = table.data(&e.name)?;
-                let start = data.as_ptr() as usize - base;
-                index.insert(e.name.clone(), (e.ne(), e.ty, start..start + data.len()));
-            }
-        }
-        validate(&st_path, &config.tensor_inventory(), |n| index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty)))?;
+        let index = index_zlab_safetensors(&map, &st_path, &config)?;
         Ok(DraftModel { config, path: dir.to_path_buf(), source: Source::Safetensors { map, index } })
     }
 
