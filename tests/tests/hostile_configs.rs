@@ -74,6 +74,9 @@ fn draft_folder_with(name: &str, edit: impl FnOnce(&mut Json)) -> PathBuf {
     dir
 }
 
+/// Metadata edits: `(key, Some(value))` sets, `(key, None)` removes.
+type Edits = Vec<(&'static str, Option<Value>)>;
+
 /// A copy of GGUF `src` (tensors included) with metadata `edits` applied (`None` removes the key).
 fn gguf_with(src: &Path, name: &str, edits: &[(&str, Option<Value>)]) -> PathBuf {
     let g = Gguf::open(src).expect("opens");
@@ -103,7 +106,8 @@ fn gguf_with(src: &Path, name: &str, edits: &[(&str, Option<Value>)]) -> PathBuf
 
 #[test]
 fn hostile_draft_config_json_is_refused_naming_file_and_key() {
-    let cases: Vec<(&str, Box<dyn Fn(&mut Json)>, &[&str])> = vec![
+    type Edit = Box<dyn Fn(&mut Json)>;
+    let cases: Vec<(&str, Edit, &[&str])> = vec![
         ("block-size", Box::new(|c| c["block_size"] = json!(100000)), &["block_size", "100000", "1..=256"]),
         ("dflash-block-size", Box::new(|c| c["dflash_config"]["block_size"] = json!(100000)), &["block_size"]),
         ("block-size-1", Box::new(|c| c["block_size"] = json!(1)), &["block_size", "2..=256"]),
@@ -179,7 +183,7 @@ fn oversized_config_json_is_refused_before_reading() {
 fn hostile_dflash_gguf_is_refused_naming_file_and_key() {
     let src = &tiny().draft_gguf;
     load_draft(src).expect("the unedited draft GGUF loads");
-    let cases: Vec<(&str, Vec<(&str, Option<Value>)>, &[&str])> = vec![
+    let cases: Vec<(&str, Edits, &[&str])> = vec![
         ("block-size", vec![("dflash.block_size", Some(Value::U32(100_000)))], &["dflash.block_size", "100000"]),
         ("zero-layers", vec![("dflash.block_count", Some(Value::U32(0)))], &["dflash.block_count", "1..=4096"]),
         ("huge-hidden", vec![("dflash.embedding_length", Some(Value::U64(u64::MAX)))], &["dflash.embedding_length"]),
@@ -226,7 +230,7 @@ fn hostile_dflash_gguf_is_refused_naming_file_and_key() {
 fn hostile_target_gguf_is_refused_by_every_loader() {
     let src = &tiny().target;
     load_qwen35(src).expect("the unedited target loads");
-    let cases: Vec<(&str, Vec<(&str, Option<Value>)>, &[&str])> = vec![
+    let cases: Vec<(&str, Edits, &[&str])> = vec![
         ("zero-blocks", vec![("qwen35.block_count", Some(Value::U32(0)))], &["qwen35.block_count", "1..=4096"]),
         ("huge-embd", vec![("qwen35.embedding_length", Some(Value::U64(u64::MAX)))], &["qwen35.embedding_length"]),
         (

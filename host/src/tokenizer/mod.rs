@@ -143,13 +143,12 @@ impl Tokenizer {
         if text.is_empty() {
             return Ok(());
         }
-        let nfc: std::borrow::Cow<str> = if unicode_normalization::is_nfc_quick(text.chars())
-            == unicode_normalization::IsNormalized::Yes
-        {
-            text.into()
-        } else {
-            text.nfc().collect::<String>().into()
-        };
+        let nfc: std::borrow::Cow<str> =
+            if unicode_normalization::is_nfc_quick(text.chars()) == unicode_normalization::IsNormalized::Yes {
+                text.into()
+            } else {
+                text.nfc().collect::<String>().into()
+            };
         let enc = self.inner.encode_fast(nfc.as_ref(), false).map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
         ids.extend_from_slice(enc.get_ids());
         Ok(())

@@ -148,10 +148,13 @@ impl Vocabulary {
     }
 }
 
+/// A merge: the left and right parts of a token.
+pub type MergePair<'a> = (&'a [u8], &'a [u8]);
+
 /// tiktoken's byte-pair merge of `piece` with every rank: repeatedly merge the adjacent pair
 /// whose concatenation has the lowest rank (leftmost on ties) until no adjacent pair is a token.
 /// Returns the parts left and the last merge made.
-pub fn bpe_parts<'a>(piece: &'a [u8], ranks: &HashMap<&[u8], u32>) -> (Vec<&'a [u8]>, Option<(&'a [u8], &'a [u8])>) {
+pub fn bpe_parts<'a>(piece: &'a [u8], ranks: &HashMap<&[u8], u32>) -> (Vec<&'a [u8]>, Option<MergePair<'a>>) {
     let mut parts: Vec<&[u8]> = piece.chunks(1).collect();
     let mut last = None;
     loop {
@@ -183,7 +186,7 @@ pub fn bpe_parts<'a>(piece: &'a [u8], ranks: &HashMap<&[u8], u32>) -> (Vec<&'a [
 /// `bpe(…, max_rank)` derivation) misses tokens whose formation passes through a higher-ranked
 /// intermediate: 31 of the Qwen3.5 vocabulary, e.g. `人力资源` = `人力` (rank 108 583) +
 /// `资源`, where `人力` outranks `人力资源` (99 655).
-pub fn merge_of<'a>(token: &'a [u8], ranks: &HashMap<&[u8], u32>) -> Option<(&'a [u8], &'a [u8])> {
+pub fn merge_of<'a>(token: &'a [u8], ranks: &HashMap<&[u8], u32>) -> Option<MergePair<'a>> {
     match bpe_parts(token, ranks) {
         (parts, last) if parts.len() == 1 => last,
         _ => None,
