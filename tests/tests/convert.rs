@@ -3,8 +3,8 @@
 
 use clap::Parser;
 use flashtree::cli::logits::{render, LogitsArgs};
-use flashtree::convert::dflash::load_zlab;
-use flashtree::convert::gguf_load::{load_dflash, load_qwen35, read_tensor};
+use flashtree::convert::dflash::load_draft;
+use flashtree::convert::gguf_load::{load_qwen35, read_tensor};
 use flashtree::convert::gguf_write::{convert_dflash, convert_qwen35};
 use flashtree::convert::hf_config;
 use flashtree::convert::out_type::OutType;
@@ -227,19 +227,16 @@ fn logits_command_on_a_converted_fixture_reproduces_transformers() {
 
 fn draft_round_trip(name: &str, out: OutType) {
     let dir = fixture(name);
-    let (cfg, zlab) = load_zlab(&dir).expect("z-lab load");
+    let (cfg, zlab) = load_draft(&dir).expect("z-lab load");
     let path = scratch(&format!("{name}-{out:?}.gguf"));
-    convert_dflash(&cfg, &open_folder(&dir).expect("files"), Some(Path::new(&fixture("a"))), out, &path)
+    convert_dflash(&dir, &cfg, &open_folder(&dir).expect("files"), Some(Path::new(&fixture("a"))), out, &path)
         .unwrap_or_else(|e| panic!("{e}"));
-    let (gcfg, w) = load_dflash(&path).unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        gcfg.hparams.target_layer_ids, cfg.hparams.target_layer_ids,
-        "target_layers stored as id+1 and read back"
-    );
-    assert_eq!(gcfg.hparams.rope_theta, cfg.hparams.rope_theta);
-    assert_eq!(gcfg.hparams.sliding, cfg.hparams.sliding);
-    assert_eq!(gcfg.hparams.sliding_window, cfg.hparams.sliding_window);
-    assert_eq!(gcfg.hparams.mask_token_id, cfg.hparams.mask_token_id);
+    let (gcfg, w) = load_draft(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(gcfg.target_layer_ids, cfg.target_layer_ids, "target_layers stored as id+1 and read back");
+    assert_eq!(gcfg.rope_theta, cfg.rope_theta);
+    assert_eq!(gcfg.sliding_layers, cfg.sliding_layers);
+    assert_eq!(gcfg.sliding_window, cfg.sliding_window);
+    assert_eq!(gcfg.mask_token_id, cfg.mask_token_id);
     if out == OutType::BF16 {
         // The z-lab tensors are BF16: the BF16 GGUF holds them exactly.
         assert_eq!(format!("{:?}", w.layers), format!("{:?}", zlab.layers));
@@ -295,13 +292,16 @@ fn corrupt_safetensors_and_configs_are_errors_naming_the_file() {
         serde_json::from_str(&std::fs::read_to_string(fixture("a").join("config.json")).expect("config"))
             .expect("json");
     v["layer_types"][0] = serde_json::json!("mamba");
-    assert!(hf_config::parse(&v).is_err());
+    let err = hf_config::parse(&v.to_string(), Path::new("a/config.json")).expect_err("unknown layer type").to_string();
+    assert!(err.contains("a/config.json") && err.contains("layer_types") && err.contains("mamba"), "{err}");
     let mut d: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("draft-full").join("config.json")).expect("config"))
             .expect("json");
     d.as_object_mut().expect("object").remove("rope_theta");
-    let err = flashtree::convert::dflash::parse_config(&d).expect_err("rope_theta must not be defaulted");
-    assert!(err.contains("rope_theta"), "{err}");
+    let err = flashtree::model::DraftConfig::from_zlab_json(&d.to_string(), Path::new("d/config.json"))
+        .expect_err("rope_theta must not be defaulted")
+        .to_string();
+    assert!(err.contains("d/config.json") && err.contains("rope_theta"), "{err}");
 }
 
 #[test]
@@ -314,11 +314,10 @@ fn synthetic_tiny_q4_k_m_target_and_draft_load_into_the_reference_and_run() {
     let (logits, _) = logits_of(&w, &[1, 2, 3, 4, 5], &[]);
     assert!(logits.iter().flatten().all(|x| x.is_finite()), "finite logits");
     if let Some(d) = out.draft_dir.as_deref() {
-        let (cfg, draft) = load_zlab(d).unwrap_or_else(|e| panic!("{e}"));
+        let (cfg, draft) = load_draft(d).unwrap_or_else(|e| panic!("{e}"));
         let feats = vec![vec![0.5f32; draft.fc.cols]; 3];
-        let block: Vec<u32> = std::iter::once(1)
-            .chain(std::iter::repeat_n(cfg.hparams.mask_token_id, cfg.hparams.block_size - 1))
-            .collect();
+        let block: Vec<u32> =
+            std::iter::once(1).chain(std::iter::repeat_n(cfg.mask_token_id, cfg.block_size - 1)).collect();
         let o = draft.forward(&w.token_embd, w.lm_head(), &feats, 0, &block, 3).expect("draft");
         assert!(o.logits.iter().flatten().all(|x| x.is_finite()));
     }

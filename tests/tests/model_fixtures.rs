@@ -10,7 +10,7 @@
 //!   ≤ 5e-6, the f32 rounding of our stored activations; any real bug (a wrong head order, a
 //!   missing +1, a wrong rotary pairing) gives errors of order 1.
 
-use flashtree::convert::dflash::load_zlab;
+use flashtree::convert::dflash::load_draft;
 use flashtree::convert::qwen35::load_hf;
 use flashtree::convert::safetensors::SafeTensors;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
@@ -198,12 +198,12 @@ fn bad_tokens_and_capture_layers_are_errors_not_panics() {
 
 fn check_draft(name: &str) {
     let (_, target) = load_hf(&fixture("a")).unwrap_or_else(|e| panic!("{e}"));
-    let (cfg, draft) = load_zlab(&fixture(name)).unwrap_or_else(|e| panic!("{e}"));
+    let (cfg, draft) = load_draft(&fixture(name)).unwrap_or_else(|e| panic!("{e}"));
     let exp = SafeTensors::open(&fixture(name).join("expected.safetensors")).expect("expected");
     let feats = rows(&exp, "features");
     let block: Vec<u32> = exp.read_i64("block_tokens").expect("block").into_iter().map(|t| t as u32).collect();
     let start = exp.read_i64("block_start").expect("start")[0] as usize;
-    assert_eq!(block.len(), cfg.hparams.block_size);
+    assert_eq!(block.len(), cfg.block_size);
     let out = draft.forward(&target.token_embd, target.lm_head(), &feats, 0, &block, start).expect("draft");
     assert_rows_close(&format!("{name} draft logits"), &out.logits, &rows(&exp, "logits"));
     let topk = out.top_k(4);
@@ -215,7 +215,7 @@ fn check_draft(name: &str) {
     // End to end: the same features from our own target forward (layers `target_layer_ids`).
     let toks = tokens(&SafeTensors::open(&fixture("a").join("expected.safetensors")).expect("target expected"));
     let mut st = Qwen35State::new(&target.hparams);
-    let opts = ForwardOptions { capture_layers: cfg.hparams.target_layer_ids.clone(), ..Default::default() };
+    let opts = ForwardOptions { capture_layers: cfg.target_layer_ids.clone(), ..Default::default() };
     let o = target.forward(&mut st, &toks[..start], &opts).expect("target");
     let ours: Vec<Vec<f32>> =
         (0..start).map(|t| o.captured.iter().flat_map(|c| c[t].iter().copied()).collect()).collect();

@@ -6,7 +6,7 @@
 //! Models: `tests/fixtures/hf/a` (4 layers: 2 Gated DeltaNet + 2 attention, hidden 64, vocab 320)
 //! with `draft-full` (2 layers, block 8, target layers 0 and 2), perturbed per seed.
 
-use flashtree::convert::dflash::load_zlab;
+use flashtree::convert::dflash::load_draft;
 use flashtree::convert::qwen35::load_hf;
 use flashtree::spec::cpu::{check_pair, CpuDraft, CpuTarget};
 use flashtree::spec::{generate, GenerateConfig, Mode, Stats};
@@ -24,7 +24,7 @@ fn fixture(name: &str) -> PathBuf {
 /// LM head so that each seed is a different model (and a different continuation).
 fn models(seed: u64) -> (Qwen35Weights, DFlashWeights) {
     let (_, mut w) = load_hf(&fixture("a")).unwrap();
-    let (_, d) = load_zlab(&fixture("draft-full")).unwrap();
+    let (_, d) = load_draft(&fixture("draft-full")).unwrap();
     if seed > 0 {
         let scale = w.token_embd.data.iter().map(|x| x.abs()).sum::<f32>() / w.token_embd.data.len() as f32;
         for (i, x) in w.token_embd.data.iter_mut().enumerate() {

@@ -130,9 +130,18 @@ fn tiny_draft_roundtrips_through_the_dflash_gguf_layout() {
     let dir = tmp("dflash");
     let out = flashtree::synth::tiny(&dir, 9).expect("synth");
     let zlab = DraftModel::open(out.draft_dir.as_deref().expect("draft")).expect("z-lab loads");
-    let target = Gguf::open(&out.target).expect("target");
+    let draft_dir = out.draft_dir.as_deref().expect("draft");
+    let files = flashtree::convert::safetensors::open_folder(draft_dir).expect("files");
     let path = dir.join("tiny-dflash.gguf");
-    flashtree::model::dflash_gguf::write_dflash_gguf(&zlab, Some(&target), &path).expect("writes");
+    flashtree::convert::gguf_write::convert_dflash(
+        draft_dir,
+        &zlab.config,
+        &files,
+        Some(&out.target),
+        flashtree::convert::out_type::OutType::BF16,
+        &path,
+    )
+    .expect("writes");
     let g = DraftModel::open(&path).expect("dflash GGUF loads");
     let mut a = zlab.config.clone();
     let b = g.config.clone();

@@ -102,6 +102,10 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
+        // No debug info in errors: minijinja's debug renderer panics on some broken templates
+        // (a span ending before it starts, found by fuzz/chat_template) and would print the whole
+        // template source and every referenced variable into the message.
+        env.set_debug(false);
         env.add_template_owned("chat", source.to_string()).map_err(|e| ChatError::Compile(format!("{e:#}")))?;
         Ok(Self { env })
     }

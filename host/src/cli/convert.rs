@@ -2,9 +2,10 @@
 //! llama.cpp `dflash` GGUF.
 
 use crate::convert::gguf_write::{convert_dflash, convert_qwen35};
+use crate::convert::hf_config;
 use crate::convert::out_type::OutType;
 use crate::convert::safetensors::open_folder;
-use crate::convert::{dflash, hf_config};
+use crate::model::DraftConfig;
 use anyhow::{bail, Context};
 use clap::Args;
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ pub struct ConvertArgs {
     /// f32, f16, bf16, q8_0 or q4_k_m (drafts: bf16 or q8_0; f32/f16 also accepted).
     #[arg(long, default_value = "bf16")]
     pub outtype: String,
-    /// For a draft: the target's HF folder, whose tokenizer metadata goes into the draft GGUF.
+    /// For a draft: the target's HF folder or GGUF, whose tokenizer metadata goes into the draft GGUF.
     #[arg(long)]
     pub target: Option<PathBuf>,
     /// Replace an existing output file (never one of the input files).
@@ -110,7 +111,7 @@ fn convert_to(args: &ConvertArgs, out: &Path) -> anyhow::Result<u64> {
     let out_type = OutType::parse(&args.outtype)
         .with_context(|| format!("--outtype {:?}: expected f32, f16, bf16, q8_0 or q4_k_m", args.outtype))?;
     let cfg_path = args.input.join("config.json");
-    let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
+    let text = crate::model::json::read_config_text(&cfg_path)?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", cfg_path.display()))?;
     let files = open_folder(&args.input)?;
@@ -118,10 +119,10 @@ fn convert_to(args: &ConvertArgs, out: &Path) -> anyhow::Result<u64> {
         if out_type == OutType::Q4KM {
             bail!("--outtype q4_k_m is for targets; convert a DFlash draft to bf16 or q8_0");
         }
-        let cfg = dflash::parse_config(&v).map_err(|why| anyhow::anyhow!("{}: {why}", cfg_path.display()))?;
-        convert_dflash(&cfg, &files, args.target.as_deref(), out_type, out)?
+        let cfg = DraftConfig::from_zlab_json(&text, &cfg_path)?;
+        convert_dflash(&args.input, &cfg, &files, args.target.as_deref(), out_type, out)?
     } else {
-        let cfg = hf_config::parse(&v).map_err(|why| anyhow::anyhow!("{}: {why}", cfg_path.display()))?;
+        let cfg = hf_config::parse(&text, &cfg_path)?;
         convert_qwen35(&args.input, &cfg, &files, out_type, out)?
     };
     Ok(bytes)

@@ -11,8 +11,8 @@ use flashtree_reference::model::dflash::DFlashWeights;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
 use crate::cli::limits;
-use crate::convert::dflash::load_zlab;
-use crate::convert::gguf_load::{load_dflash, load_qwen35};
+use crate::convert::dflash::load_draft as load_draft_weights;
+use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
@@ -92,11 +92,7 @@ pub fn check_model_path(path: &Path) -> anyhow::Result<()> {
 }
 
 fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
-    if path.is_dir() {
-        Ok(load_zlab(path).with_context(|| format!("loading draft folder {}", path.display()))?.1)
-    } else {
-        Ok(load_dflash(path).with_context(|| format!("loading draft GGUF {}", path.display()))?.1)
-    }
+    Ok(load_draft_weights(path).with_context(|| format!("loading draft {}", path.display()))?.1)
 }
 
 /// Reads the prompt: `--prompt`, else stdin (at most `max_bytes` + 1 bytes are read).

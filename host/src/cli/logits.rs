@@ -59,11 +59,8 @@ pub fn parse_list<T: std::str::FromStr>(what: &str, s: &str) -> anyhow::Result<V
 fn context_and_plan(path: &Path, tokens: usize) -> anyhow::Result<(usize, Option<limits::CpuMemoryPlan>)> {
     if path.is_dir() {
         let cfg_path = path.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("reading {}", cfg_path.display()))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", cfg_path.display()))?;
-        let cfg =
-            crate::convert::hf_config::parse(&v).map_err(|why| anyhow::anyhow!("{}: {why}", cfg_path.display()))?;
+        let text = crate::model::json::read_config_text(&cfg_path)?;
+        let cfg = crate::convert::hf_config::parse(&text, &cfg_path)?;
         Ok((cfg.context_length, None))
     } else {
         let g = Gguf::open(path)?; // its errors name the file

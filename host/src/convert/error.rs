@@ -16,4 +16,7 @@ pub enum ConvertError {
     Missing { name: String, looked: String },
     #[error(transparent)]
     Model(#[from] flashtree_reference::model::ModelError),
+    /// A config or tensor table refused by the model readers (`crate::model`).
+    #[error(transparent)]
+    Load(#[from] crate::model::ModelError),
 }

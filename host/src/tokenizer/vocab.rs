@@ -1,7 +1,7 @@
 //! The tokenizer as GGUF stores it (`tokenizer.ggml.tokens`, `.token_type`, `.merges`): byte-level
 //! token strings indexed by id, a type per id, and `"left right"` merges in priority order. Built
 //! from a GGUF's metadata or from tiktoken ranks (the merges of a tiktoken vocabulary are derived
-//! the way tiktoken itself would form each token, see [`Vocabulary::from_tiktoken`]).
+//! the way tiktoken itself would form each token, see [`merge_of`]).
 
 use std::collections::HashMap;
 
@@ -97,10 +97,9 @@ impl Vocabulary {
     /// From tiktoken `ranks` (rank = id) and `specials` (`(id, text)`, control tokens), padded
     /// with `[PAD{id}]` unused tokens up to `vocab_size` (e.g. the embedding rows, 248 320).
     ///
-    /// Merges: for every token of ≥ 2 bytes, run tiktoken's byte-pair merge over its bytes using
-    /// only ranks below its own; the two parts left are its merge, with the token's rank as
-    /// priority. That is the order in which tiktoken forms the token, so BPE over these merges
-    /// (with whole-piece lookup first) gives tiktoken's ids.
+    /// Merges: see [`merge_of`]; one per token that tiktoken can form, with the token's rank as
+    /// priority, so BPE over these merges (with whole-piece lookup first) gives tiktoken's ids.
+    /// With the Qwen3.5 ranks that is 247 587 merges, the count real Qwen3.5 GGUFs carry.
     pub fn from_tiktoken(
         ranks: &[(Vec<u8>, u32)],
         specials: &[(u32, String)],
@@ -138,8 +137,7 @@ impl Vocabulary {
             if b.len() < 2 {
                 continue;
             }
-            let parts = bpe_parts(b, &by_bytes, *r);
-            if let [l, rr] = parts.as_slice() {
+            if let Some((l, rr)) = merge_of(b, &by_bytes) {
                 merges
                     .push((*r, format!("{} {}", bytes_to_token_string(l, &table), bytes_to_token_string(rr, &table))));
             }
@@ -150,25 +148,48 @@ impl Vocabulary {
     }
 }
 
-/// tiktoken's byte-pair merge of `piece`, using only ranks `< max_rank`: repeatedly merge the
-/// adjacent pair whose concatenation has the lowest rank (leftmost on ties).
-pub fn bpe_parts<'a>(piece: &'a [u8], ranks: &HashMap<&[u8], u32>, max_rank: u32) -> Vec<&'a [u8]> {
+/// A merge: the left and right parts of a token.
+pub type MergePair<'a> = (&'a [u8], &'a [u8]);
+
+/// tiktoken's byte-pair merge of `piece` with every rank: repeatedly merge the adjacent pair
+/// whose concatenation has the lowest rank (leftmost on ties) until no adjacent pair is a token.
+/// Returns the parts left and the last merge made.
+pub fn bpe_parts<'a>(piece: &'a [u8], ranks: &HashMap<&[u8], u32>) -> (Vec<&'a [u8]>, Option<MergePair<'a>>) {
     let mut parts: Vec<&[u8]> = piece.chunks(1).collect();
+    let mut last = None;
     loop {
         let mut best: Option<(u32, usize)> = None;
         for i in 0..parts.len().saturating_sub(1) {
             let joined = &piece[offset(piece, parts[i])..offset(piece, parts[i + 1]) + parts[i + 1].len()];
             if let Some(&r) = ranks.get(joined) {
-                if r < max_rank && best.is_none_or(|b| r < b.0) {
+                if best.is_none_or(|b| r < b.0) {
                     best = Some((r, i));
                 }
             }
         }
-        let Some((_, i)) = best else { return parts };
+        let Some((_, i)) = best else { return (parts, last) };
+        last = Some((parts[i], parts[i + 1]));
         let start = offset(piece, parts[i]);
         let end = offset(piece, parts[i + 1]) + parts[i + 1].len();
         parts[i] = &piece[start..end];
         parts.remove(i + 1);
+    }
+}
+
+/// The merge `(left, right)` by which tiktoken forms `token` (≥ 2 bytes), or `None` when it
+/// never does (BPE over its bytes ends in several parts).
+///
+/// It is the last merge of tiktoken's BPE over the token's own bytes *with every rank*. Inside
+/// any larger piece that ends up holding the token, no part crossed the token's boundary before
+/// it was formed, so the merges inside its span are exactly those of the token alone, and the
+/// last one is this pair. Restricting the BPE to ranks below the token's own (HF's older
+/// `bpe(…, max_rank)` derivation) misses tokens whose formation passes through a higher-ranked
+/// intermediate: 31 of the Qwen3.5 vocabulary, e.g. `人力资源` = `人力` (rank 108 583) +
+/// `资源`, where `人力` outranks `人力资源` (99 655).
+pub fn merge_of<'a>(token: &'a [u8], ranks: &HashMap<&[u8], u32>) -> Option<MergePair<'a>> {
+    match bpe_parts(token, ranks) {
+        (parts, last) if parts.len() == 1 => last,
+        _ => None,
     }
 }
 

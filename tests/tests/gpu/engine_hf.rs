@@ -142,7 +142,7 @@ fn hf_targets() -> Vec<HfTarget> {
         if v.get("dflash_config").is_some() {
             continue; // a DFlash draft, not a qwen35 target
         }
-        let cfg = hf_config::parse(&v).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
+        let cfg = hf_config::parse(&text, &dir.join("config.json")).unwrap_or_else(|e| panic!("fixture {name}: {e}"));
         let n_tokens = tokens(&expected(&dir)).len();
         let why = unsupported(&cfg.hparams, cfg.context_length, n_tokens + MAX_NODES as usize);
         if why.is_empty() {
