@@ -57,7 +57,7 @@ fn main() {
     let scratch = gpu.zeros::<f32>(LAYERS * sl).unwrap();
     let sp = |x| DevSpan::of(&gpu, x);
     let w = GdnWeights { conv_w: sp(&conv_w), ssm_a: sp(&ssm_a), dt_bias: sp(&dt_bias), norm_w: sp(&norm_w) };
-    let io = GdnIo { mixed: sp(&mixed), z: sp(&z), a: sp(&a), b: sp(&b), out: sp(&out) };
+    let io = GdnIo::dense(&s, sp(&mixed), sp(&z), sp(&a), sp(&b), sp(&out));
     let layer = |l: usize| -> (GdnIo, GdnLayerState) {
         let at = |x: DevSpan<f32>, len: usize| x.sub(l * len, len, "layer").unwrap();
         (

@@ -146,7 +146,8 @@ unsafe fn slot_load<const RPL: usize>(slot: *const f32, t: usize, s: &mut [f32; 
 /// `g − 2·n_k` (whose thread 0 also computes α, β). Thread `t` owns channels `t, t + 128, …` of
 /// the head. Window tap `t < K−1` of node `i` is the raw input `K−1−t` steps back along
 /// `i`'s ancestors, then the committed window rows (newest last). q/k: `x / √(Σx² + 1e-6)`
-/// (sum: per-thread fma chain, butterfly, warps in order), q also `· 1/√d_k`.
+/// (sum: per-thread fma chain, butterfly, warps in order), q also `· 1/√d_k`. `a`, `b`: node
+/// `i`'s row at `i·p.a_stride`, `i·p.b_stride` (`n_v` values each).
 /// Traffic: `n·conv_ch·(K + 1)·4` bytes read (mostly L2), `n·(conv_ch + 2·n_v)·4` written.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=128;minctasm=1"]
@@ -233,12 +234,12 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
         }
     } else if t == 0 {
         let jv = g - 2 * n_k;
-        let u = *a.add(i * n_v + jv) + *dt_bias.add(jv);
+        let u = *a.add(i * p.a_stride as usize + jv) + *dt_bias.add(jv);
         // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
         let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
         let gl = *ssm_a.add(jv) * sp;
         *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
-        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * n_v + jv)));
+        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * p.b_stride as usize + jv)));
     }
 }
 
@@ -384,7 +385,8 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
 
 /// Per (node, value head) gated RMSNorm: `out = o / √(mean(o²) + eps) · norm_w ⊙ silu(z)`.
 /// Grid `(n, ⌈n_v / 8⌉)`, 256 threads, one warp per head (lane `l` owns `c = l, l + 32, …`;
-/// fma chain then butterfly). Traffic: `n·n_v·d_v·12` bytes.
+/// fma chain then butterfly); node `i`'s `z` row at `i·p.z_stride`, `out` dense `[n][n_v·d_v]`.
+/// Traffic: `n·n_v·d_v·12` bytes.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
 pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
@@ -406,6 +408,7 @@ pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
     let sc = gdn_scratch(p.n_k as usize, n_v, p.d_k as usize, dv);
     let row = i * n_v * dv + j * dv;
     let o = scratch.add(sc.o + row);
+    let z = z.add(i * p.z_stride as usize + j * dv);
     let lane = lane_id() as usize;
     let mut ss = 0.0f32;
     let mut c = lane;
@@ -417,7 +420,7 @@ pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
     let inv = div_rn(1.0, sqrt_rn(div_rn(warp_sum_f32(ss), dv as f32) + p.eps));
     let mut c = lane;
     while c < dv {
-        *out.add(row + c) = *o.add(c) * inv * *norm_w.add(c) * silu(*z.add(row + c));
+        *out.add(row + c) = *o.add(c) * inv * *norm_w.add(c) * silu(*z.add(c));
         c += 32;
     }
 }

@@ -5,7 +5,7 @@ use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
 
 use super::batch::bytes_of;
 use super::plan::MemoryPlan;
-use super::weights::{self, MixerWeights, QWeight, TargetWeights};
+use super::weights::{self, GdnProj, MixerWeights, QWeight, TargetWeights};
 use super::EngineError;
 use crate::gguf::Gguf;
 use crate::gpu::attention::{self as attn, AttnDims};
@@ -52,9 +52,10 @@ pub struct Engine {
     q: CudaSlice<f32>,
     gate: CudaSlice<f32>,
     ao: CudaSlice<f32>,
-    z: CudaSlice<f32>,
-    ab: CudaSlice<f32>,
-    bb: CudaSlice<f32>,
+    /// A DeltaNet layer's gate and raw beta / alpha: `[32][inner + 2·n_v]` rows `[z | b | a]`
+    /// written by one product ([`GdnProj::Merged`]), or `z [32][inner]`, `b [32][n_v]`,
+    /// `a [32][n_v]` one after the other ([`GdnProj::Split`]).
+    zba: CudaSlice<f32>,
     go: CudaSlice<f32>,
     logits: CudaSlice<f32>,
     /// Argmax scratch (partials) and results: index and value per node.
@@ -175,7 +176,8 @@ impl Engine {
         let attn = attn_dims(&cfg);
         let gdn = gdn_shape(&cfg);
         let max_in = [d, ff, nh * hd, inner].into_iter().max().unwrap_or(d);
-        let max_out = [cfg.vocab_size, qmm_swiglu_rows(ff), 2 * nh * hd, ch, d].into_iter().max().unwrap_or(d);
+        let max_out =
+            [cfg.vocab_size, qmm_swiglu_rows(ff), 2 * nh * hd, ch, inner + 2 * vh, d].into_iter().max().unwrap_or(d);
         let state_len = vh * cfg.ssm_state_size * cfg.ssm_value_head_dim();
         let conv_len = (cfg.ssm_conv_kernel - 1) * ch;
         let z = |n: usize| gpu.zeros::<f32>(n.max(1));
@@ -195,9 +197,7 @@ impl Engine {
             q: z(N * nh * hd)?,
             gate: z(N * nh * hd)?,
             ao: z(N * nh * hd)?,
-            z: z(N * inner)?,
-            ab: z(N * vh)?,
-            bb: z(N * vh)?,
+            zba: z(N * (inner + 2 * vh))?,
             go: z(N * inner)?,
             logits: z(N * cfg.vocab_size)?,
             am_part_val: gpu.zeros(argmax_scratch_len(N))?,
@@ -245,13 +245,8 @@ impl Engine {
                 MixerWeights::Attention { q, k, v, o, .. } => {
                     q.buf.num_bytes() + k.buf.num_bytes() + v.buf.num_bytes() + o.buf.num_bytes()
                 }
-                MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, conv, .. } => {
-                    qkv.buf.num_bytes()
-                        + gate.buf.num_bytes()
-                        + beta.buf.num_bytes()
-                        + alpha.buf.num_bytes()
-                        + out.buf.num_bytes()
-                        + 4 * conv.len()
+                MixerWeights::DeltaNet { qkv, proj, out, conv, .. } => {
+                    qkv.buf.num_bytes() + proj.bytes() + out.buf.num_bytes() + 4 * conv.len()
                 }
             } as u64;
         }
@@ -434,20 +429,46 @@ impl Engine {
                     matmul(gpu, o, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
-                MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, conv, dt_bias, ssm_a, norm } => {
+                MixerWeights::DeltaNet { qkv, proj, out, conv, dt_bias, ssm_a, norm } => {
                     let g = self.slot[l];
                     let ch = cfg.ssm_conv_channels();
                     let mixed = DevSpan::of(gpu, &self.mixed).sub(g * N * ch, N * ch, "mixed")?;
                     matmul(gpu, qkv, n, mixed, &mut self.ws)?;
-                    matmul(gpu, gate, n, s(&self.z), &mut self.ws)?;
-                    matmul(gpu, beta, n, s(&self.bb), &mut self.ws)?;
-                    matmul(gpu, alpha, n, s(&self.ab), &mut self.ws)?;
+                    let (inner, vh) = (cfg.ssm_inner_size, cfg.ssm_time_step_rank);
+                    let zba = s(&self.zba);
+                    let io = match proj {
+                        GdnProj::Merged(w) => {
+                            // One product, rows `[z | b | a]`: the kernels read the three
+                            // column ranges with the row stride `inner + 2·n_v`.
+                            matmul(gpu, w, n, zba, &mut self.ws)?;
+                            let row = inner + 2 * vh;
+                            let len = zba.len();
+                            GdnIo {
+                                mixed,
+                                z: zba,
+                                b: zba.sub(inner, len - inner, "b")?,
+                                a: zba.sub(inner + vh, len - inner - vh, "a")?,
+                                out: s(&self.go),
+                                z_stride: row,
+                                a_stride: row,
+                                b_stride: row,
+                            }
+                        }
+                        GdnProj::Split { gate, beta, alpha } => {
+                            let z = zba.sub(0, N * inner, "z")?;
+                            let b = zba.sub(N * inner, N * vh, "b")?;
+                            let a = zba.sub(N * (inner + vh), N * vh, "a")?;
+                            matmul(gpu, gate, n, z, &mut self.ws)?;
+                            matmul(gpu, beta, n, b, &mut self.ws)?;
+                            matmul(gpu, alpha, n, a, &mut self.ws)?;
+                            GdnIo::dense(&self.gdn, mixed, z, a, b, s(&self.go))
+                        }
+                    };
                     mark(gpu, prof, "qmm")?;
                     let state_len = self.gdn.state_len();
                     let conv_len = self.gdn.conv_state_len();
                     let scratch_len = gdn::gdn_scratch_len(&self.gdn);
                     let w = GdnWeights { conv_w: s(conv), ssm_a: s(ssm_a), dt_bias: s(dt_bias), norm_w: s(norm) };
-                    let io = GdnIo { mixed, z: s(&self.z), a: s(&self.ab), b: s(&self.bb), out: s(&self.go) };
                     let st = GdnLayerState {
                         conv_state: DevSpan::of(gpu, &self.conv).sub(g * conv_len, conv_len, "conv state")?,
                         state: DevSpan::of(gpu, &self.state).sub(g * state_len, state_len, "state")?,

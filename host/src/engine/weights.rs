@@ -1,6 +1,9 @@
 //! The target's weights on the device, each matrix in its GGUF type packed for `qmm`
 //! ([`QWeight`]), the MLP's gate and up interleaved for the fused SwiGLU product, vectors as f32.
 //!
+//! A DeltaNet layer's gate, beta and alpha projections share one matrix when they share a type
+//! ([`GdnProj::Merged`]): one product per layer instead of three.
+//!
 //! Loading packs tensors on every host core in parallel and uploads them from one thread as
 //! they are ready, with a progress bar on stderr; peak host memory is the mapped file plus a
 //! few packed tensors in flight.
@@ -33,6 +36,35 @@ pub struct GateUp {
     pub buf: CudaSlice<u8>,
 }
 
+/// The gate (`z`), beta and alpha projections of a DeltaNet layer (`[inner, in]`,
+/// `[n_v, in]`, `[n_v, in]`).
+pub enum GdnProj {
+    /// The three as one matrix `[inner + 2·n_v, in]` (their common type): rows `gate | beta |
+    /// alpha`, so a product row is `[z | b | a]`. The raw rows are concatenated before packing;
+    /// `qmm` rows are independent, so each row's product is the one of its own matrix's
+    /// arithmetic, except that the K split is chosen from the merged shape (see `forward.rs`).
+    Merged(QWeight),
+    /// Separate matrices (the types differ).
+    Split { gate: QWeight, beta: QWeight, alpha: QWeight },
+}
+
+impl GdnProj {
+    fn types(&self) -> Vec<GgmlType> {
+        match self {
+            GdnProj::Merged(w) => vec![w.ty],
+            GdnProj::Split { gate, beta, alpha } => vec![gate.ty, beta.ty, alpha.ty],
+        }
+    }
+
+    /// Device bytes of the packed matrices.
+    pub fn bytes(&self) -> usize {
+        match self {
+            GdnProj::Merged(w) => w.buf.num_bytes(),
+            GdnProj::Split { gate, beta, alpha } => gate.buf.num_bytes() + beta.buf.num_bytes() + alpha.buf.num_bytes(),
+        }
+    }
+}
+
 /// The mixer of a layer.
 pub enum MixerWeights {
     Attention {
@@ -45,9 +77,7 @@ pub enum MixerWeights {
     },
     DeltaNet {
         qkv: QWeight,
-        gate: QWeight,
-        beta: QWeight,
-        alpha: QWeight,
+        proj: GdnProj,
         out: QWeight,
         conv: CudaSlice<f32>,
         dt_bias: CudaSlice<f32>,
@@ -71,8 +101,9 @@ impl LayerWeights {
         let mut tys = vec![self.gate_up.ty, self.down.ty];
         match &self.mixer {
             MixerWeights::Attention { q, k, v, o, .. } => tys.extend([q.ty, k.ty, v.ty, o.ty]),
-            MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, .. } => {
-                tys.extend([qkv.ty, gate.ty, beta.ty, alpha.ty, out.ty])
+            MixerWeights::DeltaNet { qkv, proj, out, .. } => {
+                tys.extend([qkv.ty, out.ty]);
+                tys.extend(proj.types());
             }
         }
         tys.into_iter().any(pred)
@@ -93,6 +124,9 @@ pub struct TargetWeights {
 enum Job {
     /// A matrix packed for `qmm`: tensor name, `[out, in]`.
     Matrix(String, usize, usize),
+    /// Matrices of one type `[out_t, in]` stacked (rows concatenated in order) and packed as
+    /// one `[Σ out_t, in]`: names and `out_t`, `in`.
+    Stack(Vec<(String, usize)>, usize),
     /// Gate and up of an MLP: names, `ff`, `in`.
     GateUp(String, String, usize, usize),
     /// A tensor's raw bytes.
@@ -109,9 +143,10 @@ enum Packed {
 /// Device bytes each matrix takes once packed; the planner's weight line.
 pub fn weight_bytes(cfg: &Qwen35Config, g: &Gguf) -> Result<u64, EngineError> {
     let mut total = 0u64;
-    for (job, _) in jobs(cfg)? {
+    for (job, _) in jobs(cfg, g)? {
         total += match &job {
             Job::Matrix(name, out, inp) => packed_len(g, name, *out, *inp)? as u64,
+            Job::Stack(parts, inp) => packed_len(g, &parts[0].0, parts.iter().map(|(_, o)| o).sum(), *inp)? as u64,
             Job::GateUp(gate, _, ff, inp) => 2 * packed_len(g, gate, qmm_swiglu_rows(*ff) / 2, *inp)? as u64,
             Job::Raw(name) => tensor(g, name)?.1.len() as u64,
             Job::Vector(name) => 4 * g.tensor(name).map(|t| t.n_elements()).unwrap_or(0),
@@ -131,8 +166,19 @@ fn tensor<'g>(g: &'g Gguf, name: &str) -> Result<(GgmlType, &'g [u8]), EngineErr
     Ok((info.ty, data))
 }
 
+/// Whether DeltaNet layer `l`'s gate, beta and alpha are loaded as one matrix
+/// ([`GdnProj::Merged`]): all three present with one type. (A missing tensor is reported by
+/// its own load job.)
+fn merge_gdn_proj(g: &Gguf, l: usize) -> bool {
+    let ty = |s: &str| g.tensor(&format!("blk.{l}.{s}")).map(|t| t.ty);
+    match (ty("attn_gate.weight"), ty("ssm_beta.weight"), ty("ssm_alpha.weight")) {
+        (Some(a), Some(b), Some(c)) => a == b && b == c,
+        _ => false,
+    }
+}
+
 /// The jobs in load order, each with the index of its result slot.
-fn jobs(cfg: &Qwen35Config) -> Result<Vec<(Job, usize)>, EngineError> {
+fn jobs(cfg: &Qwen35Config, g: &Gguf) -> Result<Vec<(Job, usize)>, EngineError> {
     let d = cfg.embedding_length;
     let mut v = vec![
         Job::Raw("token_embd.weight".into()),
@@ -150,9 +196,15 @@ fn jobs(cfg: &Qwen35Config) -> Result<Vec<(Job, usize)>, EngineError> {
             let inner = cfg.ssm_inner_size;
             let vh = cfg.ssm_time_step_rank;
             v.push(Job::Matrix(n("attn_qkv.weight"), cfg.ssm_conv_channels(), d));
-            v.push(Job::Matrix(n("attn_gate.weight"), inner, d));
-            v.push(Job::Matrix(n("ssm_beta.weight"), vh, d));
-            v.push(Job::Matrix(n("ssm_alpha.weight"), vh, d));
+            if merge_gdn_proj(g, l) {
+                let parts =
+                    vec![(n("attn_gate.weight"), inner), (n("ssm_beta.weight"), vh), (n("ssm_alpha.weight"), vh)];
+                v.push(Job::Stack(parts, d));
+            } else {
+                v.push(Job::Matrix(n("attn_gate.weight"), inner, d));
+                v.push(Job::Matrix(n("ssm_beta.weight"), vh, d));
+                v.push(Job::Matrix(n("ssm_alpha.weight"), vh, d));
+            }
             v.push(Job::Matrix(n("ssm_out.weight"), d, inner));
             v.push(Job::Vector(n("ssm_conv1d.weight")));
             v.push(Job::Vector(n("ssm_dt.bias")));
@@ -173,16 +225,35 @@ fn jobs(cfg: &Qwen35Config) -> Result<Vec<(Job, usize)>, EngineError> {
 
 fn run_job(g: &Gguf, job: &Job) -> Result<Packed, EngineError> {
     let err = |name: &str, e: &dyn std::fmt::Display| EngineError::Weights(format!("{name}: {e}"));
+    let supported = |name: &str, ty: GgmlType| {
+        if qmm_format(ty).is_none() {
+            return Err(EngineError::Weights(format!(
+                "{name} is {}: the GPU matmul supports Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16 and F32",
+                ty.name()
+            )));
+        }
+        Ok(())
+    };
     Ok(match job {
         Job::Matrix(name, out, inp) => {
             let (ty, raw) = tensor(g, name)?;
-            if qmm_format(ty).is_none() {
-                return Err(EngineError::Weights(format!(
-                    "{name} is {}: the GPU matmul supports Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16 and F32",
-                    ty.name()
-                )));
-            }
+            supported(name, ty)?;
             Packed::Bytes(qmm_pack_weights(ty, raw, *out, *inp).map_err(|e| err(name, &e))?)
+        }
+        Job::Stack(parts, inp) => {
+            let (first, _) = &parts[0];
+            let (ty, _) = tensor(g, first)?;
+            supported(first, ty)?;
+            let mut raw = Vec::new();
+            for (name, _) in parts {
+                let (t, r) = tensor(g, name)?;
+                if t != ty {
+                    return Err(EngineError::Weights(format!("{name} is {}, {first} is {}", t.name(), ty.name())));
+                }
+                raw.extend_from_slice(r);
+            }
+            let out = parts.iter().map(|(_, o)| o).sum();
+            Packed::Bytes(qmm_pack_weights(ty, &raw, out, *inp).map_err(|e| err(first, &e))?)
         }
         Job::GateUp(gate, up, ff, inp) => {
             let (tg, rg) = tensor(g, gate)?;
@@ -217,7 +288,7 @@ pub fn load(
     g: &Gguf,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<TargetWeights, EngineError> {
-    let jobs = jobs(cfg)?;
+    let jobs = jobs(cfg, g)?;
     let total: u64 = g.tensor_bytes();
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 32);
     let next = AtomicUsize::new(0);
@@ -289,9 +360,16 @@ pub fn load(
                     inp: d,
                     buf: next_slot.bytes()?,
                 },
-                gate: QWeight { ty: t("attn_gate.weight"), out: inner, inp: d, buf: next_slot.bytes()? },
-                beta: QWeight { ty: t("ssm_beta.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
-                alpha: QWeight { ty: t("ssm_alpha.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
+                proj: if merge_gdn_proj(g, l) {
+                    let ty = t("attn_gate.weight");
+                    GdnProj::Merged(QWeight { ty, out: inner + 2 * vh, inp: d, buf: next_slot.bytes()? })
+                } else {
+                    GdnProj::Split {
+                        gate: QWeight { ty: t("attn_gate.weight"), out: inner, inp: d, buf: next_slot.bytes()? },
+                        beta: QWeight { ty: t("ssm_beta.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
+                        alpha: QWeight { ty: t("ssm_alpha.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
+                    }
+                },
                 out: QWeight { ty: t("ssm_out.weight"), out: d, inp: inner, buf: next_slot.bytes()? },
                 conv: next_slot.floats()?,
                 dt_bias: next_slot.floats()?,
@@ -326,6 +404,7 @@ impl<'j, I: Iterator<Item = &'j Job>> Slots<'j, I> {
     fn name(&mut self) -> String {
         match self.jobs.next() {
             Some(Job::Matrix(n, ..) | Job::GateUp(n, ..) | Job::Raw(n) | Job::Vector(n)) => n.clone(),
+            Some(Job::Stack(parts, _)) => parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" + "),
             None => "a tensor".into(),
         }
     }

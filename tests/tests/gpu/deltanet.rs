@@ -181,17 +181,35 @@ fn forward(
     let n = nb.n as usize;
     let (_nbd, nbs) = upload_batch(gpu, nb);
     gpu.fill_bytes(&mut dl.out, 0xff).unwrap();
-    let io = GdnIo {
+    let io = GdnIo::dense(
+        s,
         mixed,
-        z: DevSpan::of(gpu, &dl.z),
-        a: DevSpan::of(gpu, &dl.a),
-        b: DevSpan::of(gpu, &dl.b),
-        out: DevSpan::of(gpu, &dl.out),
-    };
+        DevSpan::of(gpu, &dl.z),
+        DevSpan::of(gpu, &dl.a),
+        DevSpan::of(gpu, &dl.b),
+        DevSpan::of(gpu, &dl.out),
+    );
     let st = GdnLayerState { conv_state: conv, state, scratch };
     gdn_forward(gpu, s, n, nbs, &dl.weights(gpu), &io, &st).unwrap();
     gpu.synchronize().unwrap();
     gpu.download(&dl.out).unwrap()[..n * s.value_len()].to_vec()
+}
+
+/// `z`, `b`, `a` of `l` as column ranges of one `[32][w]` buffer laid out like the engine's
+/// merged product, `[z | gap | b | gap | a | gap]` (gaps of `g0`, `g1`, `g2` values), every
+/// value outside the three ranges NaN. Returns the buffer, `w` and the offsets of `b` and `a`.
+fn interleaved_zba(s: &GdnShape, l: &Layer, gaps: [usize; 3]) -> (Vec<f32>, usize, usize, usize) {
+    let (vd, nv, m) = (s.value_len(), s.n_v, MAX_NODES as usize);
+    let off_b = vd + gaps[0];
+    let off_a = off_b + nv + gaps[1];
+    let w = off_a + nv + gaps[2];
+    let mut buf = vec![f32::NAN; m * w];
+    for i in 0..m {
+        buf[i * w..i * w + vd].copy_from_slice(&l.z[i * vd..(i + 1) * vd]);
+        buf[i * w + off_b..i * w + off_b + nv].copy_from_slice(&l.b[i * nv..(i + 1) * nv]);
+        buf[i * w + off_a..i * w + off_a + nv].copy_from_slice(&l.a[i * nv..(i + 1) * nv]);
+    }
+    (buf, w, off_b, off_a)
 }
 
 /// The recurrence outputs `o [n][vd]` a forward left in a one-layer `scratch`.
@@ -372,6 +390,10 @@ fn span(gpu: &Gpu, s: &CudaSlice<f32>) -> DevSpan<f32> {
     DevSpan::of(gpu, s)
 }
 
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -437,10 +459,59 @@ proptest! {
             let nb1 = node_batch(8 + nb.depth[i], &[-1]);
             let out1 = forward(gpu, &s, &nb1, &mut dz, span(gpu, &m1), DevSpan::of(gpu, &c_conv), DevSpan::of(gpu, &c_state), span(gpu, &sc1));
             let o1 = scratch_o(gpu, &s, &sc1, 1);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&o1), bits(&o[i * vd..(i + 1) * vd]), "node {} (parent {}) o", i, p);
             prop_assert_eq!(bits(&out1), bits(&out[i * vd..(i + 1) * vd]), "node {} (parent {}) out", i, p);
         }
+    }
+
+    /// Row strides: `z`, `b`, `a` read as column ranges of one `[32][w]` buffer (the engine's
+    /// merged `[z | beta | alpha]` product, with NaN gaps between and after the ranges and NaN
+    /// rows past `n`; each view exactly `(n − 1)·w + width` long) give bitwise the dense
+    /// forward's `o` and `out`: the strides are honoured and no gap value leaks (a NaN read
+    /// would reach `o` through α/β or `out` through `silu(z)`).
+    #[test]
+    fn gdn_forward_with_row_strides_is_bitwise_the_dense_forward(seed in any::<u64>(), n in 1usize..=32) {
+        let Some(gpu) = gpu_or_skip("gdn_forward_with_row_strides_is_bitwise_the_dense_forward") else { return Ok(()) };
+        let mut rng = Rng(seed | 1);
+        let s = random_shape(&mut rng);
+        let l = Layer::new(&mut rng, &s);
+        let nb = node_batch(40, &random_tree(&mut rng, n));
+        let (vd, nv) = (s.value_len(), s.n_v);
+        let mut dl = DevLayer::new(gpu, &l);
+        let (mixed, conv, state) = (gpu.upload(&l.mixed).unwrap(), gpu.upload(&l.conv).unwrap(), gpu.upload(&l.state).unwrap());
+        let mut scratch = gpu.zeros::<f32>(gdn_scratch_len(&s)).unwrap();
+        gpu.fill_bytes(&mut scratch, 0xff).unwrap();
+        let out = forward(gpu, &s, &nb, &mut dl, span(gpu, &mixed), span(gpu, &conv), span(gpu, &state), span(gpu, &scratch));
+        let o = scratch_o(gpu, &s, &scratch, n);
+        prop_assert!(out.iter().chain(&o).all(|x| x.is_finite()));
+
+        let gaps = [rng.below(5), rng.below(5), 1 + rng.below(4)];
+        let (zba, w, off_b, off_a) = interleaved_zba(&s, &l, gaps);
+        let zba = gpu.upload(&zba).unwrap();
+        let view = |off: usize, width: usize| span(gpu, &zba).sub(off, (n - 1) * w + width, "zba").unwrap();
+        let mut out2 = gpu.zeros::<f32>(MAX_NODES as usize * vd).unwrap();
+        gpu.fill_bytes(&mut out2, 0xff).unwrap();
+        let mut scratch2 = gpu.zeros::<f32>(gdn_scratch_len(&s)).unwrap();
+        gpu.fill_bytes(&mut scratch2, 0xff).unwrap();
+        let io = GdnIo {
+            mixed: span(gpu, &mixed),
+            z: view(0, vd),
+            a: view(off_a, nv),
+            b: view(off_b, nv),
+            out: span(gpu, &out2),
+            z_stride: w,
+            a_stride: w,
+            b_stride: w,
+        };
+        let st = GdnLayerState { conv_state: span(gpu, &conv), state: span(gpu, &state), scratch: span(gpu, &scratch2) };
+        let (_nbd, nbs) = upload_batch(gpu, &nb);
+        gdn_forward(gpu, &s, n, nbs, &dl.weights(gpu), &io, &st).unwrap();
+        gpu.synchronize().unwrap();
+        let out2 = gpu.download(&out2).unwrap();
+        prop_assert_eq!(bits(&scratch_o(gpu, &s, &scratch2, n)), bits(&o), "o (gaps {:?})", gaps);
+        prop_assert_eq!(bits(&out2[..n * vd]), bits(&out), "out (gaps {:?})", gaps);
+        // Rows past n of the output are not written.
+        prop_assert!(out2[n * vd..].iter().all(|x| x.is_nan()));
     }
 
     /// `gdn_commit` over a two-layer arena: each layer's conv window equals the reference commit
@@ -512,4 +583,17 @@ fn gdn_launchers_reject_bad_shapes() {
     let small = sp.sub(0, 10, "test").unwrap();
     let err = gdn_commit(gpu, &s, 1, ps, small, sp, sp, sp).unwrap_err().to_string();
     assert!(err.contains("mixed"), "{err}");
+    // Row strides below the widths, and views too short for their strides.
+    let (_nbd, nbs) = upload_batch(gpu, &node_batch(0, &[-1, 0]));
+    let w = GdnWeights { conv_w: sp, ssm_a: sp, dt_bias: sp, norm_w: sp };
+    let st = GdnLayerState { conv_state: sp, state: sp, scratch: sp };
+    let io = GdnIo::dense(&s, sp, sp, sp, sp, sp);
+    let vd = s.value_len();
+    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { z_stride: vd - 1, ..io }, &st).unwrap_err().to_string();
+    assert!(err.contains("z row stride"), "{err}");
+    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { a_stride: 1, ..io }, &st).unwrap_err().to_string();
+    assert!(err.contains("a row stride"), "{err}");
+    let short = sp.sub(0, 40, "test").unwrap();
+    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { b: short, b_stride: 40, ..io }, &st).unwrap_err().to_string();
+    assert!(err.contains("b needs 42"), "{err}");
 }
