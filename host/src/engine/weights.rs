@@ -1,8 +1,10 @@
 //! The target's weights on the device, each matrix in its GGUF type packed for `qmm`
 //! ([`QWeight`]), the MLP's gate and up interleaved for the fused SwiGLU product, vectors as f32.
 //!
-//! A DeltaNet layer's gate, beta and alpha projections share one matrix when they share a type
-//! ([`GdnProj::Merged`]): one product per layer instead of three.
+//! A DeltaNet layer's input projections share matrices when they share a type ([`GdnProj`]):
+//! qkv, gate, beta and alpha as one product when all four have one type in every DeltaNet layer
+//! (Q8_0, F16, BF16 files), else gate, beta and alpha as one when those three do (Q4_K_M: qkv is
+//! Q5_K, the others Q4_K).
 //!
 //! Loading packs tensors on every host core in parallel and uploads them from one thread as
 //! they are ready, with a progress bar on stderr; peak host memory is the mapped file plus a
@@ -36,32 +38,71 @@ pub struct GateUp {
     pub buf: CudaSlice<u8>,
 }
 
-/// The gate (`z`), beta and alpha projections of a DeltaNet layer (`[inner, in]`,
-/// `[n_v, in]`, `[n_v, in]`).
+/// The input projections of a DeltaNet layer: qkv (`[conv_ch, in]`, the conv inputs `mixed`),
+/// gate (`[inner, in]`, `z`), beta and alpha (`[n_v, in]` each). Merged matrices stack the raw
+/// rows in that order before packing, so a product row is the concatenation of the separate
+/// products' rows; `qmm` rows are independent, so each row gets its own matrix's arithmetic,
+/// except that the K split is chosen from the merged shape (`qmm_ksplit`: see `forward.rs`).
 pub enum GdnProj {
-    /// The three as one matrix `[inner + 2·n_v, in]` (their common type): rows `gate | beta |
-    /// alpha`, so a product row is `[z | b | a]`. The raw rows are concatenated before packing;
-    /// `qmm` rows are independent, so each row's product is the one of its own matrix's
-    /// arithmetic, except that the K split is chosen from the merged shape (see `forward.rs`).
-    Merged(QWeight),
-    /// Separate matrices (the types differ).
-    Split { gate: QWeight, beta: QWeight, alpha: QWeight },
+    /// All four as one matrix `[conv_ch + inner + 2·n_v, in]`, product rows `[mixed | z | b | a]`
+    /// (every DeltaNet layer of the model, so the `mixed` arena has one row stride).
+    All(QWeight),
+    /// qkv alone; gate, beta and alpha as one matrix `[inner + 2·n_v, in]`, rows `[z | b | a]`.
+    Zba { qkv: QWeight, zba: QWeight },
+    /// Four matrices.
+    Split { qkv: QWeight, gate: QWeight, beta: QWeight, alpha: QWeight },
 }
 
 impl GdnProj {
-    fn types(&self) -> Vec<GgmlType> {
+    fn matrices(&self) -> Vec<&QWeight> {
         match self {
-            GdnProj::Merged(w) => vec![w.ty],
-            GdnProj::Split { gate, beta, alpha } => vec![gate.ty, beta.ty, alpha.ty],
+            GdnProj::All(w) => vec![w],
+            GdnProj::Zba { qkv, zba } => vec![qkv, zba],
+            GdnProj::Split { qkv, gate, beta, alpha } => vec![qkv, gate, beta, alpha],
         }
     }
 
     /// Device bytes of the packed matrices.
     pub fn bytes(&self) -> usize {
-        match self {
-            GdnProj::Merged(w) => w.buf.num_bytes(),
-            GdnProj::Split { gate, beta, alpha } => gate.buf.num_bytes() + beta.buf.num_bytes() + alpha.buf.num_bytes(),
-        }
+        self.matrices().iter().map(|w| w.buf.num_bytes()).sum()
+    }
+}
+
+/// How a DeltaNet layer's projections are merged ([`GdnProj`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Merge {
+    All,
+    Zba,
+    Split,
+}
+
+/// The merge of DeltaNet layer `l` of `cfg` in `g`: [`Merge::All`] when every DeltaNet layer has
+/// its four projections in one type, else [`Merge::Zba`] when this layer's gate, beta and alpha
+/// share one. (A missing tensor is reported by its own load job.)
+fn merge_of(cfg: &Qwen35Config, g: &Gguf, l: usize) -> Merge {
+    let one_type = |l: usize, names: &[&str]| {
+        let tys: Vec<Option<GgmlType>> =
+            names.iter().map(|s| g.tensor(&format!("blk.{l}.{s}")).map(|t| t.ty)).collect();
+        tys.iter().all(|t| t.is_some() && *t == tys[0])
+    };
+    let zba = ["attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"];
+    let all = ["attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"];
+    if (0..cfg.n_layer()).filter(|&l| cfg.is_recurrent(l)).all(|l| one_type(l, &all)) {
+        Merge::All
+    } else if one_type(l, &zba) {
+        Merge::Zba
+    } else {
+        Merge::Split
+    }
+}
+
+/// The row stride of the DeltaNet `mixed` arena: `conv_ch + inner + 2·n_v` when the layers'
+/// four projections are one product ([`GdnProj::All`]), else `conv_ch`.
+pub fn gdn_mixed_stride(cfg: &Qwen35Config, g: &Gguf) -> usize {
+    let ch = cfg.ssm_conv_channels();
+    match (0..cfg.n_layer()).find(|&l| cfg.is_recurrent(l)) {
+        Some(l) if merge_of(cfg, g, l) == Merge::All => ch + cfg.ssm_inner_size + 2 * cfg.ssm_time_step_rank,
+        _ => ch,
     }
 }
 
@@ -76,7 +117,6 @@ pub enum MixerWeights {
         k_norm: CudaSlice<f32>,
     },
     DeltaNet {
-        qkv: QWeight,
         proj: GdnProj,
         out: QWeight,
         conv: CudaSlice<f32>,
@@ -101,9 +141,9 @@ impl LayerWeights {
         let mut tys = vec![self.gate_up.ty, self.down.ty];
         match &self.mixer {
             MixerWeights::Attention { q, k, v, o, .. } => tys.extend([q.ty, k.ty, v.ty, o.ty]),
-            MixerWeights::DeltaNet { qkv, proj, out, .. } => {
-                tys.extend([qkv.ty, out.ty]);
-                tys.extend(proj.types());
+            MixerWeights::DeltaNet { proj, out, .. } => {
+                tys.push(out.ty);
+                tys.extend(proj.matrices().iter().map(|w| w.ty));
             }
         }
         tys.into_iter().any(pred)
@@ -166,17 +206,6 @@ fn tensor<'g>(g: &'g Gguf, name: &str) -> Result<(GgmlType, &'g [u8]), EngineErr
     Ok((info.ty, data))
 }
 
-/// Whether DeltaNet layer `l`'s gate, beta and alpha are loaded as one matrix
-/// ([`GdnProj::Merged`]): all three present with one type. (A missing tensor is reported by
-/// its own load job.)
-fn merge_gdn_proj(g: &Gguf, l: usize) -> bool {
-    let ty = |s: &str| g.tensor(&format!("blk.{l}.{s}")).map(|t| t.ty);
-    match (ty("attn_gate.weight"), ty("ssm_beta.weight"), ty("ssm_alpha.weight")) {
-        (Some(a), Some(b), Some(c)) => a == b && b == c,
-        _ => false,
-    }
-}
-
 /// The jobs in load order, each with the index of its result slot.
 fn jobs(cfg: &Qwen35Config, g: &Gguf) -> Result<Vec<(Job, usize)>, EngineError> {
     let d = cfg.embedding_length;
@@ -195,15 +224,18 @@ fn jobs(cfg: &Qwen35Config, g: &Gguf) -> Result<Vec<(Job, usize)>, EngineError> 
         if cfg.is_recurrent(l) {
             let inner = cfg.ssm_inner_size;
             let vh = cfg.ssm_time_step_rank;
-            v.push(Job::Matrix(n("attn_qkv.weight"), cfg.ssm_conv_channels(), d));
-            if merge_gdn_proj(g, l) {
-                let parts =
-                    vec![(n("attn_gate.weight"), inner), (n("ssm_beta.weight"), vh), (n("ssm_alpha.weight"), vh)];
-                v.push(Job::Stack(parts, d));
-            } else {
-                v.push(Job::Matrix(n("attn_gate.weight"), inner, d));
-                v.push(Job::Matrix(n("ssm_beta.weight"), vh, d));
-                v.push(Job::Matrix(n("ssm_alpha.weight"), vh, d));
+            let qkv = (n("attn_qkv.weight"), cfg.ssm_conv_channels());
+            let zba = [(n("attn_gate.weight"), inner), (n("ssm_beta.weight"), vh), (n("ssm_alpha.weight"), vh)];
+            match merge_of(cfg, g, l) {
+                Merge::All => v.push(Job::Stack([vec![qkv], zba.to_vec()].concat(), d)),
+                Merge::Zba => {
+                    v.push(Job::Matrix(qkv.0, qkv.1, d));
+                    v.push(Job::Stack(zba.to_vec(), d));
+                }
+                Merge::Split => {
+                    v.push(Job::Matrix(qkv.0, qkv.1, d));
+                    v.extend(zba.into_iter().map(|(name, out)| Job::Matrix(name, out, d)));
+                }
             }
             v.push(Job::Matrix(n("ssm_out.weight"), d, inner));
             v.push(Job::Vector(n("ssm_conv1d.weight")));
@@ -354,20 +386,22 @@ pub fn load(
         let mixer = if cfg.is_recurrent(l) {
             let (inner, vh) = (cfg.ssm_inner_size, cfg.ssm_time_step_rank);
             MixerWeights::DeltaNet {
-                qkv: QWeight {
-                    ty: t("attn_qkv.weight"),
-                    out: cfg.ssm_conv_channels(),
-                    inp: d,
-                    buf: next_slot.bytes()?,
-                },
-                proj: if merge_gdn_proj(g, l) {
-                    let ty = t("attn_gate.weight");
-                    GdnProj::Merged(QWeight { ty, out: inner + 2 * vh, inp: d, buf: next_slot.bytes()? })
-                } else {
-                    GdnProj::Split {
-                        gate: QWeight { ty: t("attn_gate.weight"), out: inner, inp: d, buf: next_slot.bytes()? },
-                        beta: QWeight { ty: t("ssm_beta.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
-                        alpha: QWeight { ty: t("ssm_alpha.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
+                proj: {
+                    let ch = cfg.ssm_conv_channels();
+                    let mut m = |name: &str, out: usize| -> Result<QWeight, EngineError> {
+                        Ok(QWeight { ty: t(name), out, inp: d, buf: next_slot.bytes()? })
+                    };
+                    match merge_of(cfg, g, l) {
+                        Merge::All => GdnProj::All(m("attn_qkv.weight", ch + inner + 2 * vh)?),
+                        Merge::Zba => {
+                            GdnProj::Zba { qkv: m("attn_qkv.weight", ch)?, zba: m("attn_gate.weight", inner + 2 * vh)? }
+                        }
+                        Merge::Split => GdnProj::Split {
+                            qkv: m("attn_qkv.weight", ch)?,
+                            gate: m("attn_gate.weight", inner)?,
+                            beta: m("ssm_beta.weight", vh)?,
+                            alpha: m("ssm_alpha.weight", vh)?,
+                        },
                     }
                 },
                 out: QWeight { ty: t("ssm_out.weight"), out: d, inp: inner, buf: next_slot.bytes()? },
