@@ -57,7 +57,7 @@ fn main() {
     let scratch = gpu.zeros::<f32>(LAYERS * sl).unwrap();
     let sp = |x| DevSpan::of(&gpu, x);
     let w = GdnWeights { conv_w: sp(&conv_w), ssm_a: sp(&ssm_a), dt_bias: sp(&dt_bias), norm_w: sp(&norm_w) };
-    let io = GdnIo { mixed: sp(&mixed), z: sp(&z), a: sp(&a), b: sp(&b), out: sp(&out) };
+    let io = GdnIo::dense(&s, sp(&mixed), sp(&z), sp(&a), sp(&b), sp(&out));
     let layer = |l: usize| -> (GdnIo, GdnLayerState) {
         let at = |x: DevSpan<f32>, len: usize| x.sub(l * len, len, "layer").unwrap();
         (
@@ -100,8 +100,9 @@ fn main() {
     }
     let (_pd, pp) = upload_words(&gpu, &commit_path_words(&commit_path(1000, &[0, 1, 2, 3])));
     let ps: DevSpan<CommitPath> = unsafe { DevSpan::from_raw(pp, 1) };
-    let secs =
-        median_secs(&gpu, 8, |_| gdn_commit(&gpu, &s, LAYERS, ps, sp(&mixed), sp(&scratch), sp(&state), sp(&conv)));
+    let secs = median_secs(&gpu, 8, |_| {
+        gdn_commit(&gpu, &s, LAYERS, ps, sp(&mixed), s.conv_ch(), sp(&scratch), sp(&state), sp(&conv))
+    });
     report(
         "deltanet",
         "gdn_commit 27B 48 layers path=4",

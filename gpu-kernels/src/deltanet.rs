@@ -146,7 +146,9 @@ unsafe fn slot_load<const RPL: usize>(slot: *const f32, t: usize, s: &mut [f32; 
 /// `g − 2·n_k` (whose thread 0 also computes α, β). Thread `t` owns channels `t, t + 128, …` of
 /// the head. Window tap `t < K−1` of node `i` is the raw input `K−1−t` steps back along
 /// `i`'s ancestors, then the committed window rows (newest last). q/k: `x / √(Σx² + 1e-6)`
-/// (sum: per-thread fma chain, butterfly, warps in order), q also `· 1/√d_k`.
+/// (sum: per-thread fma chain, butterfly, warps in order), q also `· 1/√d_k`. `a`, `b`: node
+/// `i`'s row at `i·p.a_stride`, `i·p.b_stride` (`n_v` values each), of `mixed` at
+/// `i·p.mixed_stride` (`conv_ch` values).
 /// Traffic: `n·conv_ch·(K + 1)·4` bytes read (mostly L2), `n·(conv_ch + 2·n_v)·4` written.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=128;minctasm=1"]
@@ -169,7 +171,7 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
         return;
     }
     let (n_k, n_v, d_k, d_v) = (p.n_k as usize, p.n_v as usize, p.d_k as usize, p.d_v as usize);
-    let (kk, ch) = (p.conv_kernel as usize, p.conv_ch as usize);
+    let (kk, ch, ms) = (p.conv_kernel as usize, p.conv_ch as usize, p.mixed_stride as usize);
     let sc = gdn_scratch(n_k, n_v, d_k, d_v);
     let g = block_y() as usize;
     // (first channel, channels, destination, kind: 0 = q, 1 = k, 2 = v)
@@ -196,12 +198,12 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
     while c < d {
         let chn = base + c;
         let taps = conv_w.add(chn * kk);
-        let mut acc = *taps.add(kk - 1) * *mixed.add(i * ch + chn);
+        let mut acc = *taps.add(kk - 1) * *mixed.add(i * ms + chn);
         for tap in 0..kk - 1 {
             let back = kk - 1 - tap;
             let xv = if back <= m {
                 let node = ((up >> (6 * (back - 1))) & 63) as usize;
-                *mixed.add(node * ch + chn)
+                *mixed.add(node * ms + chn)
             } else {
                 *conv_state.add((kk - 1 - (back - m)) * ch + chn)
             };
@@ -233,12 +235,12 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
         }
     } else if t == 0 {
         let jv = g - 2 * n_k;
-        let u = *a.add(i * n_v + jv) + *dt_bias.add(jv);
+        let u = *a.add(i * p.a_stride as usize + jv) + *dt_bias.add(jv);
         // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
         let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
         let gl = *ssm_a.add(jv) * sp;
         *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
-        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * n_v + jv)));
+        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * p.b_stride as usize + jv)));
     }
 }
 
@@ -384,7 +386,8 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
 
 /// Per (node, value head) gated RMSNorm: `out = o / √(mean(o²) + eps) · norm_w ⊙ silu(z)`.
 /// Grid `(n, ⌈n_v / 8⌉)`, 256 threads, one warp per head (lane `l` owns `c = l, l + 32, …`;
-/// fma chain then butterfly). Traffic: `n·n_v·d_v·12` bytes.
+/// fma chain then butterfly); node `i`'s `z` row at `i·p.z_stride`, `out` dense `[n][n_v·d_v]`.
+/// Traffic: `n·n_v·d_v·12` bytes.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
 pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
@@ -406,6 +409,7 @@ pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
     let sc = gdn_scratch(p.n_k as usize, n_v, p.d_k as usize, dv);
     let row = i * n_v * dv + j * dv;
     let o = scratch.add(sc.o + row);
+    let z = z.add(i * p.z_stride as usize + j * dv);
     let lane = lane_id() as usize;
     let mut ss = 0.0f32;
     let mut c = lane;
@@ -417,12 +421,13 @@ pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
     let inv = div_rn(1.0, sqrt_rn(div_rn(warp_sum_f32(ss), dv as f32) + p.eps));
     let mut c = lane;
     while c < dv {
-        *out.add(row + c) = *o.add(c) * inv * *norm_w.add(c) * silu(*z.add(row + c));
+        *out.add(row + c) = *o.add(c) * inv * *norm_w.add(c) * silu(*z.add(c));
         c += 32;
     }
 }
 
-/// Commit of an accepted path over `p.layers` layers (contiguous arenas). Grid
+/// Commit of an accepted path over `p.layers` layers (contiguous arenas; layer `l`'s `mixed`
+/// rows at `l·32·p.mixed_stride`, row stride `p.mixed_stride`). Grid
 /// `(n_v·⌈d_v/16⌉, layers)`, 64 threads, `gdn_commit_smem_words(DK)·4` bytes of dynamic shared
 /// memory. Block `(j·⌈d_v/16⌉ + y, l)`: columns `16y ..` of head `j` of layer `l` (the lane
 /// layout of [`recur`]) advance through the path's updates in path order with [`delta_step`] and
@@ -454,7 +459,8 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
     let layer = block_y() as usize;
     let m = MAX_NODES as usize;
     let scratch = scratch.add(layer * sc.len);
-    let mixed = mixed.add(layer * m * ch);
+    let ms = p.mixed_stride as usize;
+    let mixed = mixed.add(layer * m * ms);
     let conv_state = conv_state.add(layer * (kk - 1) * ch);
     let state = state.add(layer * n_v * DK * dv);
     let t = thread_x() as usize;
@@ -469,7 +475,7 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
                 *conv_state.add(s * ch + c)
             } else {
                 let node = (*nodes.add(s - (kk - 1))).min(MAX_NODES - 1) as usize;
-                *mixed.add(node * ch + c)
+                *mixed.add(node * ms + c)
             };
             *conv_state.add(r * ch + c) = v;
         }

@@ -557,8 +557,13 @@ pub const GDN_MAX_CONV_KERNEL: u32 = 8;
 /// Channels of `mixed`/`conv_state`: `q [n_k·d_k] | k [n_k·d_k] | v [n_v·d_v]`
 /// (`conv_ch = 2·n_k·d_k + n_v·d_v`); value head `j` reads key head `j mod n_k`. `eps` is the
 /// gated RMSNorm's. `layers` (commit only): layers in the arenas; the per-layer strides are
-/// `n_v·d_k·d_v` (state), `(K−1)·conv_ch` (conv window), `MAX_NODES·conv_ch` (mixed) and
-/// [`gdn_scratch_len`] (scratch).
+/// `n_v·d_k·d_v` (state), `(K−1)·conv_ch` (conv window), `MAX_NODES·mixed_stride` (mixed) and
+/// [`gdn_scratch_len`] (scratch). `mixed_stride` (forward and commit): the row stride (f32) of
+/// `mixed`, at least `conv_ch` (larger when the rows are the first columns of a wider product,
+/// the engine's `[mixed | z | beta | alpha]`). `z_stride`, `a_stride`, `b_stride` (forward only): the row
+/// strides (f32) of the forward's inputs `z` (node `i`'s row at `i·z_stride`, `n_v·d_v` wide),
+/// `a` and `b` (`n_v` wide), at least the widths — larger when they are column ranges of one
+/// wider product (the engine's `[z | beta | alpha]` rows).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GdnParams {
@@ -570,6 +575,10 @@ pub struct GdnParams {
     pub conv_ch: u32,
     pub eps: f32,
     pub layers: u32,
+    pub mixed_stride: u32,
+    pub z_stride: u32,
+    pub a_stride: u32,
+    pub b_stride: u32,
 }
 
 /// Offsets (in f32) of the per-node rows in one layer's `gdn` scratch, `MAX_NODES` rows each,

@@ -5,7 +5,7 @@ use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
 
 use super::batch::bytes_of;
 use super::plan::MemoryPlan;
-use super::weights::{self, MixerWeights, QWeight, TargetWeights};
+use super::weights::{self, GdnProj, MixerWeights, QWeight, TargetWeights};
 use super::EngineError;
 use crate::gguf::Gguf;
 use crate::gpu::attention::{self as attn, AttnDims};
@@ -52,9 +52,11 @@ pub struct Engine {
     q: CudaSlice<f32>,
     gate: CudaSlice<f32>,
     ao: CudaSlice<f32>,
-    z: CudaSlice<f32>,
-    ab: CudaSlice<f32>,
-    bb: CudaSlice<f32>,
+    /// A DeltaNet layer's gate and raw beta / alpha: `[32][inner + 2·n_v]` rows `[z | b | a]`
+    /// written by one product ([`GdnProj::Zba`]), or `z [32][inner]`, `b [32][n_v]`,
+    /// `a [32][n_v]` one after the other ([`GdnProj::Split`]); unused with [`GdnProj::All`]
+    /// (the rows are in the `mixed` arena).
+    zba: CudaSlice<f32>,
     go: CudaSlice<f32>,
     logits: CudaSlice<f32>,
     /// Argmax scratch (partials) and results: index and value per node.
@@ -70,7 +72,12 @@ pub struct Engine {
     kv: CudaSlice<u16>,
     state: CudaSlice<f32>,
     conv: CudaSlice<f32>,
+    /// `[gdn layers][32][mixed_stride]`: each row the layer's conv inputs (`conv_ch` values),
+    /// followed by its `[z | b | a]` when the layers' projections are one product
+    /// ([`GdnProj::All`]; `mixed_stride = conv_ch + inner + 2·n_v`, else `conv_ch`). Kept until
+    /// the commit.
     mixed: CudaSlice<f32>,
+    mixed_stride: usize,
     gdn_scratch: CudaSlice<f32>,
     /// Committed tokens.
     n_past: usize,
@@ -148,7 +155,8 @@ impl Engine {
     pub fn plan_for(cfg: &Qwen35Config, g: &Gguf, ctx: usize) -> Result<MemoryPlan, EngineError> {
         check_supported(cfg, ctx)?;
         let gdn = gdn_shape(cfg);
-        MemoryPlan::new(cfg, ctx, weights::weight_bytes(cfg, g)?, gdn::gdn_scratch_len(&gdn))
+        let mixed_stride = weights::gdn_mixed_stride(cfg, g);
+        MemoryPlan::new(cfg, ctx, weights::weight_bytes(cfg, g)?, gdn::gdn_scratch_len(&gdn), mixed_stride)
     }
 
     fn with_weights(
@@ -179,7 +187,17 @@ impl Engine {
         let attn = attn_dims(&cfg);
         let gdn = gdn_shape(&cfg);
         let max_in = [d, ff, nh * hd, inner].into_iter().max().unwrap_or(d);
-        let max_out = [cfg.vocab_size, qmm_swiglu_rows(ff), 2 * nh * hd, ch, d].into_iter().max().unwrap_or(d);
+        let mixed_stride = match w.layers.iter().find_map(|l| match &l.mixer {
+            MixerWeights::DeltaNet { proj, .. } => Some(proj),
+            _ => None,
+        }) {
+            Some(GdnProj::All(_)) => ch + inner + 2 * vh,
+            _ => ch,
+        };
+        let max_out = [cfg.vocab_size, qmm_swiglu_rows(ff), 2 * nh * hd, mixed_stride, inner + 2 * vh, d]
+            .into_iter()
+            .max()
+            .unwrap_or(d);
         let state_len = vh * cfg.ssm_state_size * cfg.ssm_value_head_dim();
         let conv_len = (cfg.ssm_conv_kernel - 1) * ch;
         let z = |n: usize| gpu.zeros::<f32>(n.max(1));
@@ -199,9 +217,7 @@ impl Engine {
             q: z(N * nh * hd)?,
             gate: z(N * nh * hd)?,
             ao: z(N * nh * hd)?,
-            z: z(N * inner)?,
-            ab: z(N * vh)?,
-            bb: z(N * vh)?,
+            zba: z(N * (inner + 2 * vh))?,
             go: z(N * inner)?,
             logits: z(N * cfg.vocab_size)?,
             am_part_val: gpu.zeros(argmax_scratch_len(N))?,
@@ -218,7 +234,8 @@ impl Engine {
             kv: gpu.zeros::<u16>((n_attn * 2 * ctx * nkv * hd).max(1))?,
             state: z(n_gdn * state_len)?,
             conv: z(n_gdn * conv_len)?,
-            mixed: z(n_gdn * N * ch)?,
+            mixed: z(n_gdn * N * mixed_stride)?,
+            mixed_stride,
             gdn_scratch: z(n_gdn * gdn::gdn_scratch_len(&gdn))?,
             n_past: 0,
             profile: None,
@@ -251,14 +268,7 @@ impl Engine {
                 MixerWeights::Attention { q, k, v, o, .. } => {
                     q.buf.num_bytes() + k.buf.num_bytes() + v.buf.num_bytes() + o.buf.num_bytes()
                 }
-                MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, conv, .. } => {
-                    qkv.buf.num_bytes()
-                        + gate.buf.num_bytes()
-                        + beta.buf.num_bytes()
-                        + alpha.buf.num_bytes()
-                        + out.buf.num_bytes()
-                        + 4 * conv.len()
-                }
+                MixerWeights::DeltaNet { proj, out, conv, .. } => proj.bytes() + out.buf.num_bytes() + 4 * conv.len(),
             } as u64;
         }
         b
@@ -482,20 +492,60 @@ impl Engine {
                     matmul(gpu, o, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
-                MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, conv, dt_bias, ssm_a, norm } => {
+                MixerWeights::DeltaNet { proj, out, conv, dt_bias, ssm_a, norm } => {
                     let g = self.slot[l];
                     let ch = cfg.ssm_conv_channels();
-                    let mixed = DevSpan::of(gpu, &self.mixed).sub(g * N * ch, N * ch, "mixed")?;
-                    matmul(gpu, qkv, n, mixed, &mut self.ws)?;
-                    matmul(gpu, gate, n, s(&self.z), &mut self.ws)?;
-                    matmul(gpu, beta, n, s(&self.bb), &mut self.ws)?;
-                    matmul(gpu, alpha, n, s(&self.ab), &mut self.ws)?;
+                    let (inner, vh) = (cfg.ssm_inner_size, cfg.ssm_time_step_rank);
+                    let ms = self.mixed_stride;
+                    let mixed = DevSpan::of(gpu, &self.mixed).sub(g * N * ms, N * ms, "mixed")?;
+                    // `[z | b | a]` rows of width `inner + 2·n_v` starting at `rows`, stride `stride`.
+                    let zba_io = |rows: DevSpan<f32>, stride: usize| -> Result<GdnIo, GpuError> {
+                        let len = rows.len();
+                        Ok(GdnIo {
+                            mixed,
+                            z: rows,
+                            b: rows.sub(inner, len - inner, "b")?,
+                            a: rows.sub(inner + vh, len - inner - vh, "a")?,
+                            out: s(&self.go),
+                            mixed_stride: ms,
+                            z_stride: stride,
+                            a_stride: stride,
+                            b_stride: stride,
+                        })
+                    };
+                    if !matches!(proj, GdnProj::All(_)) && ms != ch {
+                        return Err(EngineError::Weights(format!(
+                            "DeltaNet layer {l}: separate qkv product but the mixed arena has row stride {ms}"
+                        )));
+                    }
+                    let io = match proj {
+                        GdnProj::All(w) => {
+                            // One product, rows `[mixed | z | b | a]` in the arena.
+                            matmul(gpu, w, n, mixed, &mut self.ws)?;
+                            zba_io(mixed.sub(ch, mixed.len() - ch, "z")?, ms)?
+                        }
+                        GdnProj::Zba { qkv, zba } => {
+                            matmul(gpu, qkv, n, mixed, &mut self.ws)?;
+                            matmul(gpu, zba, n, s(&self.zba), &mut self.ws)?;
+                            zba_io(s(&self.zba), inner + 2 * vh)?
+                        }
+                        GdnProj::Split { qkv, gate, beta, alpha } => {
+                            let zba = s(&self.zba);
+                            let z = zba.sub(0, N * inner, "z")?;
+                            let b = zba.sub(N * inner, N * vh, "b")?;
+                            let a = zba.sub(N * (inner + vh), N * vh, "a")?;
+                            matmul(gpu, qkv, n, mixed, &mut self.ws)?;
+                            matmul(gpu, gate, n, z, &mut self.ws)?;
+                            matmul(gpu, beta, n, b, &mut self.ws)?;
+                            matmul(gpu, alpha, n, a, &mut self.ws)?;
+                            GdnIo::dense(&self.gdn, mixed, z, a, b, s(&self.go))
+                        }
+                    };
                     mark(gpu, prof, "qmm")?;
                     let state_len = self.gdn.state_len();
                     let conv_len = self.gdn.conv_state_len();
                     let scratch_len = gdn::gdn_scratch_len(&self.gdn);
                     let w = GdnWeights { conv_w: s(conv), ssm_a: s(ssm_a), dt_bias: s(dt_bias), norm_w: s(norm) };
-                    let io = GdnIo { mixed, z: s(&self.z), a: s(&self.ab), b: s(&self.bb), out: s(&self.go) };
                     let st = GdnLayerState {
                         conv_state: DevSpan::of(gpu, &self.conv).sub(g * conv_len, conv_len, "conv state")?,
                         state: DevSpan::of(gpu, &self.state).sub(g * state_len, state_len, "state")?,
@@ -583,6 +633,7 @@ impl Engine {
                 self.n_gdn,
                 commit,
                 DevSpan::of(gpu, &self.mixed),
+                self.mixed_stride,
                 DevSpan::of(gpu, &self.gdn_scratch),
                 DevSpan::of(gpu, &self.state),
                 DevSpan::of(gpu, &self.conv),

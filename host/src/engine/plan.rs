@@ -26,9 +26,17 @@ impl MemoryPlan {
         self.weights + self.kv_cache + self.recurrent + self.tree_scratch + self.workspace
     }
 
-    /// The plan for `cfg` at context `ctx` with `weights` bytes of packed weights and
-    /// `gdn_scratch` f32 values of per-layer DeltaNet scratch. All arithmetic is checked.
-    pub fn new(cfg: &Qwen35Config, ctx: usize, weights: u64, gdn_scratch: usize) -> Result<Self, EngineError> {
+    /// The plan for `cfg` at context `ctx` with `weights` bytes of packed weights,
+    /// `gdn_scratch` f32 values of per-layer DeltaNet scratch and `mixed_stride` f32 values per
+    /// node row of the DeltaNet `mixed` arena (`conv_ch`, or more when the layer's projections
+    /// are one product). All arithmetic is checked.
+    pub fn new(
+        cfg: &Qwen35Config,
+        ctx: usize,
+        weights: u64,
+        gdn_scratch: usize,
+        mixed_stride: usize,
+    ) -> Result<Self, EngineError> {
         let over = || EngineError::Plan("memory plan overflows".into());
         let m = |a: u64, b: u64| a.checked_mul(b).ok_or_else(over);
         let n_attn = cfg.attention_layers().len() as u64;
@@ -39,7 +47,7 @@ impl MemoryPlan {
         let ch = cfg.ssm_conv_channels() as u64;
         let conv = (cfg.ssm_conv_kernel as u64 - 1) * ch;
         let recurrent = m(m(n_gdn, state + conv)?, 4)?;
-        let tree_scratch = m(m(n_gdn, 32 * ch + gdn_scratch as u64)?, 4)?;
+        let tree_scratch = m(m(n_gdn, 32 * (mixed_stride as u64).max(ch) + gdn_scratch as u64)?, 4)?;
         let d = cfg.embedding_length as u64;
         let hd = cfg.key_length as u64;
         let nh = cfg.head_count as u64;

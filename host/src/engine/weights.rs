@@ -1,6 +1,11 @@
 //! The target's weights on the device, each matrix in its GGUF type packed for `qmm`
 //! ([`QWeight`]), the MLP's gate and up interleaved for the fused SwiGLU product, vectors as f32.
 //!
+//! A DeltaNet layer's input projections share matrices when they share a type ([`GdnProj`]):
+//! qkv, gate, beta and alpha as one product when all four have one type in every DeltaNet layer
+//! (Q8_0, F16, BF16 files), else gate, beta and alpha as one when those three do (Q4_K_M: qkv is
+//! Q5_K, the others Q4_K).
+//!
 //! Loading packs tensors on every host core in parallel and uploads them from one thread as
 //! they are ready, with a progress bar on stderr; peak host memory is the mapped file plus a
 //! few packed tensors in flight.
@@ -33,6 +38,74 @@ pub struct GateUp {
     pub buf: CudaSlice<u8>,
 }
 
+/// The input projections of a DeltaNet layer: qkv (`[conv_ch, in]`, the conv inputs `mixed`),
+/// gate (`[inner, in]`, `z`), beta and alpha (`[n_v, in]` each). Merged matrices stack the raw
+/// rows in that order before packing, so a product row is the concatenation of the separate
+/// products' rows; `qmm` rows are independent, so each row gets its own matrix's arithmetic,
+/// except that the K split is chosen from the merged shape (`qmm_ksplit`: see `forward.rs`).
+pub enum GdnProj {
+    /// All four as one matrix `[conv_ch + inner + 2·n_v, in]`, product rows `[mixed | z | b | a]`
+    /// (every DeltaNet layer of the model, so the `mixed` arena has one row stride).
+    All(QWeight),
+    /// qkv alone; gate, beta and alpha as one matrix `[inner + 2·n_v, in]`, rows `[z | b | a]`.
+    Zba { qkv: QWeight, zba: QWeight },
+    /// Four matrices.
+    Split { qkv: QWeight, gate: QWeight, beta: QWeight, alpha: QWeight },
+}
+
+impl GdnProj {
+    fn matrices(&self) -> Vec<&QWeight> {
+        match self {
+            GdnProj::All(w) => vec![w],
+            GdnProj::Zba { qkv, zba } => vec![qkv, zba],
+            GdnProj::Split { qkv, gate, beta, alpha } => vec![qkv, gate, beta, alpha],
+        }
+    }
+
+    /// Device bytes of the packed matrices.
+    pub fn bytes(&self) -> usize {
+        self.matrices().iter().map(|w| w.buf.num_bytes()).sum()
+    }
+}
+
+/// How a DeltaNet layer's projections are merged ([`GdnProj`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Merge {
+    All,
+    Zba,
+    Split,
+}
+
+/// The merge of DeltaNet layer `l` of `cfg` in `g`: [`Merge::All`] when every DeltaNet layer has
+/// its four projections in one type, else [`Merge::Zba`] when this layer's gate, beta and alpha
+/// share one. (A missing tensor is reported by its own load job.)
+fn merge_of(cfg: &Qwen35Config, g: &Gguf, l: usize) -> Merge {
+    let one_type = |l: usize, names: &[&str]| {
+        let tys: Vec<Option<GgmlType>> =
+            names.iter().map(|s| g.tensor(&format!("blk.{l}.{s}")).map(|t| t.ty)).collect();
+        tys.iter().all(|t| t.is_some() && *t == tys[0])
+    };
+    let zba = ["attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"];
+    let all = ["attn_qkv.weight", "attn_gate.weight", "ssm_beta.weight", "ssm_alpha.weight"];
+    if (0..cfg.n_layer()).filter(|&l| cfg.is_recurrent(l)).all(|l| one_type(l, &all)) {
+        Merge::All
+    } else if one_type(l, &zba) {
+        Merge::Zba
+    } else {
+        Merge::Split
+    }
+}
+
+/// The row stride of the DeltaNet `mixed` arena: `conv_ch + inner + 2·n_v` when the layers'
+/// four projections are one product ([`GdnProj::All`]), else `conv_ch`.
+pub fn gdn_mixed_stride(cfg: &Qwen35Config, g: &Gguf) -> usize {
+    let ch = cfg.ssm_conv_channels();
+    match (0..cfg.n_layer()).find(|&l| cfg.is_recurrent(l)) {
+        Some(l) if merge_of(cfg, g, l) == Merge::All => ch + cfg.ssm_inner_size + 2 * cfg.ssm_time_step_rank,
+        _ => ch,
+    }
+}
+
 /// The mixer of a layer.
 pub enum MixerWeights {
     Attention {
@@ -44,10 +117,7 @@ pub enum MixerWeights {
         k_norm: CudaSlice<f32>,
     },
     DeltaNet {
-        qkv: QWeight,
-        gate: QWeight,
-        beta: QWeight,
-        alpha: QWeight,
+        proj: GdnProj,
         out: QWeight,
         conv: CudaSlice<f32>,
         dt_bias: CudaSlice<f32>,
@@ -71,8 +141,9 @@ impl LayerWeights {
         let mut tys = vec![self.gate_up.ty, self.down.ty];
         match &self.mixer {
             MixerWeights::Attention { q, k, v, o, .. } => tys.extend([q.ty, k.ty, v.ty, o.ty]),
-            MixerWeights::DeltaNet { qkv, gate, beta, alpha, out, .. } => {
-                tys.extend([qkv.ty, gate.ty, beta.ty, alpha.ty, out.ty])
+            MixerWeights::DeltaNet { proj, out, .. } => {
+                tys.push(out.ty);
+                tys.extend(proj.matrices().iter().map(|w| w.ty));
             }
         }
         tys.into_iter().any(pred)
@@ -93,6 +164,9 @@ pub struct TargetWeights {
 enum Job {
     /// A matrix packed for `qmm`: tensor name, `[out, in]`.
     Matrix(String, usize, usize),
+    /// Matrices of one type `[out_t, in]` stacked (rows concatenated in order) and packed as
+    /// one `[Σ out_t, in]`: names and `out_t`, `in`.
+    Stack(Vec<(String, usize)>, usize),
     /// Gate and up of an MLP: names, `ff`, `in`.
     GateUp(String, String, usize, usize),
     /// A tensor's raw bytes.
@@ -109,9 +183,10 @@ enum Packed {
 /// Device bytes each matrix takes once packed; the planner's weight line.
 pub fn weight_bytes(cfg: &Qwen35Config, g: &Gguf) -> Result<u64, EngineError> {
     let mut total = 0u64;
-    for (job, _) in jobs(cfg)? {
+    for (job, _) in jobs(cfg, g)? {
         total += match &job {
             Job::Matrix(name, out, inp) => packed_len(g, name, *out, *inp)? as u64,
+            Job::Stack(parts, inp) => packed_len(g, &parts[0].0, parts.iter().map(|(_, o)| o).sum(), *inp)? as u64,
             Job::GateUp(gate, _, ff, inp) => 2 * packed_len(g, gate, qmm_swiglu_rows(*ff) / 2, *inp)? as u64,
             Job::Raw(name) => tensor(g, name)?.1.len() as u64,
             Job::Vector(name) => 4 * g.tensor(name).map(|t| t.n_elements()).unwrap_or(0),
@@ -132,7 +207,7 @@ fn tensor<'g>(g: &'g Gguf, name: &str) -> Result<(GgmlType, &'g [u8]), EngineErr
 }
 
 /// The jobs in load order, each with the index of its result slot.
-fn jobs(cfg: &Qwen35Config) -> Result<Vec<(Job, usize)>, EngineError> {
+fn jobs(cfg: &Qwen35Config, g: &Gguf) -> Result<Vec<(Job, usize)>, EngineError> {
     let d = cfg.embedding_length;
     let mut v = vec![
         Job::Raw("token_embd.weight".into()),
@@ -149,10 +224,19 @@ fn jobs(cfg: &Qwen35Config) -> Result<Vec<(Job, usize)>, EngineError> {
         if cfg.is_recurrent(l) {
             let inner = cfg.ssm_inner_size;
             let vh = cfg.ssm_time_step_rank;
-            v.push(Job::Matrix(n("attn_qkv.weight"), cfg.ssm_conv_channels(), d));
-            v.push(Job::Matrix(n("attn_gate.weight"), inner, d));
-            v.push(Job::Matrix(n("ssm_beta.weight"), vh, d));
-            v.push(Job::Matrix(n("ssm_alpha.weight"), vh, d));
+            let qkv = (n("attn_qkv.weight"), cfg.ssm_conv_channels());
+            let zba = [(n("attn_gate.weight"), inner), (n("ssm_beta.weight"), vh), (n("ssm_alpha.weight"), vh)];
+            match merge_of(cfg, g, l) {
+                Merge::All => v.push(Job::Stack([vec![qkv], zba.to_vec()].concat(), d)),
+                Merge::Zba => {
+                    v.push(Job::Matrix(qkv.0, qkv.1, d));
+                    v.push(Job::Stack(zba.to_vec(), d));
+                }
+                Merge::Split => {
+                    v.push(Job::Matrix(qkv.0, qkv.1, d));
+                    v.extend(zba.into_iter().map(|(name, out)| Job::Matrix(name, out, d)));
+                }
+            }
             v.push(Job::Matrix(n("ssm_out.weight"), d, inner));
             v.push(Job::Vector(n("ssm_conv1d.weight")));
             v.push(Job::Vector(n("ssm_dt.bias")));
@@ -173,16 +257,35 @@ fn jobs(cfg: &Qwen35Config) -> Result<Vec<(Job, usize)>, EngineError> {
 
 fn run_job(g: &Gguf, job: &Job) -> Result<Packed, EngineError> {
     let err = |name: &str, e: &dyn std::fmt::Display| EngineError::Weights(format!("{name}: {e}"));
+    let supported = |name: &str, ty: GgmlType| {
+        if qmm_format(ty).is_none() {
+            return Err(EngineError::Weights(format!(
+                "{name} is {}: the GPU matmul supports Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16 and F32",
+                ty.name()
+            )));
+        }
+        Ok(())
+    };
     Ok(match job {
         Job::Matrix(name, out, inp) => {
             let (ty, raw) = tensor(g, name)?;
-            if qmm_format(ty).is_none() {
-                return Err(EngineError::Weights(format!(
-                    "{name} is {}: the GPU matmul supports Q4_K, Q5_K, Q6_K, Q8_0, F16, BF16 and F32",
-                    ty.name()
-                )));
-            }
+            supported(name, ty)?;
             Packed::Bytes(qmm_pack_weights(ty, raw, *out, *inp).map_err(|e| err(name, &e))?)
+        }
+        Job::Stack(parts, inp) => {
+            let (first, _) = &parts[0];
+            let (ty, _) = tensor(g, first)?;
+            supported(first, ty)?;
+            let mut raw = Vec::new();
+            for (name, _) in parts {
+                let (t, r) = tensor(g, name)?;
+                if t != ty {
+                    return Err(EngineError::Weights(format!("{name} is {}, {first} is {}", t.name(), ty.name())));
+                }
+                raw.extend_from_slice(r);
+            }
+            let out = parts.iter().map(|(_, o)| o).sum();
+            Packed::Bytes(qmm_pack_weights(ty, &raw, out, *inp).map_err(|e| err(first, &e))?)
         }
         Job::GateUp(gate, up, ff, inp) => {
             let (tg, rg) = tensor(g, gate)?;
@@ -217,7 +320,7 @@ pub fn load(
     g: &Gguf,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<TargetWeights, EngineError> {
-    let jobs = jobs(cfg)?;
+    let jobs = jobs(cfg, g)?;
     let total: u64 = g.tensor_bytes();
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 32);
     let next = AtomicUsize::new(0);
@@ -283,15 +386,24 @@ pub fn load(
         let mixer = if cfg.is_recurrent(l) {
             let (inner, vh) = (cfg.ssm_inner_size, cfg.ssm_time_step_rank);
             MixerWeights::DeltaNet {
-                qkv: QWeight {
-                    ty: t("attn_qkv.weight"),
-                    out: cfg.ssm_conv_channels(),
-                    inp: d,
-                    buf: next_slot.bytes()?,
+                proj: {
+                    let ch = cfg.ssm_conv_channels();
+                    let mut m = |name: &str, out: usize| -> Result<QWeight, EngineError> {
+                        Ok(QWeight { ty: t(name), out, inp: d, buf: next_slot.bytes()? })
+                    };
+                    match merge_of(cfg, g, l) {
+                        Merge::All => GdnProj::All(m("attn_qkv.weight", ch + inner + 2 * vh)?),
+                        Merge::Zba => {
+                            GdnProj::Zba { qkv: m("attn_qkv.weight", ch)?, zba: m("attn_gate.weight", inner + 2 * vh)? }
+                        }
+                        Merge::Split => GdnProj::Split {
+                            qkv: m("attn_qkv.weight", ch)?,
+                            gate: m("attn_gate.weight", inner)?,
+                            beta: m("ssm_beta.weight", vh)?,
+                            alpha: m("ssm_alpha.weight", vh)?,
+                        },
+                    }
                 },
-                gate: QWeight { ty: t("attn_gate.weight"), out: inner, inp: d, buf: next_slot.bytes()? },
-                beta: QWeight { ty: t("ssm_beta.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
-                alpha: QWeight { ty: t("ssm_alpha.weight"), out: vh, inp: d, buf: next_slot.bytes()? },
                 out: QWeight { ty: t("ssm_out.weight"), out: d, inp: inner, buf: next_slot.bytes()? },
                 conv: next_slot.floats()?,
                 dt_bias: next_slot.floats()?,
@@ -326,6 +438,7 @@ impl<'j, I: Iterator<Item = &'j Job>> Slots<'j, I> {
     fn name(&mut self) -> String {
         match self.jobs.next() {
             Some(Job::Matrix(n, ..) | Job::GateUp(n, ..) | Job::Raw(n) | Job::Vector(n)) => n.clone(),
+            Some(Job::Stack(parts, _)) => parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" + "),
             None => "a tensor".into(),
         }
     }

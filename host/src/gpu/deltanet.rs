@@ -6,9 +6,9 @@
 //!
 //! | buffer | per layer | written by |
 //! |---|---|---|
-//! | `mixed` | `[32][conv_ch]` raw conv inputs, row `i` = node `i` | the engine's matmul; read by forward and commit |
-//! | `z` | `[n][vd]` gate | the engine |
-//! | `a`, `b` | `[n][n_v]` raw alpha / beta projections | the engine |
+//! | `mixed` | `[32][conv_ch]` raw conv inputs, row `i` = node `i`, row stride `mixed_stride ≥ conv_ch` | the engine's matmul; read by forward and commit |
+//! | `z` | `[n][vd]` gate, row stride `z_stride ≥ vd` | the engine |
+//! | `a`, `b` | `[n][n_v]` raw alpha / beta projections, row strides `≥ n_v` | the engine |
 //! | `conv_state` | `[K−1][conv_ch]` committed raw inputs, oldest first | commit |
 //! | `state` | `[n_v][d_k][d_v]` committed recurrent state | commit (the forward only reads it) |
 //! | `scratch` | [`gdn_scratch_len`] floats: the nodes' q, k, v, α, β and `o` | forward; read by commit |
@@ -55,7 +55,8 @@ impl GdnShape {
     pub fn conv_state_len(&self) -> usize {
         self.conv_kernel.saturating_sub(1) * self.conv_ch()
     }
-    /// Floats of one layer's `mixed` rows `32·conv_ch` (the commit arena's stride).
+    /// Floats of one layer's dense `mixed` rows `32·conv_ch` (the commit arena's stride when
+    /// the row stride is `conv_ch`).
     pub fn mixed_len(&self) -> usize {
         MAX_NODES as usize * self.conv_ch()
     }
@@ -95,6 +96,10 @@ impl GdnShape {
             conv_ch: u(s.conv_ch(), "conv channels")?,
             eps: s.eps,
             layers: u(layers, "layers")?,
+            mixed_stride: u(self.conv_ch(), "conv channels")?,
+            z_stride: u(self.value_len(), "n_v·d_v")?,
+            a_stride: s.n_v as u32,
+            b_stride: s.n_v as u32,
         })
     }
 }
@@ -117,7 +122,11 @@ pub struct GdnWeights {
 }
 
 /// One layer's per-node activations: inputs `mixed [≥ n][conv_ch]`, `z [n][n_v·d_v]`,
-/// `a`, `b [n][n_v]`, and the output `out [n][n_v·d_v]`.
+/// `a`, `b [n][n_v]`, and the output `out [n][n_v·d_v]` (dense). Node `i`'s row of `mixed`,
+/// `z`, `a`, `b` starts at `i·mixed_stride`, `i·z_stride`, `i·a_stride`, `i·b_stride` (at least
+/// the widths; the values between rows are never read), so they can be column ranges of one
+/// product's rows, e.g. the engine's `[mixed | z | beta | alpha]`. [`GdnIo::dense`] sets the
+/// strides to the widths.
 #[derive(Clone, Copy, Debug)]
 pub struct GdnIo {
     pub mixed: DevSpan<f32>,
@@ -125,6 +134,39 @@ pub struct GdnIo {
     pub a: DevSpan<f32>,
     pub b: DevSpan<f32>,
     pub out: DevSpan<f32>,
+    pub mixed_stride: usize,
+    pub z_stride: usize,
+    pub a_stride: usize,
+    pub b_stride: usize,
+}
+
+impl GdnIo {
+    /// Dense rows: `mixed_stride = conv_ch`, `z_stride = n_v·d_v`, `a_stride = b_stride = n_v`.
+    pub fn dense(
+        shape: &GdnShape,
+        mixed: DevSpan<f32>,
+        z: DevSpan<f32>,
+        a: DevSpan<f32>,
+        b: DevSpan<f32>,
+        out: DevSpan<f32>,
+    ) -> Self {
+        GdnIo {
+            mixed,
+            z,
+            a,
+            b,
+            out,
+            mixed_stride: shape.conv_ch(),
+            z_stride: shape.value_len(),
+            a_stride: shape.n_v,
+            b_stride: shape.n_v,
+        }
+    }
+}
+
+/// Values a strided `[n][width]` view must hold: `(n − 1)·stride + width`.
+fn strided_len(n: usize, stride: usize, width: usize) -> usize {
+    n.saturating_sub(1).saturating_mul(stride).saturating_add(width)
 }
 
 /// One layer's committed state (only read by the forward) and its scratch (written).
@@ -161,20 +203,32 @@ pub fn gdn_forward(
     st: &GdnLayerState,
 ) -> Result<(), GpuError> {
     const K: &str = "gdn_forward";
-    let p = shape.params(K, 1)?;
+    let mut p = shape.params(K, 1)?;
     if n == 0 || n > MAX_NODES as usize {
         return Err(GpuError::shape(K, format!("{n} nodes: 1..={MAX_NODES} per forward")));
     }
     let (ch, vd, nv) = (shape.conv_ch(), shape.value_len(), shape.n_v);
+    let strides =
+        [("mixed", io.mixed_stride, ch), ("z", io.z_stride, vd), ("a", io.a_stride, nv), ("b", io.b_stride, nv)];
+    for (what, stride, width) in strides {
+        if stride < width || stride > u32::MAX as usize / MAX_NODES as usize {
+            return Err(GpuError::shape(
+                K,
+                format!("{what} row stride {stride}: at least its width {width}, at most 2^32/{MAX_NODES}"),
+            ));
+        }
+    }
+    p.mixed_stride = io.mixed_stride as u32;
+    (p.z_stride, p.a_stride, p.b_stride) = (io.z_stride as u32, io.a_stride as u32, io.b_stride as u32);
     nodes.need(1, K, "nodes (one NodeBatch)")?;
     w.conv_w.need(ch * shape.conv_kernel, K, "conv_w")?;
     w.ssm_a.need(nv, K, "ssm_a")?;
     w.dt_bias.need(nv, K, "dt_bias")?;
     w.norm_w.need(shape.d_v, K, "norm_w")?;
-    io.mixed.need(n * ch, K, "mixed")?;
-    io.z.need(n * vd, K, "z")?;
-    io.a.need(n * nv, K, "a")?;
-    io.b.need(n * nv, K, "b")?;
+    io.mixed.need(strided_len(n, io.mixed_stride, ch), K, "mixed")?;
+    io.z.need(strided_len(n, io.z_stride, vd), K, "z")?;
+    io.a.need(strided_len(n, io.a_stride, nv), K, "a")?;
+    io.b.need(strided_len(n, io.b_stride, nv), K, "b")?;
     io.out.need(n * vd, K, "out")?;
     st.conv_state.need(shape.conv_state_len(), K, "conv_state")?;
     st.state.need(shape.state_len(), K, "state")?;
@@ -238,7 +292,8 @@ pub fn gdn_forward(
 /// in path order (bitwise the state the forward computed for the path's last node), and its
 /// `conv_state` becomes the last `K−1` raw inputs along the path (continuing from the old window
 /// when the path is shorter). The arenas are contiguous per layer: `state [layers][n_v·d_k·d_v]`,
-/// `conv_state [layers][(K−1)·conv_ch]`, `mixed [layers][32·conv_ch]` and
+/// `conv_state [layers][(K−1)·conv_ch]`, `mixed [layers][32][mixed_stride]` (each row's first
+/// `conv_ch` values read; `mixed_stride ≥ conv_ch`, the forwards' row stride) and
 /// `scratch [layers][gdn_scratch_len]`, the last two as the forward left them. A path of length
 /// 0 changes nothing. One launch `gdn_commit_dk*`, grid `(n_v·⌈d_v/16⌉, layers)`.
 #[allow(clippy::too_many_arguments)]
@@ -248,6 +303,7 @@ pub fn gdn_commit(
     layers: usize,
     path: DevSpan<CommitPath>,
     mixed: DevSpan<f32>,
+    mixed_stride: usize,
     scratch: DevSpan<f32>,
     state: DevSpan<f32>,
     conv_state: DevSpan<f32>,
@@ -256,9 +312,17 @@ pub fn gdn_commit(
     if layers == 0 || layers > 65_535 {
         return Err(GpuError::shape(K, format!("{layers} layers: 1..=65535")));
     }
-    let p = shape.params(K, layers)?;
+    let mut p = shape.params(K, layers)?;
+    let m = MAX_NODES as usize;
+    if mixed_stride < shape.conv_ch() || mixed_stride.saturating_mul(m * layers) > u32::MAX as usize {
+        return Err(GpuError::shape(
+            K,
+            format!("mixed row stride {mixed_stride}: at least conv_ch {}, the arena under 2^32", shape.conv_ch()),
+        ));
+    }
+    p.mixed_stride = mixed_stride as u32;
     path.need(1, K, "path (one CommitPath)")?;
-    mixed.need(layers * shape.mixed_len(), K, "mixed arena")?;
+    mixed.need(layers * m * mixed_stride, K, "mixed arena")?;
     scratch.need(layers * gdn_scratch_len(shape), K, "scratch arena")?;
     state.need(layers * shape.state_len(), K, "state arena")?;
     conv_state.need(layers * shape.conv_state_len(), K, "conv_state arena")?;

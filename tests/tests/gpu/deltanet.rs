@@ -181,17 +181,46 @@ fn forward(
     let n = nb.n as usize;
     let (_nbd, nbs) = upload_batch(gpu, nb);
     gpu.fill_bytes(&mut dl.out, 0xff).unwrap();
-    let io = GdnIo {
+    let io = GdnIo::dense(
+        s,
         mixed,
-        z: DevSpan::of(gpu, &dl.z),
-        a: DevSpan::of(gpu, &dl.a),
-        b: DevSpan::of(gpu, &dl.b),
-        out: DevSpan::of(gpu, &dl.out),
-    };
+        DevSpan::of(gpu, &dl.z),
+        DevSpan::of(gpu, &dl.a),
+        DevSpan::of(gpu, &dl.b),
+        DevSpan::of(gpu, &dl.out),
+    );
     let st = GdnLayerState { conv_state: conv, state, scratch };
     gdn_forward(gpu, s, n, nbs, &dl.weights(gpu), &io, &st).unwrap();
     gpu.synchronize().unwrap();
     gpu.download(&dl.out).unwrap()[..n * s.value_len()].to_vec()
+}
+
+/// One layer's inputs as column ranges of one `[32][w]` buffer laid out like the engine's merged
+/// product, `[mixed | gap | z | gap | b | gap | a | gap]` (gaps of `gaps[0..4]` values), every
+/// value outside the four ranges NaN (rows past `n` hold the test's rows: never read either way).
+struct Interleaved {
+    buf: Vec<f32>,
+    w: usize,
+    z: usize,
+    b: usize,
+    a: usize,
+}
+
+fn interleaved(s: &GdnShape, l: &Layer, gaps: [usize; 4]) -> Interleaved {
+    let (ch, vd, nv, m) = (s.conv_ch(), s.value_len(), s.n_v, MAX_NODES as usize);
+    let z = ch + gaps[0];
+    let b = z + vd + gaps[1];
+    let a = b + nv + gaps[2];
+    let w = a + nv + gaps[3];
+    let mut buf = vec![f32::NAN; m * w];
+    for i in 0..m {
+        let row = &mut buf[i * w..(i + 1) * w];
+        row[..ch].copy_from_slice(&l.mixed[i * ch..(i + 1) * ch]);
+        row[z..z + vd].copy_from_slice(&l.z[i * vd..(i + 1) * vd]);
+        row[b..b + nv].copy_from_slice(&l.b[i * nv..(i + 1) * nv]);
+        row[a..a + nv].copy_from_slice(&l.a[i * nv..(i + 1) * nv]);
+    }
+    Interleaved { buf, w, z, b, a }
 }
 
 /// The recurrence outputs `o [n][vd]` a forward left in a one-layer `scratch`.
@@ -372,6 +401,10 @@ fn span(gpu: &Gpu, s: &CudaSlice<f32>) -> DevSpan<f32> {
     DevSpan::of(gpu, s)
 }
 
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -419,7 +452,7 @@ proptest! {
             let c_conv = gpu.upload(&l.conv).unwrap();
             if p >= 0 {
                 let (_pd, ps) = upload_path(gpu, &commit_path(7, &path_to(&nb, p as usize)));
-                gdn_commit(gpu, &s, 1, ps, span(gpu, &mixed), span(gpu, &tree_scratch), DevSpan::of(gpu, &c_state), DevSpan::of(gpu, &c_conv)).unwrap();
+                gdn_commit(gpu, &s, 1, ps, span(gpu, &mixed), s.conv_ch(), span(gpu, &tree_scratch), DevSpan::of(gpu, &c_state), DevSpan::of(gpu, &c_conv)).unwrap();
             }
             // Node i alone: its rows moved to row 0.
             let mut one = Layer::new(&mut Rng(1), &s);
@@ -437,10 +470,77 @@ proptest! {
             let nb1 = node_batch(8 + nb.depth[i], &[-1]);
             let out1 = forward(gpu, &s, &nb1, &mut dz, span(gpu, &m1), DevSpan::of(gpu, &c_conv), DevSpan::of(gpu, &c_state), span(gpu, &sc1));
             let o1 = scratch_o(gpu, &s, &sc1, 1);
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&o1), bits(&o[i * vd..(i + 1) * vd]), "node {} (parent {}) o", i, p);
             prop_assert_eq!(bits(&out1), bits(&out[i * vd..(i + 1) * vd]), "node {} (parent {}) out", i, p);
         }
+    }
+
+    /// Row strides: `mixed`, `z`, `b`, `a` read as column ranges of one `[32][w]` buffer (the
+    /// engine's merged `[mixed | z | beta | alpha]` product, with NaN gaps between and after the
+    /// ranges; each forward view exactly `(n − 1)·w + width` long) give bitwise the dense
+    /// forward's `o` and `out`, and `gdn_commit` of a random path from that arena (row stride
+    /// `w`) bitwise the dense commit's state and window: the strides are honoured and no gap
+    /// value leaks (a NaN read would reach `o` through the conv or α/β, `out` through
+    /// `silu(z)`, the committed window directly).
+    #[test]
+    fn gdn_with_row_strides_is_bitwise_the_dense_forward_and_commit(seed in any::<u64>(), n in 1usize..=32, pick in any::<prop::sample::Index>()) {
+        let Some(gpu) = gpu_or_skip("gdn_with_row_strides_is_bitwise_the_dense_forward_and_commit") else { return Ok(()) };
+        let mut rng = Rng(seed | 1);
+        let s = random_shape(&mut rng);
+        let l = Layer::new(&mut rng, &s);
+        let nb = node_batch(40, &random_tree(&mut rng, n));
+        let (ch, vd, nv) = (s.conv_ch(), s.value_len(), s.n_v);
+        let mut dl = DevLayer::new(gpu, &l);
+        let (mixed, conv, state) = (gpu.upload(&l.mixed).unwrap(), gpu.upload(&l.conv).unwrap(), gpu.upload(&l.state).unwrap());
+        let mut scratch = gpu.zeros::<f32>(gdn_scratch_len(&s)).unwrap();
+        gpu.fill_bytes(&mut scratch, 0xff).unwrap();
+        let out = forward(gpu, &s, &nb, &mut dl, span(gpu, &mixed), span(gpu, &conv), span(gpu, &state), span(gpu, &scratch));
+        let o = scratch_o(gpu, &s, &scratch, n);
+        prop_assert!(out.iter().chain(&o).all(|x| x.is_finite()));
+
+        let gaps = [rng.below(5), rng.below(5), rng.below(5), 1 + rng.below(4)];
+        let il = interleaved(&s, &l, gaps);
+        let w = il.w;
+        let arena = gpu.upload(&il.buf).unwrap();
+        let view = |off: usize, width: usize| span(gpu, &arena).sub(off, (n - 1) * w + width, "arena").unwrap();
+        let mut out2 = gpu.zeros::<f32>(MAX_NODES as usize * vd).unwrap();
+        gpu.fill_bytes(&mut out2, 0xff).unwrap();
+        let mut scratch2 = gpu.zeros::<f32>(gdn_scratch_len(&s)).unwrap();
+        gpu.fill_bytes(&mut scratch2, 0xff).unwrap();
+        let io = GdnIo {
+            mixed: view(0, ch),
+            z: view(il.z, vd),
+            a: view(il.a, nv),
+            b: view(il.b, nv),
+            out: span(gpu, &out2),
+            mixed_stride: w,
+            z_stride: w,
+            a_stride: w,
+            b_stride: w,
+        };
+        let st = GdnLayerState { conv_state: span(gpu, &conv), state: span(gpu, &state), scratch: span(gpu, &scratch2) };
+        let (_nbd, nbs) = upload_batch(gpu, &nb);
+        gdn_forward(gpu, &s, n, nbs, &dl.weights(gpu), &io, &st).unwrap();
+        gpu.synchronize().unwrap();
+        let out2 = gpu.download(&out2).unwrap();
+        prop_assert_eq!(bits(&scratch_o(gpu, &s, &scratch2, n)), bits(&o), "o (gaps {:?})", gaps);
+        prop_assert_eq!(bits(&out2[..n * vd]), bits(&out), "out (gaps {:?})", gaps);
+        // Rows past n of the output are not written.
+        prop_assert!(out2[n * vd..].iter().all(|x| x.is_nan()));
+
+        // Commit a random path: dense arena + dense forward's scratch vs strided arena + the
+        // strided forward's scratch.
+        let (_pd, ps) = upload_path(gpu, &commit_path(40, &path_to(&nb, pick.index(n))));
+        let commit = |m: &CudaSlice<f32>, stride: usize, sc: &CudaSlice<f32>| {
+            let (cs, ss) = (gpu.upload(&l.conv).unwrap(), gpu.upload(&l.state).unwrap());
+            gdn_commit(gpu, &s, 1, ps, span(gpu, m), stride, span(gpu, sc), span(gpu, &ss), span(gpu, &cs)).unwrap();
+            (gpu.download(&ss).unwrap(), gpu.download(&cs).unwrap())
+        };
+        let (dense_s, dense_c) = commit(&mixed, ch, &scratch);
+        let (strided_s, strided_c) = commit(&arena, w, &scratch2);
+        prop_assert!(strided_c.iter().chain(&strided_s).all(|x| x.is_finite()));
+        prop_assert_eq!(bits(&strided_s), bits(&dense_s), "committed state (gaps {:?})", gaps);
+        prop_assert_eq!(bits(&strided_c), bits(&dense_c), "committed window (gaps {:?})", gaps);
     }
 
     /// `gdn_commit` over a two-layer arena: each layer's conv window equals the reference commit
@@ -469,7 +569,7 @@ proptest! {
             forward(gpu, &s, &nb, &mut dl, at(ms, s.mixed_len()), at(cs, s.conv_state_len()), at(ss, s.state_len()), at(scs, sl));
         }
         let (_pd, ps) = upload_path(gpu, &commit_path(0, &nodes));
-        gdn_commit(gpu, &s, 2, ps, ms, scs, ss, cs).unwrap();
+        gdn_commit(gpu, &s, 2, ps, ms, s.conv_ch(), scs, ss, cs).unwrap();
         let got_state = gpu.download(&state).unwrap();
         let got_conv = gpu.download(&conv).unwrap();
         for (li, l) in layers.iter().enumerate() {
@@ -506,10 +606,27 @@ fn gdn_launchers_reject_bad_shapes() {
     let buf = gpu.zeros::<f32>(1 << 16).unwrap();
     let sp = DevSpan::of(gpu, &buf);
     let (_pd, ps) = upload_path(gpu, &commit_path(0, &[0]));
-    let err = gdn_commit(gpu, &s, 1, ps, sp, sp, sp, sp).unwrap_err().to_string();
+    let err = gdn_commit(gpu, &s, 1, ps, sp, 128, sp, sp, sp).unwrap_err().to_string();
     assert!(err.contains("d_k = 48"), "{err}");
     let s = GdnShape { d_k: 16, ..s };
     let small = sp.sub(0, 10, "test").unwrap();
-    let err = gdn_commit(gpu, &s, 1, ps, small, sp, sp, sp).unwrap_err().to_string();
+    let err = gdn_commit(gpu, &s, 1, ps, small, s.conv_ch(), sp, sp, sp).unwrap_err().to_string();
     assert!(err.contains("mixed"), "{err}");
+    let err = gdn_commit(gpu, &s, 1, ps, sp, s.conv_ch() - 1, sp, sp, sp).unwrap_err().to_string();
+    assert!(err.contains("mixed row stride"), "{err}");
+    // Row strides below the widths, and views too short for their strides.
+    let (_nbd, nbs) = upload_batch(gpu, &node_batch(0, &[-1, 0]));
+    let w = GdnWeights { conv_w: sp, ssm_a: sp, dt_bias: sp, norm_w: sp };
+    let st = GdnLayerState { conv_state: sp, state: sp, scratch: sp };
+    let io = GdnIo::dense(&s, sp, sp, sp, sp, sp);
+    let vd = s.value_len();
+    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { z_stride: vd - 1, ..io }, &st).unwrap_err().to_string();
+    assert!(err.contains("z row stride"), "{err}");
+    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { a_stride: 1, ..io }, &st).unwrap_err().to_string();
+    assert!(err.contains("a row stride"), "{err}");
+    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { mixed_stride: 8, ..io }, &st).unwrap_err().to_string();
+    assert!(err.contains("mixed row stride"), "{err}");
+    let short = sp.sub(0, 40, "test").unwrap();
+    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { b: short, b_stride: 40, ..io }, &st).unwrap_err().to_string();
+    assert!(err.contains("b needs 42"), "{err}");
 }
