@@ -29,8 +29,9 @@ pub fn chaining_enabled() -> bool {
 
 /// Most arguments a chained kernel takes.
 const MAX_ARGS: usize = 16;
-/// Bytes of one argument slot (8-byte aligned): a device pointer or a small parameter struct.
-const SLOT_BYTES: usize = 32;
+/// Bytes of one argument slot (8-byte aligned): a device pointer or a parameter struct of up to
+/// 64 bytes (`GdnParams` is 48).
+const SLOT_BYTES: usize = 64;
 
 /// One launch of a kernel with its arguments in order, held in fixed slots (no allocation per
 /// launch: the pointers the driver reads are taken from the slots at launch time).
