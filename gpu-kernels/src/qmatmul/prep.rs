@@ -16,12 +16,12 @@ use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v4, U32x4};
+use crate::device::math::fma;
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
-use crate::device::math::fma;
 use crate::device::warp::{shfl_xor_f32, shfl_xor_u32, warp_sum_f32};
-use crate::norm::inv_rms;
 use crate::device::*;
+use crate::norm::inv_rms;
 
 /// Where element `e` (0..32) of a 32-element block is stored: lane `t = e / 8` of a fragment
 /// quad owns elements `8t .. 8t+8`; within them, k16 step `h = (e % 8) / 4` and the order
