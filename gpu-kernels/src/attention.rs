@@ -233,8 +233,8 @@ static ATT_KEYS: Shared<[u32; MAX_NODES as usize]> = Shared::uninit();
 static ATT_ANC: Shared<[u8; (MAX_NODES * MAX_NODES) as usize]> = Shared::uninit();
 
 const ROWS: usize = ATTN_MAX_BLOCK_ROWS as usize;
-/// Heads per score item of `attn_tree_split`.
-const GH: usize = 2;
+/// Most heads per score item of `attn_tree_split` (`G ≤ 4`: all `G`; else `⌈G/2⌉`).
+const GH: usize = 4;
 /// Rows per thread in the value pass: `⌈ROWS / (2048 / hd)⌉ ≤ ROWS / 8`.
 const RPT: usize = ROWS / 8;
 /// Committed-key slots of the K/V tile; the tree's scratch rows follow.
@@ -313,15 +313,21 @@ fn nth_bit(mut m: u32, n: usize) -> usize {
 /// scratch rows of the tree are loaded once per block into slots `32..64`, and a node's
 /// ancestor key indexes them through its ancestor list. Nodes with another `L` are handled in a
 /// second pass of the block (same code, their own tiles). The score pass spreads the parts of
-/// a dot product over threads (`PG` part groups, a power of two) when few nodes leave threads
-/// idle, and combines them by the same tree.
+/// a dot product over threads (`pg` part groups, a power of two, each a subtree of the parts'
+/// tree) when few nodes leave threads idle, and the softmax adds the `pg` subtrees by the same
+/// tree; the heads go in groups of `≤ 4` per thread (register pressure).
+///
+/// # Cost (27B: G = 6, hd = 256, chunk = 4 nodes = 24 query rows per block)
+/// Per 32-key tile a block does `24·32·256` fma for scores and as many for values (1536 per
+/// thread), and loads 32 K/V rows (32 KiB) once for all 4 nodes. One block per SM (≈ 230
+/// registers, 95 KiB shared memory); the tile load is not overlapped with compute.
 ///
 /// Scratch (f32): partial accumulators `[n][n_head][slots][hd]`, then `(m, l)` pairs
 /// `[n][n_head][slots][2]`. Traffic: each block reads its split's committed K and V head rows
 /// once (`2·hd·2` bytes per key, shared by its `chunk` nodes) plus the tree's rows, and writes
 /// `chunk·G·(hd + 2)` f32. Launch: grid `(slots, n_kv, ⌈n/chunk⌉)`, 256 threads, dynamic shared
 /// memory `attn_tree_smem_bytes(hd, G, chunk)`. Needs `hd ∈ {32, 64, 128, 256}`, `G ≤ 8`,
-/// `chunk·G ≤ 48`, 16-byte aligned cache planes. If `n_past + NodeBatch::n > ctx` every output
+/// `chunk·G ≤ ATTN_MAX_BLOCK_ROWS` (24; else the block writes nothing), 16-byte aligned cache planes. If `n_past + NodeBatch::n > ctx` every output
 /// of the launch is NaN (nothing outside the planes is read).
 #[inline(always)]
 unsafe fn tree_split<const G: usize>(
@@ -395,7 +401,7 @@ unsafe fn tree_split<const G: usize>(
     let rgs = ATTN_THREADS >> chunk_shift;
     let parts = hd >> 5;
     // Score items take the G heads in `hg_n` groups of `gh ≤ GH` (register pressure).
-    let gh = if G < GH { G } else { GH };
+    let gh = if G <= GH { G } else { G.div_ceil(2) };
     let hg_n = G.div_ceil(gh);
 
     let full = if cn >= 32 { u32::MAX } else { (1u32 << cn) - 1 };

@@ -759,6 +759,12 @@ mod attn_tests {
                 assert!(s <= attn_split_slots(ctx));
             }
         }
+        // A step function: the same for every key count of a 2048-key range (128 up to 8192),
+        // so the nodes of a batch nearly always share their split boundaries.
+        for keys in 1u32..40_000 {
+            let same = attn_split_len(keys) == attn_split_len(keys + 1);
+            assert!(same || (keys >= 8192 && keys.is_multiple_of(2048)), "{keys}");
+        }
         assert_eq!(attn_splits(0), 0);
         assert_eq!(attn_split_len(8192), 128);
         assert_eq!(attn_splits(8192), 64);
