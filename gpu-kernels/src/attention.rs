@@ -33,9 +33,9 @@ use kernel_abi::{
 
 use crate::device::convert::{f16_to_f32, f32_to_f16};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
-use crate::device::load::{ld_v4, U32x4};
+use crate::device::load::{cp_async_16, cp_async_commit, cp_async_wait_1, ld_v4, U32x4};
 use crate::device::math::{div_rn, ex2, exp_fast, fma, sqrt_rn};
-use crate::device::shared::{dynamic_smem, Shared};
+use crate::device::shared::{dynamic_smem, smem_addr, Shared};
 use crate::device::sync::{sync_threads, sync_warp};
 use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
 use crate::device::*;
@@ -237,8 +237,9 @@ const ROWS: usize = ATTN_MAX_BLOCK_ROWS as usize;
 const GH: usize = 4;
 /// Rows per thread in the value pass: `⌈ROWS / (2048 / hd)⌉ ≤ ROWS / 8`.
 const RPT: usize = ROWS / 8;
-/// Committed-key slots of the K/V tile; the tree's scratch rows follow.
-const SLOTS: usize = 2 * TILE;
+/// K/V tile slots: committed keys of buffer 0 (`0..32`), the tree's scratch rows (`32..64`),
+/// committed keys of buffer 1 (`64..96`).
+const SLOTS: usize = 3 * TILE;
 
 /// 8 f16 of a 16-byte vector → f32 (element `2k` is the low half of word `k`).
 #[inline(always)]
@@ -319,8 +320,9 @@ fn nth_bit(mut m: u32, n: usize) -> usize {
 ///
 /// # Cost (27B: G = 6, hd = 256, chunk = 4 nodes = 24 query rows per block)
 /// Per 32-key tile a block does `24·32·256` fma for scores and as many for values (1536 per
-/// thread), and loads 32 K/V rows (32 KiB) once for all 4 nodes. One block per SM (≈ 230
-/// registers, 95 KiB shared memory); the tile load is not overlapped with compute.
+/// thread), and loads 32 K/V rows (32 KiB) once for all 4 nodes. One block per SM (≈ 255
+/// registers, no spills; 128 KiB shared memory), so the next tile's committed rows are copied
+/// by `cp.async` into the other buffer while this one is computed.
 ///
 /// Scratch (f32): partial accumulators `[n][n_head][slots][hd]`, then `(m, l)` pairs
 /// `[n][n_head][slots][2]`. Traffic: each block reads its split's committed K and V head rows
@@ -457,42 +459,40 @@ unsafe fn tree_split<const G: usize>(
         let ppt = parts >> pg.trailing_zeros();
         let pg_log = pg.trailing_zeros();
         let items = na * TILE * pg * hg_n;
-        // Committed keys below `lim` are loaded tile by tile into slots 0..32.
+        // Committed keys below `lim` are copied tile by tile (`cp.async`, one tile ahead) into
+        // slots `64·b .. 64·b + 32` of buffer `b`, alternating.
         let lim = if n_past < emax { n_past } else { emax };
+        let issue = |t0: u32, b: usize| {
+            let mut x = 0;
+            while x < 4 {
+                let e = tid + x * ATTN_THREADS;
+                let (u, c) = (e >> chunk_shift, e & (chunks - 1));
+                if e < TILE * chunks && t0 + (u as u32) < lim {
+                    let off = (t0 as usize + u) * row_elems + kvh * hd + 8 * c;
+                    let slot = u + 2 * TILE * b;
+                    cp_async_16(smem_addr(ks.add(slot * kstride + 8 * c)), k_cache.add(off) as *const u8);
+                    cp_async_16(smem_addr(vs.add(slot * hd + 8 * c)), v_cache.add(off) as *const u8);
+                }
+                x += 1;
+            }
+            cp_async_commit();
+        };
+        issue(start, 0);
 
         let mut acc = [[0.0f32; 8]; RPT];
         let mut t0 = start;
+        let mut buf = 0usize;
         while t0 < emax {
-            // 0. The tile's committed K/V rows (≤ 4 vectors per thread and plane, loaded two
-            //    at a time before they are stored).
-            let mut x0 = 0;
-            while x0 < 4 {
-                let mut kb = [U32x4::default(); 2];
-                let mut vb = [U32x4::default(); 2];
-                let mut x = 0;
-                while x < 2 {
-                    let e = tid + (x0 + x) * ATTN_THREADS;
-                    let t = t0 + (e >> chunk_shift) as u32;
-                    if e < TILE * chunks && t < lim {
-                        let off = t as usize * row_elems + kvh * hd + 8 * (e & (chunks - 1));
-                        kb[x] = ld_v4(k_cache.add(off) as *const U32x4);
-                        vb[x] = ld_v4(v_cache.add(off) as *const U32x4);
-                    }
-                    x += 1;
-                }
-                let mut x = 0;
-                while x < 2 {
-                    let e = tid + (x0 + x) * ATTN_THREADS;
-                    let (u, c) = (e >> chunk_shift, e & (chunks - 1));
-                    if e < TILE * chunks && t0 + (u as u32) < lim {
-                        *(ks.add(u * kstride + 8 * c) as *mut U32x4) = kb[x];
-                        *(vs.add(u * hd + 8 * c) as *mut U32x4) = vb[x];
-                    }
-                    x += 1;
-                }
-                x0 += 2;
+            // 0. The next tile's copies start; this tile's have landed (every thread's, after
+            //    the barrier). An empty group keeps `wait_group 1` meaning "this tile".
+            if t0 + (TILE as u32) < emax {
+                issue(t0 + TILE as u32, buf ^ 1);
+            } else {
+                cp_async_commit();
             }
+            cp_async_wait_1();
             sync_threads();
+            let cb = 2 * TILE * buf;
 
             // 1. Scores: item (a, g, hg, u) → the parts g·ppt .. +ppt of node a's key t0 + u for
             //    the heads hg·gh .. +gh, combined as a subtree of the parts' tree →
@@ -508,8 +508,11 @@ unsafe fn tree_split<const G: usize>(
                 let ej = if start + len < kj { start + len } else { kj };
                 let t = t0 + u as u32;
                 if t < ej {
-                    let slot =
-                        if t < n_past { u } else { TILE + *anc_s.add(j * 32 + ((t - n_past) as usize & 31)) as usize };
+                    let slot = if t < n_past {
+                        u + cb
+                    } else {
+                        TILE + *anc_s.add(j * 32 + ((t - n_past) as usize & 31)) as usize
+                    };
                     let kp = ks.add(slot * kstride) as *const U32x4;
                     let qb = qs.add((j * G + hg * gh) * hd) as *const f32;
                     let mut st = [[0.0f32; 3]; GH];
@@ -644,7 +647,7 @@ unsafe fn tree_split<const G: usize>(
                 });
                 let mut u = 0;
                 while u < TILE {
-                    let vv = unpack8(*(vs.add(u * hd + 8 * vc) as *const U32x4));
+                    let vv = unpack8(*(vs.add((u + cb) * hd + 8 * vc) as *const U32x4));
                     unroll_rpt!(k => {
                         let ar = rg + rgs * k;
                         if ar < rows_a {
@@ -687,7 +690,7 @@ unsafe fn tree_split<const G: usize>(
                         if u < valid[k] {
                             let ar = rg + rgs * k;
                             let slot = if t < n_past {
-                                u as usize
+                                u as usize + cb
                             } else {
                                 TILE + *anc_s.add(node[k] * 32 + ((t - n_past) as usize & 31)) as usize
                             };
@@ -705,6 +708,7 @@ unsafe fn tree_split<const G: usize>(
             }
             sync_threads();
             t0 += TILE as u32;
+            buf ^= 1;
         }
 
         // Partials of the active rows: (acc, m, l) → scratch slot s.

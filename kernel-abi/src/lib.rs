@@ -718,12 +718,13 @@ pub struct AttnTreeParams {
 }
 
 /// Dynamic shared memory (bytes) of `attn_tree_split_g{g}` with `chunk` nodes per block:
-/// K tile `[64 slots][hd + 8]` f16 (32 committed keys, then the ≤ 32 rows of the tree), V tile
-/// `[64][hd]` f16, queries `[chunk·g][hd]` f32, score partials `[max(chunk, 8)·g][32]` f32.
+/// K tiles `[96 slots][hd + 8]` f16 (32 committed keys, the ≤ 32 rows of the tree, 32 committed
+/// keys of the second buffer), V tiles `[96][hd]` f16, queries `[chunk·g][hd]` f32, score
+/// partials `[max(chunk, 8)·g][32]` f32.
 pub const fn attn_tree_smem_bytes(head_dim: u32, g: u32, chunk: u32) -> u32 {
     let c = if chunk > 8 { chunk } else { 8 };
-    2 * ATTN_TILE_KEYS * (head_dim + 8) * 2
-        + 2 * ATTN_TILE_KEYS * head_dim * 2
+    3 * ATTN_TILE_KEYS * (head_dim + 8) * 2
+        + 3 * ATTN_TILE_KEYS * head_dim * 2
         + chunk * g * head_dim * 4
         + c * g * ATTN_TILE_KEYS * 4
 }

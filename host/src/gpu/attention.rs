@@ -214,7 +214,7 @@ fn split_kernel(g: usize) -> &'static str {
 /// `n_past + NodeBatch::n > ctx` gives NaN outputs (and reads nothing outside the planes).
 /// The split kernel's blocks each serve `⌊ATTN_BLOCK_ROWS / G⌋` nodes (balanced over the
 /// blocks), which share its K/V tiles; it takes `attn_tree_smem_bytes` of dynamic shared memory
-/// (27B: 95 KiB), opted in on first use.
+/// (27B: 128 KiB), opted in on first use.
 #[allow(clippy::too_many_arguments)]
 pub fn attn_tree(
     gpu: &Gpu,
