@@ -329,8 +329,9 @@ fn nth_bit(mut m: u32, n: usize) -> usize {
 /// once (`2·hd·2` bytes per key, shared by its `chunk` nodes) plus the tree's rows, and writes
 /// `chunk·G·(hd + 2)` f32. Launch: grid `(slots, n_kv, ⌈n/chunk⌉)`, 256 threads, dynamic shared
 /// memory `attn_tree_smem_bytes(hd, G, chunk)`. Needs `hd ∈ {32, 64, 128, 256}`, `G ≤ 8`,
-/// `chunk·G ≤ ATTN_MAX_BLOCK_ROWS` (24; else the block writes nothing), 16-byte aligned cache planes. If `n_past + NodeBatch::n > ctx` every output
-/// of the launch is NaN (nothing outside the planes is read).
+/// `chunk·G ≤ ATTN_MAX_BLOCK_ROWS` (24; else the block writes nothing), 16-byte aligned cache
+/// planes. If `n_past + NodeBatch::n > ctx` every output of the launch is NaN (nothing outside
+/// the planes is read).
 #[inline(always)]
 unsafe fn tree_split<const G: usize>(
     batch: *const NodeBatch,
