@@ -1,9 +1,9 @@
 //! `attention` benches: `attn_tree` (split + combine) at 27B shapes (24 query heads, 4 KV heads,
 //! head_dim 256) for one node (AR decode) and a 22-node tree, at n_past 512, 8192 and 32768.
 //! Roofline: the layer must read the K and V rows once, `(n_past + n) · 4 · 256 · 2 planes · 2 B`
-//! (8192: 32 MiB); the figure is those bytes per second (a tree's split blocks each serve
-//! `⌊24/G⌋` = 4 nodes, so the shared prefix is read ⌈22/4⌉ = 6 times, mostly from L2, which this
-//! does not count). The caches are not rotated: at n_past 512 (2 MiB) they stay in L2.
+//! (8192: 32 MiB); the figure is those bytes per second (the tree's nodes re-read the shared
+//! prefix from L2, which this does not count). The caches are not rotated: at n_past 512
+//! (2 MiB) they stay in L2.
 
 use flashtree::gpu::attention::{attn_tree, attn_tree_scratch_len, write_step_param, AttnDims};
 use flashtree::gpu::DevSpan;
@@ -40,7 +40,7 @@ fn main() {
             let note = match (n_past, n) {
                 (512, _) => "K/V in L2 at this size",
                 (_, 1) => "",
-                _ => "tree: prefix shared by 4 nodes per block",
+                _ => "tree: shared prefix re-read per node",
             };
             report("attn", &format!("attn_tree n={n} n_past={n_past}"), bytes, secs, ceiling, note);
         }

@@ -635,35 +635,32 @@ pub const fn gdn_commit_smem_words(d_k: u32) -> u32 {
 
 /// Threads per block of the `attention` kernels (8 warps).
 pub const ATTN_THREADS: u32 = 256;
-/// Keys per tile of `attn_tree_split`: scores, softmax and the value pass run tile by tile
-/// (one key per lane in the softmax).
-pub const ATTN_TILE_KEYS: u32 = 32;
+/// Keys per tile of `attn_tree_split`: scores, softmax and the value pass run tile by tile.
+pub const ATTN_TILE_KEYS: u32 = 64;
 /// Largest head dimension of the `attention` kernels (a power of two in `32..=256`).
 pub const ATTN_MAX_HEAD_DIM: u32 = 256;
 /// Largest GQA group (query heads per KV head) of `attn_tree_split`.
 pub const ATTN_MAX_GROUP: u32 = 8;
-/// Fewest keys per split of `attn_tree_split`.
+/// Fewest keys per split of `attn_tree_split` (before rounding to whole tiles).
 pub const ATTN_MIN_SPLIT_KEYS: u32 = 128;
 /// Most key splits of one node's attention (flash-decoding partials per node and head).
 pub const ATTN_MAX_SPLITS: u32 = 64;
-/// Most query rows (nodes × GQA group) one `attn_tree_split` block handles: the block's nodes
-/// share every K/V tile it loads (its register and shared-memory arrays are sized for this).
-pub const ATTN_MAX_BLOCK_ROWS: u32 = 24;
-/// Query rows per `attn_tree_split` block the launcher aims for: `chunk = ⌊this / G⌋` nodes
-/// (at most [`ATTN_MAX_BLOCK_ROWS`]; any value works, it only moves work between blocks).
-pub const ATTN_BLOCK_ROWS: u32 = 24;
 
-/// Keys per split for a node that sees `keys` keys:
-/// `max(ATTN_MIN_SPLIT_KEYS, ATTN_TILE_KEYS · ⌈keys / (ATTN_TILE_KEYS · ATTN_MAX_SPLITS)⌉)`,
-/// so at most [`ATTN_MAX_SPLITS`] splits of whole tiles. A function of the key count only (never
-/// of the batch or the tree), so a node's reduction order is the same whatever else is in the
-/// batch. It is a step function that changes only every 2048 keys (and is 128 up to 8192 keys),
-/// so the nodes of one batch (keys `n_past + 1 ..= n_past + 32`) nearly always share it, hence
-/// share their split boundaries over the committed prefix, which `attn_tree_split` exploits.
+/// Keys per split for a node that sees `keys` keys: `⌈keys / s⌉` rounded up to whole
+/// [`ATTN_TILE_KEYS`] tiles, where `s = clamp(⌈keys / ATTN_MIN_SPLIT_KEYS⌉, 1, ATTN_MAX_SPLITS)`.
+/// A function of the key count only (never of the batch or the tree), so a node's reduction
+/// order is the same whatever else is in the batch.
 pub const fn attn_split_len(keys: u32) -> u32 {
-    let len = keys.div_ceil(ATTN_TILE_KEYS * ATTN_MAX_SPLITS) * ATTN_TILE_KEYS;
-    if len < ATTN_MIN_SPLIT_KEYS {
-        ATTN_MIN_SPLIT_KEYS
+    let mut s = keys.div_ceil(ATTN_MIN_SPLIT_KEYS);
+    if s > ATTN_MAX_SPLITS {
+        s = ATTN_MAX_SPLITS;
+    }
+    if s == 0 {
+        s = 1;
+    }
+    let len = keys.div_ceil(s).div_ceil(ATTN_TILE_KEYS) * ATTN_TILE_KEYS;
+    if len == 0 {
+        ATTN_TILE_KEYS
     } else {
         len
     }
@@ -721,21 +718,6 @@ pub struct AttnTreeParams {
     pub slots: u32,
     /// `log2(e) / √head_dim` (scores are kept in the base-2 domain).
     pub scale_log2: f32,
-    /// Nodes per `attn_tree_split` block (`1 ≤ chunk`, `chunk · G ≤ ATTN_MAX_BLOCK_ROWS`): block
-    /// `z` handles nodes `z·chunk ..`; the grid's `z` is `⌈n / chunk⌉`.
-    pub chunk: u32,
-}
-
-/// Dynamic shared memory (bytes) of `attn_tree_split_g{g}` with `chunk` nodes per block:
-/// K tiles `[96 slots][hd + 8]` f16 (32 committed keys, the ≤ 32 rows of the tree, 32 committed
-/// keys of the second buffer), V tiles `[96][hd]` f16, queries `[chunk·g][hd]` f32, score
-/// partials `[max(chunk, 8)·g][32]` f32.
-pub const fn attn_tree_smem_bytes(head_dim: u32, g: u32, chunk: u32) -> u32 {
-    let c = if chunk > 8 { chunk } else { 8 };
-    3 * ATTN_TILE_KEYS * (head_dim + 8) * 2
-        + 3 * ATTN_TILE_KEYS * head_dim * 2
-        + chunk * g * head_dim * 4
-        + c * g * ATTN_TILE_KEYS * 4
 }
 
 /// Parameters of `kv_commit`.
@@ -768,12 +750,6 @@ mod attn_tests {
             for ctx in [keys, keys + 1, keys * 2] {
                 assert!(s <= attn_split_slots(ctx));
             }
-        }
-        // A step function: the same for every key count of a 2048-key range (128 up to 8192),
-        // so the nodes of a batch nearly always share their split boundaries.
-        for keys in 1u32..40_000 {
-            let same = attn_split_len(keys) == attn_split_len(keys + 1);
-            assert!(same || (keys >= 8192 && keys.is_multiple_of(2048)), "{keys}");
         }
         assert_eq!(attn_splits(0), 0);
         assert_eq!(attn_split_len(8192), 128);

@@ -83,23 +83,3 @@ pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
     asm!("ld.global.cg.f32 {0}, [{1}];", out(reg32) r, in(reg64) p, options(readonly, nostack));
     r
 }
-
-/// `cp.async.cg.shared.global` of 16 bytes: global `src` → shared-state-space address `dst`
-/// (both 16-byte aligned), through L2 only, without registers. Completes at
-/// [`cp_async_wait_1`] / [`cp_async_wait_0`] of a later group ([`cp_async_commit`]).
-#[inline(always)]
-pub unsafe fn cp_async_16(dst: u32, src: *const u8) {
-    asm!("cp.async.cg.shared.global [{0}], [{1}], 16;", in(reg32) dst, in(reg64) src, options(nostack));
-}
-
-/// `cp.async.commit_group`: closes this thread's group of pending `cp.async` copies.
-#[inline(always)]
-pub fn cp_async_commit() {
-    unsafe { asm!("cp.async.commit_group;", options(nostack)) };
-}
-
-/// `cp.async.wait_group 1`: all of this thread's groups but the newest have landed.
-#[inline(always)]
-pub fn cp_async_wait_1() {
-    unsafe { asm!("cp.async.wait_group 1;", options(nostack)) };
-}

@@ -9,8 +9,8 @@
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
-    attn_split_slots, attn_tree_smem_bytes, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch,
-    ATTN_BLOCK_ROWS, ATTN_MAX_BLOCK_ROWS, ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, ATTN_THREADS, MAX_NODES,
+    attn_split_slots, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch, ATTN_MAX_GROUP,
+    ATTN_MAX_HEAD_DIM, ATTN_THREADS, MAX_NODES,
 };
 
 use super::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
@@ -212,9 +212,6 @@ fn split_kernel(g: usize) -> &'static str {
 /// `[n, n_head·hd]` f32; `scratch` ≥ [`attn_tree_scratch_len`]. Bitwise batch-invariant: a
 /// node's output depends only on its q, gate and visible key/value sequence. A batch with
 /// `n_past + NodeBatch::n > ctx` gives NaN outputs (and reads nothing outside the planes).
-/// The split kernel's blocks each serve `⌊ATTN_BLOCK_ROWS / G⌋` nodes (balanced over the
-/// blocks), which share its K/V tiles; it takes `attn_tree_smem_bytes` of dynamic shared memory
-/// (27B: 128 KiB), opted in on first use.
 #[allow(clippy::too_many_arguments)]
 pub fn attn_tree(
     gpu: &Gpu,
@@ -240,11 +237,6 @@ pub fn attn_tree(
     out.need(n * q_row, K, "out")?;
     scratch.need(attn_tree_scratch_len(d, n, ctx), K, "scratch")?;
     let slots = attn_split_slots(ctx32);
-    // Nodes per split block (they share its K/V tiles): ⌊ATTN_BLOCK_ROWS / G⌋, balanced over
-    // the ⌈n / that⌉ blocks. Only moves work between blocks; no node's arithmetic depends on it.
-    let g = (d.n_head / d.n_head_kv) as u32;
-    let cmax = (ATTN_BLOCK_ROWS.min(ATTN_MAX_BLOCK_ROWS) / g).max(1);
-    let chunk = n32.div_ceil(n32.div_ceil(cmax));
     let p = AttnTreeParams {
         n: n32,
         n_head: d.n_head as u32,
@@ -253,18 +245,14 @@ pub fn attn_tree(
         ctx: ctx32,
         slots,
         scale_log2: (std::f64::consts::LOG2_E / (d.head_dim as f64).sqrt()) as f32,
-        chunk,
     };
-    let split = split_kernel(g as usize);
-    let smem = attn_tree_smem_bytes(d.head_dim as u32, g, chunk);
-    gpu.allow_dynamic_smem(split, smem)?;
     let cfg = LaunchConfig {
-        grid_dim: (slots, d.n_head_kv as u32, n32.div_ceil(chunk)),
+        grid_dim: (slots, d.n_head_kv as u32, n32),
         block_dim: (ATTN_THREADS, 1, 1),
-        shared_mem_bytes: smem,
+        shared_mem_bytes: 0,
     };
     unsafe {
-        ChainedLaunch::new(gpu, split)
+        ChainedLaunch::new(gpu, split_kernel(d.n_head / d.n_head_kv))
             .span(batch)
             .span(q)
             .span(k_cache)
