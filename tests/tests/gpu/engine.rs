@@ -305,3 +305,56 @@ fn captured_layer_outputs_match_the_reference_layer_by_layer() {
         assert!(*w <= 2e-3, "layer {l} ({}): hidden-state error {w:e}", kinds[l]);
     }
 }
+
+/// The spec loop's AR mode on the GPU target (`GpuTarget` through `spec::generate`) emits the
+/// tokens of a hand-written engine AR loop, and `generate --backend gpu` (the CLI path) prints
+/// text for the tiny model.
+#[test]
+fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
+    let Some(mut e) = engine("gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs", 512) else {
+        return;
+    };
+    let v = e.cfg.vocab_size;
+    let prompt = tokens(21, 9, v);
+    let n = 40;
+    // Hand-written loop.
+    e.reset().unwrap();
+    let mut tok = e.prefill(&prompt).unwrap();
+    let mut want = vec![tok];
+    while want.len() < n {
+        let b = chain_batch(e.n_past(), &[tok], v, e.ctx()).unwrap();
+        e.forward(&b).unwrap();
+        tok = e.argmax_tokens(1).unwrap()[0];
+        e.commit(&[0]).unwrap();
+        want.push(tok);
+    }
+    // The generic loop.
+    let cfg =
+        flashtree::spec::GenerateConfig { mode: flashtree::spec::Mode::Ar, budget: 0, max_tokens: n, eos: vec![] };
+    let mut target = flashtree::engine::GpuTarget::new(&mut e);
+    let (got, stats) =
+        flashtree::spec::generate(&mut target, None::<&mut flashtree::spec::cpu::CpuDraft>, &prompt, &cfg, |_| {})
+            .unwrap();
+    assert_eq!(got, want, "spec::generate on GpuTarget differs from the engine's own AR loop");
+    assert_eq!(stats.generated, n);
+    // The CLI path.
+    let args = flashtree::cli::generate::GenerateArgs {
+        model: tiny().path.clone(),
+        draft: None,
+        mode: flashtree::cli::generate::ModeArg::Ar,
+        budget: 0,
+        max_tokens: 16,
+        prompt: Some("The quick brown fox".into()),
+        chat: false,
+        system: None,
+        no_think: false,
+        ctx: None,
+        verbose: false,
+        backend: flashtree::cli::backend::BackendArg::Gpu,
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    flashtree::cli::generate::run_to(&args, &mut out, &mut err).unwrap();
+    let err = String::from_utf8_lossy(&err);
+    assert!(err.contains("backend gpu"), "stats line: {err}");
+    assert!(!out.is_empty());
+}
