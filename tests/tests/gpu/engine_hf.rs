@@ -41,6 +41,8 @@ use flashtree::gguf::Gguf;
 use flashtree::model::Qwen35Config;
 use flashtree_reference::model::tensor::with_device_rounding;
 use flashtree_reference::model::{ForwardOptions, Qwen35Hparams, Qwen35State};
+
+use super::engine::engine_arithmetic;
 use flashtree_tests::gpu::gpu_or_skip;
 use kernel_abi::{ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, GDN_MAX_CONV_KERNEL, MAX_NODES};
 
@@ -237,11 +239,11 @@ fn hf_fixtures_device_rounding_reference_is_near_transformers() {
         for (ty, lossless) in TYPES {
             let gguf = convert(t, ty, "budget");
             let cpu = load_qwen35(&gguf.path).expect("reference load");
-            let run = || {
+            let run = |opts: ForwardOptions| {
                 let mut st = Qwen35State::new(&cpu.hparams);
-                cpu.forward(&mut st, &toks, &ForwardOptions::default()).expect("reference forward").logits
+                cpu.forward(&mut st, &toks, &opts).expect("reference forward").logits
             };
-            let (emulated, exact) = (with_device_rounding(run), run());
+            let (emulated, exact) = (with_device_rounding(|| run(engine_arithmetic())), run(ForwardOptions::default()));
             let stats = |want: &[Vec<f32>]| {
                 let errs: Vec<f64> = emulated.iter().zip(want).map(|(a, b)| rel_err(a, b)).collect();
                 (errs.iter().fold(0f64, |m, &e| m.max(e)), errs.iter().sum::<f64>() / errs.len() as f64)
@@ -283,11 +285,11 @@ fn hf_fixtures_chain_and_decode_logits_match_the_reference_and_transformers() {
             let mut e = load_engine(&gguf.path, &what);
             let v = e.cfg.vocab_size;
             let got = engine_chain_logits(&mut e, &toks);
-            let run = || {
+            let run = |opts: ForwardOptions| {
                 let mut st = Qwen35State::new(&cpu.hparams);
-                cpu.forward(&mut st, &toks, &ForwardOptions::default()).expect("reference forward").logits
+                cpu.forward(&mut st, &toks, &opts).expect("reference forward").logits
             };
-            let (emulated, exact) = (with_device_rounding(run), run());
+            let (emulated, exact) = (with_device_rounding(|| run(engine_arithmetic())), run(ForwardOptions::default()));
             // Per row, the error vs: device-rounding reference, exact reference, HF f32, HF f64.
             let mut errs = vec![[0f64; 4]; got.len()];
             for (i, g) in got.iter().enumerate() {
@@ -383,7 +385,7 @@ fn hf_fixture_trees_match_the_reference_and_each_node_alone_bitwise() {
                 let tree = e.logits(n).unwrap();
                 let want = with_device_rounding(|| {
                     let mut st = Qwen35State::new(&cpu.hparams);
-                    cpu.forward(&mut st, prompt, &ForwardOptions::default()).expect("reference prompt");
+                    cpu.forward(&mut st, prompt, &engine_arithmetic()).expect("reference prompt");
                     cpu.forward_tree(&st, &nodes, &parents, &[]).expect("reference tree").logits
                 });
                 let mut worst = 0f64;
