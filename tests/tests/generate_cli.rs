@@ -152,7 +152,14 @@ fn a_directory_as_model_is_named_a_directory() {
 fn logits_checks_tokens_against_the_context() {
     use flashtree::cli::logits::{render, LogitsArgs};
     let model = tiny().0.clone();
-    let args = |tokens: String, ctx| LogitsArgs { model: model.clone(), tokens, layers: None, json: false, ctx };
+    let args = |tokens: String, ctx| LogitsArgs {
+        model: model.clone(),
+        tokens,
+        layers: None,
+        json: false,
+        ctx,
+        backend: flashtree::cli::backend::BackendArg::Cpu,
+    };
     let e = format!("{:#}", render(&args("1,2,3".into(), Some(5000))).unwrap_err());
     assert!(e.contains("--ctx 5000") && e.contains("4096"), "{e}");
     let e = format!("{:#}", render(&args("1,2,3".into(), Some(2))).unwrap_err());

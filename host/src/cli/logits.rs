@@ -1,5 +1,7 @@
 //! `flashtree logits`: teacher-forced logits (and optionally layer outputs) of a token sequence,
-//! for comparing flashtree with another implementation. Runs the CPU reference.
+//! for comparing flashtree with another implementation. Runs the CPU reference, or the GPU engine
+//! (`--backend gpu`, or `auto` on a machine with a GPU and a GGUF model) through the same chunked
+//! forward that prefill uses.
 
 use crate::cli::limits;
 use crate::convert::gguf_load::load_qwen35;
@@ -31,6 +33,10 @@ pub struct LogitsArgs {
     /// of a GGUF, `max_position_embeddings` of an HF config).
     #[arg(long)]
     pub ctx: Option<usize>,
+    /// Where the forward runs: `auto` = the GPU engine when a GPU is present and the model is a
+    /// GGUF, `cpu` = the reference, `gpu` = the engine or an error.
+    #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
+    pub backend: super::backend::BackendArg,
 }
 
 /// A comma-separated list of non-negative integers; an empty item (`1,,2`, a trailing comma) is
@@ -92,11 +98,40 @@ pub fn render(args: &LogitsArgs) -> anyhow::Result<String> {
     if let Some(plan) = plan {
         limits::check_memory(&plan, limits::mem_available())?;
     }
+    let backend = match args.backend {
+        super::backend::BackendArg::Auto if args.model.is_dir() => super::backend::BackendArg::Cpu,
+        super::backend::BackendArg::Gpu if args.model.is_dir() => {
+            anyhow::bail!("--backend gpu needs a GGUF model (convert the HF folder with `flashtree convert`)")
+        }
+        b => b,
+    };
+    if let Some(gpu) = super::backend::resolve(backend)? {
+        let out = gpu_forward(gpu, &args.model, &tokens, &layers)?;
+        return Ok(if args.json { to_json(&tokens, &layers, &out) } else { to_text(&tokens, &layers, &out) });
+    }
     let w = load_model(&args.model)?;
     let mut st = Qwen35State::new(&w.hparams);
     let opts = ForwardOptions { capture_layers: layers.clone(), ..Default::default() };
     let out = w.forward(&mut st, &tokens, &opts)?;
     Ok(if args.json { to_json(&tokens, &layers, &out) } else { to_text(&tokens, &layers, &out) })
+}
+
+/// The logits (and layer outputs) of `tokens` from the GPU engine, in chains of ≤ 32.
+fn gpu_forward(gpu: crate::gpu::Gpu, model: &Path, tokens: &[u32], layers: &[usize]) -> anyhow::Result<ForwardOutput> {
+    let (mut e, _) = super::backend::open_engine(gpu, model, Some(tokens.len().max(1)), true)?;
+    e.set_capture(layers)?;
+    let (v, d) = (e.cfg.vocab_size, e.cfg.embedding_length);
+    let mut out = ForwardOutput { logits: Vec::new(), captured: vec![Vec::new(); layers.len()] };
+    for chunk in tokens.chunks(32) {
+        let b = crate::engine::chain_batch(e.n_past(), chunk, v, e.ctx())?;
+        e.forward(&b)?;
+        out.logits.extend(e.logits(chunk.len())?.chunks(v).map(<[f32]>::to_vec));
+        for (c, rows) in e.captured(chunk.len())?.iter().enumerate() {
+            out.captured[c].extend(rows.chunks(d).map(<[f32]>::to_vec));
+        }
+        e.commit(&(0..chunk.len()).collect::<Vec<_>>())?;
+    }
+    Ok(out)
 }
 
 pub fn run(args: &LogitsArgs) -> anyhow::Result<()> {

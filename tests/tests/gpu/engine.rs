@@ -368,3 +368,35 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
     assert!(err.contains("backend gpu"), "stats line: {err}");
     assert!(!out.is_empty());
 }
+
+/// `flashtree logits --backend gpu` prints the engine's logits and layer outputs: the same
+/// top-5 tokens as the CPU reference for a prompt of the tiny model (JSON output parsed back).
+#[test]
+fn logits_cli_on_the_gpu_agrees_with_the_cpu_reference() {
+    if gpu_or_skip("logits_cli_on_the_gpu_agrees_with_the_cpu_reference").is_none() {
+        return;
+    }
+    let toks = tokens(31, 40, 512).iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
+    let run = |backend| {
+        let args = flashtree::cli::logits::LogitsArgs {
+            model: tiny().path.clone(),
+            tokens: toks.clone(),
+            layers: Some("0,3".into()),
+            json: true,
+            ctx: None,
+            backend,
+        };
+        let v: serde_json::Value = serde_json::from_str(&flashtree::cli::logits::render(&args).unwrap()).unwrap();
+        let logits: Vec<Vec<f32>> = serde_json::from_value(v["logits"].clone()).unwrap();
+        let hidden: Vec<Vec<f32>> = serde_json::from_value(v["hidden"]["3"].clone()).unwrap();
+        (logits, hidden)
+    };
+    let (gpu, gpu_h) = run(flashtree::cli::backend::BackendArg::Gpu);
+    let (cpu, cpu_h) = run(flashtree::cli::backend::BackendArg::Cpu);
+    assert_eq!(gpu.len(), 40);
+    assert_eq!(gpu_h.len(), 40);
+    for (i, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
+        assert!(rel_err(g, c) <= 1e-2, "position {i}: logits differ by {:e}", rel_err(g, c));
+        assert!(rel_err(&gpu_h[i], &cpu_h[i]) <= 1e-2, "position {i}: layer 3 output differs");
+    }
+}
