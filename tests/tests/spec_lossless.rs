@@ -191,3 +191,35 @@ fn tree_recovers_second_ranked_truths_through_branches_and_stays_lossless() {
         }
     }
 }
+
+/// A target that verifies at most a few nodes: a DDTree budget that would exceed it is refused
+/// before any work, naming both numbers; a budget within it runs and stays lossless.
+#[test]
+fn a_budget_over_the_targets_node_limit_is_refused() {
+    struct Limited(ToyTarget);
+    impl flashtree::spec::Target for Limited {
+        type Features = <ToyTarget as flashtree::spec::Target>::Features;
+        fn max_nodes(&self) -> usize {
+            5
+        }
+        fn prefill(&mut self, p: &[u32]) -> Result<(u32, Self::Features), SpecError> {
+            self.0.prefill(p)
+        }
+        fn verify(&mut self, t: &flashtree::spec::Tree) -> Result<Vec<u32>, SpecError> {
+            self.0.verify(t)
+        }
+        fn commit(&mut self, t: &flashtree::spec::Tree, path: &[usize]) -> Result<Self::Features, SpecError> {
+            self.0.commit(t, path)
+        }
+    }
+    let m = ToyModel { seed: 3, vocab: 64 };
+    let p = prompt(3, 64);
+    let mut draft = ToyDraft::new(m, L);
+    let mut target = Limited(ToyTarget::new(m));
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 5, max_tokens: 20, eos: vec![] };
+    let err = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap_err().to_string();
+    assert!(err.contains("budget 5") && err.contains("at most 5"), "{err}");
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 40, eos: vec![] };
+    let (out, _) = generate(&mut Limited(ToyTarget::new(m)), Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+    assert_eq!(out, ar_reference(&m, &p, 40));
+}

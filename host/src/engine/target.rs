@@ -27,6 +27,10 @@ impl<'e> GpuTarget<'e> {
 impl Target for GpuTarget<'_> {
     type Features = FeatureRows;
 
+    fn max_nodes(&self) -> usize {
+        kernel_abi::MAX_NODES as usize
+    }
+
     fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, FeatureRows), SpecError> {
         if prompt.is_empty() {
             return Err(SpecError::Config("empty prompt".into()));

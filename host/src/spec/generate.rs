@@ -82,6 +82,16 @@ where
     D: Draft<Features = T::Features>,
 {
     let opts = cfg.tree_options();
+    // A DDTree can reach `budget + 1` nodes; a chain is also bounded by the draft's depths,
+    // which every round checks below.
+    if matches!(cfg.mode, Mode::Tree | Mode::AnchorTree) && opts.budget >= target.max_nodes() {
+        return Err(SpecError::Config(format!(
+            "budget {} needs {} nodes per verify, the target takes at most {}",
+            opts.budget,
+            opts.budget + 1,
+            target.max_nodes()
+        )));
+    }
     if opts.budget > 0 && draft.is_none() {
         return Err(SpecError::MissingDraft { mode: cfg.mode.name() });
     }
@@ -110,6 +120,13 @@ where
             }
             _ => Tree::root_only(bonus),
         };
+        if tree.tokens.len() > target.max_nodes() {
+            return Err(SpecError::Config(format!(
+                "a tree of {} nodes: the target verifies at most {} (lower --budget)",
+                tree.tokens.len(),
+                target.max_nodes()
+            )));
+        }
         let posterior = timed(&mut stats.time.verify, || target.verify(&tree))?;
         let w = timed(&mut stats.time.walk, || walk(&tree, &posterior))?;
         features = timed(&mut stats.time.commit, || target.commit(&tree, &w.path))?;

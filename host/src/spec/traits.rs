@@ -16,6 +16,12 @@ pub trait Target {
     /// Feature rows captured for the draft (per token, in position order).
     type Features;
 
+    /// The most nodes one `verify` takes (the root included); the loop refuses a budget that
+    /// would exceed it before any work. Unlimited unless the backend says otherwise.
+    fn max_nodes(&self) -> usize {
+        usize::MAX
+    }
+
     /// Runs `prompt` (non-empty) into empty caches. Returns the first generated token (pending,
     /// not in the caches) and the features of the prompt rows.
     fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, Self::Features), SpecError>;
