@@ -12,7 +12,6 @@ use clap::Args;
 use super::backend::{open_engine, resolve, BackendArg};
 use crate::engine::{chain_batch, node_batch, Engine};
 use crate::gpu::bandwidth;
-use crate::spec::Mode;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -170,9 +169,4 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 
 fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
-}
-
-#[allow(dead_code)]
-fn mode_name(m: Mode) -> &'static str {
-    m.name()
 }
