@@ -287,6 +287,11 @@ impl Engine {
         Ok(())
     }
 
+    /// How many layers every forward captures.
+    pub fn capture_len(&self) -> usize {
+        self.capture.len()
+    }
+
     /// The captured layer outputs of the last forward: `[capture.len()][n][n_embd]` (waits).
     pub fn captured(&self, n: usize) -> Result<Vec<Vec<f32>>, EngineError> {
         let d = self.cfg.embedding_length;

@@ -4,11 +4,13 @@
 //! over the flattened tree; `commit` keeps the accepted path. The only host syncs of a round are
 //! reading the argmax tokens of the verify and writing the path.
 //!
-//! Draft features (the target's layer taps) are not captured on the GPU yet, so this target
-//! serves AR decoding; the feature rows it returns are empty and the CLI refuses tree modes on
-//! the GPU backend until the draft runs there.
+//! Draft features: with [`GpuTarget::with_capture`] the engine copies the outputs of the draft's
+//! target layers on the device every forward, and `prefill` / `commit` return the rows of the
+//! committed tokens (one host copy per round; the draft still runs on the CPU, so the CLI keeps
+//! speculative modes on the CPU backend until the draft runs on the GPU). Without capture the
+//! rows are empty (AR).
 
-use super::batch::node_batch;
+use super::batch::{chain_batch, node_batch};
 use super::forward::Engine;
 use crate::spec::cpu::FeatureRows;
 use crate::spec::{SpecError, Target, Tree};
@@ -19,8 +21,25 @@ pub struct GpuTarget<'e> {
 }
 
 impl<'e> GpuTarget<'e> {
+    /// AR only: no features.
     pub fn new(engine: &'e mut Engine) -> Self {
         GpuTarget { engine }
+    }
+
+    /// Returns as features the concatenated outputs of `layers` (the draft's target layers).
+    pub fn with_capture(engine: &'e mut Engine, layers: &[usize]) -> Result<Self, SpecError> {
+        engine.set_capture(layers).map_err(SpecError::backend)?;
+        Ok(GpuTarget { engine })
+    }
+
+    /// Feature rows of nodes `rows` of the last forward: `concat_c captured[c][i]`.
+    fn rows(&self, n: usize, rows: impl Iterator<Item = usize>) -> Result<FeatureRows, SpecError> {
+        if self.engine.capture_len() == 0 {
+            return Ok(Vec::new());
+        }
+        let d = self.engine.cfg.embedding_length;
+        let cap = self.engine.captured(n).map_err(SpecError::backend)?;
+        Ok(rows.map(|i| cap.iter().flat_map(|c| c[i * d..(i + 1) * d].iter().copied()).collect()).collect())
     }
 }
 
@@ -36,8 +55,23 @@ impl Target for GpuTarget<'_> {
             return Err(SpecError::Config("empty prompt".into()));
         }
         self.engine.reset().map_err(SpecError::backend)?;
-        let t = self.engine.prefill(prompt).map_err(SpecError::backend)?;
-        Ok((t, Vec::new()))
+        // The engine's chunked prefill, keeping each chunk's feature rows before its commit.
+        let mut features = Vec::with_capacity(prompt.len());
+        let mut first = None;
+        let chunks = prompt.len().div_ceil(32);
+        for (c, chunk) in prompt.chunks(32).enumerate() {
+            let e = &mut *self.engine;
+            let b = chain_batch(e.n_past(), chunk, e.cfg.vocab_size, e.ctx()).map_err(SpecError::backend)?;
+            e.forward(&b).map_err(SpecError::backend)?;
+            if c + 1 == chunks {
+                first = e.argmax_tokens(chunk.len()).map_err(SpecError::backend)?.last().copied();
+            }
+            features.extend(self.rows(chunk.len(), 0..chunk.len())?);
+            let path: Vec<usize> = (0..chunk.len()).collect();
+            self.engine.commit(&path).map_err(SpecError::backend)?;
+        }
+        let t = first.ok_or_else(|| SpecError::Config("empty prompt".into()))?;
+        Ok((t, features))
     }
 
     fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError> {
@@ -53,8 +87,9 @@ impl Target for GpuTarget<'_> {
         Ok(out)
     }
 
-    fn commit(&mut self, _tree: &Tree, path: &[usize]) -> Result<FeatureRows, SpecError> {
+    fn commit(&mut self, tree: &Tree, path: &[usize]) -> Result<FeatureRows, SpecError> {
+        let rows = self.rows(tree.tokens.len(), path.iter().copied())?;
         self.engine.commit(path).map_err(SpecError::backend)?;
-        Ok(Vec::new())
+        Ok(rows)
     }
 }

@@ -31,6 +31,7 @@ use std::sync::OnceLock;
 
 struct Tiny {
     path: PathBuf,
+    draft: PathBuf,
     cpu: Qwen35Weights,
 }
 
@@ -41,7 +42,7 @@ fn tiny() -> &'static Tiny {
         let _ = std::fs::remove_dir_all(&dir);
         let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
         let cpu = flashtree::convert::gguf_load::load_qwen35(&out.target).expect("reference loads");
-        Tiny { path: out.target, cpu }
+        Tiny { path: out.target, draft: out.draft_dir.expect("synth wrote the draft"), cpu }
     })
 }
 
@@ -398,5 +399,49 @@ fn logits_cli_on_the_gpu_agrees_with_the_cpu_reference() {
     for (i, (g, c)) in gpu.iter().zip(&cpu).enumerate() {
         assert!(rel_err(g, c) <= 1e-2, "position {i}: logits differ by {:e}", rel_err(g, c));
         assert!(rel_err(&gpu_h[i], &cpu_h[i]) <= 1e-2, "position {i}: layer 3 output differs");
+    }
+}
+
+/// Greedy speculation on the GPU target (the draft on the CPU, fed by the engine's layer taps)
+/// emits exactly the GPU's own greedy AR tokens: DDTree at budgets 1, 4, 22 and 31 (32 nodes, the
+/// engine's limit), a DFlash chain and the anchor's tree, 210 tokens each.
+#[test]
+fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
+    let Some(mut e) = engine("gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit", 512) else {
+        return;
+    };
+    use flashtree::spec::{generate, GenerateConfig, Mode};
+    let t = tiny();
+    let (_, dw) = flashtree::convert::dflash::load_draft(&t.draft).expect("draft loads");
+    flashtree::spec::cpu::check_pair(&t.cpu, &dw).expect("pair");
+    let layers = dw.hparams.target_layer_ids.clone();
+    let prompt = tokens(41, 11, e.cfg.vocab_size);
+    let n = 210;
+    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
+    let (ar, _) = generate(
+        &mut flashtree::engine::GpuTarget::new(&mut e),
+        None::<&mut flashtree::spec::cpu::CpuDraft>,
+        &prompt,
+        &cfg(Mode::Ar, 0),
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(ar.len(), n);
+    for (mode, budget) in [
+        (Mode::Tree, 1),
+        (Mode::Tree, 4),
+        (Mode::Tree, 22),
+        (Mode::Tree, 31),
+        (Mode::Chain, 22),
+        (Mode::AnchorTree, 22),
+    ] {
+        let mut target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
+        let mut draft = flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu);
+        let (out, stats) = generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| {}).unwrap();
+        assert_eq!(out, ar, "{mode:?} budget {budget}: GPU speculative output differs from GPU AR");
+        eprintln!(
+            "{mode:?} budget {budget}: {n} tokens equal to AR, acceptance length {:.3}",
+            stats.acceptance_length()
+        );
     }
 }
