@@ -234,8 +234,19 @@ pub(crate) unsafe fn write_units(
 #[link_section = ".shared"]
 static PREP_NORM_PARTIALS: Shared<[f32; 8]> = Shared::uninit();
 
-/// Strides of the row a thread loads together in [`qmm_prep_norm`] (as `norm`'s batch).
+/// Strides of the row a thread loads together in [`qmm_prep_norm`]'s long-row path (as `norm`'s
+/// batch).
 const ROW_BATCH: usize = 8;
+
+/// Elements of a row each thread of [`qmm_prep_norm`] keeps in registers: rows up to
+/// `256 · REG_ELEMS` are read from global memory once; longer rows take the three-pass path.
+const REG_ELEMS: usize = 24;
+
+/// The longest row whose `x̂` [`qmm_prep_norm`] stages in shared memory (`256 · REG_ELEMS`).
+const STAGED_MAX: usize = 256 * REG_ELEMS;
+
+#[link_section = ".shared"]
+static PREP_NORM_ROW: Shared<[f32; STAGED_MAX]> = Shared::uninit();
 
 /// The residual add, RMSNorm and `qmm_prep_x` in one launch: `v = h (+ a)`, `x̂ = v · s · w` with
 /// `s = 1/sqrt(Σ v² / in + eps)`, then exactly [`qmm_prep_x`] of `x̂`; with `np.add ≠ 0`, block
@@ -243,9 +254,14 @@ const ROW_BATCH: usize = 8;
 /// because every block reads `h` whole). The sum of squares runs in `norm`'s order (thread `t`:
 /// `c = t, t+256, …` by fma; butterfly; the 8 warp sums in order) and `x̂` is `(v·s)·w`, so `x̂`
 /// is bitwise `add_rms_norm_rows`'s (or `rms_norm_rows`'s) output and the prepared activations
-/// are bitwise those of `add_rms_norm_rows` + `qmm_prep_x`. Launch: grid `(n, ⌈in/1024⌉)`, 256
-/// threads. Traffic: every block reads its column's `h`, `a`, `w` twice (L2), writes its chunk
-/// like `qmm_prep_x`; one launch instead of two, one kernel boundary less per norm.
+/// are bitwise those of `add_rms_norm_rows` + `qmm_prep_x`.
+///
+/// Rows of `in ≤ 256 · REG_ELEMS` (every hidden size up to 6144): each thread loads its
+/// elements of `h`, `a`, `w` once, all loads in flight together; `Σ v²`, then `x̂` and its max
+/// come from registers, and `x̂` is staged in shared memory for the unit writer — one global
+/// read pass and two block reductions. Longer rows re-read `h`, `a`, `w` (L2) in three passes.
+/// Launch: grid `(n, ⌈in/1024⌉)`, 256 threads. Traffic: every block reads its column's `h`,
+/// `a`, `w` (L2), writes its chunk like `qmm_prep_x`; one launch instead of two.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
 #[allow(clippy::too_many_arguments)]
@@ -273,6 +289,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
     let base = c as usize * k;
     let add = np.add != 0;
     let t = thread_x() as usize;
+    let store = add && block_y() == 0;
     let v_at = |e: usize| -> f32 {
         let mut v = *h.add(base + e);
         if add {
@@ -280,8 +297,97 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         }
         v
     };
-    // Pass 0: Σ v² in `norm`'s order; block (c, 0) stores v.
-    let store = add && block_y() == 0;
+    let partials = PREP_NORM_PARTIALS.as_mut_ptr() as *mut f32;
+    let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
+    // The block's sum of the 8 warp partials, in warp order.
+    let block_sum = |acc: f32| -> f32 {
+        let acc = warp_sum_f32(acc);
+        if lane_id() == 0 {
+            *partials.add(warp_id() as usize) = acc;
+        }
+        sync_threads();
+        let mut total = 0.0f32;
+        let mut i = 0;
+        while i < 8 {
+            total += *partials.add(i);
+            i += 1;
+        }
+        total
+    };
+    let block_max = |mut m: u32| -> u32 {
+        let mut sh = 16;
+        while sh > 0 {
+            m = m.max(shfl_xor_u32(m, sh));
+            sh >>= 1;
+        }
+        if lane_id() == 0 {
+            *maxes.add(warp_id() as usize) = m;
+        }
+        sync_threads();
+        let mut m = 0u32;
+        let mut wi = 0;
+        while wi < 8 {
+            m = m.max(*maxes.add(wi));
+            wi += 1;
+        }
+        m
+    };
+    if k <= STAGED_MAX {
+        let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
+        let mut v = [0.0f32; REG_ELEMS];
+        let mut wv = [0.0f32; REG_ELEMS];
+        let mut j = 0;
+        while j < REG_ELEMS {
+            let e = t + 256 * j;
+            if e < k {
+                v[j] = *h.add(base + e);
+                wv[j] = *w.add(e);
+            }
+            j += 1;
+        }
+        if add {
+            let mut j = 0;
+            while j < REG_ELEMS {
+                let e = t + 256 * j;
+                if e < k {
+                    v[j] += *a.add(base + e);
+                }
+                j += 1;
+            }
+        }
+        let mut acc = 0.0f32;
+        let mut j = 0;
+        while j < REG_ELEMS {
+            let e = t + 256 * j;
+            if e < k {
+                if store {
+                    *h_out.add(base + e) = v[j];
+                }
+                acc = fma(v[j], v[j], acc);
+            }
+            j += 1;
+        }
+        let s = inv_rms(block_sum(acc), p.in_features, np.eps);
+        let mut m = 0u32;
+        let mut j = 0;
+        while j < REG_ELEMS {
+            let e = t + 256 * j;
+            if e < k {
+                let y = v[j] * s * wv[j];
+                *row.add(e) = y;
+                m = m.max(y.to_bits() & 0x7fff_ffff);
+            }
+            j += 1;
+        }
+        // The barrier in `block_max` also orders the row's shared stores before the reads below.
+        let (scale, inv) = column_scale(block_max(m));
+        if t == 0 && block_y() == 0 {
+            *xscale.add(c as usize) = scale;
+        }
+        write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
+        return;
+    }
+    // Long rows: pass 0, Σ v² in `norm`'s order; block (c, 0) stores v.
     let mut acc = 0.0f32;
     let mut at = t;
     while at < k {
@@ -307,19 +413,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         }
         at += ROW_BATCH * 256;
     }
-    let acc = warp_sum_f32(acc);
-    let partials = PREP_NORM_PARTIALS.as_mut_ptr() as *mut f32;
-    if lane_id() == 0 {
-        *partials.add(warp_id() as usize) = acc;
-    }
-    sync_threads();
-    let mut total = 0.0f32;
-    let mut i = 0;
-    while i < 8 {
-        total += *partials.add(i);
-        i += 1;
-    }
-    let s = inv_rms(total, p.in_features, np.eps);
+    let s = inv_rms(block_sum(acc), p.in_features, np.eps);
     let y_at = |e: usize| -> f32 { v_at(e) * s * *w.add(e) };
     // Pass 1: max |x̂| over the column (bits, as `qmm_prep_x`).
     let mut m = 0u32;
@@ -341,23 +435,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         }
         at += ROW_BATCH * 256;
     }
-    let mut sh = 16;
-    while sh > 0 {
-        m = m.max(shfl_xor_u32(m, sh));
-        sh >>= 1;
-    }
-    let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
-    if lane_id() == 0 {
-        *maxes.add(warp_id() as usize) = m;
-    }
-    sync_threads();
-    let mut m = 0u32;
-    let mut wi = 0;
-    while wi < 8 {
-        m = m.max(*maxes.add(wi));
-        wi += 1;
-    }
-    let (scale, inv) = column_scale(m);
+    let (scale, inv) = column_scale(block_max(m));
     if t == 0 && block_y() == 0 {
         *xscale.add(c as usize) = scale;
     }

@@ -103,13 +103,14 @@ pub fn graphs_enabled() -> bool {
 }
 
 /// Whether each residual add + RMSNorm is fused with the matmul prep that follows it
-/// (`qmm_prep_norm`, `FLASHTREE_FUSED_NORM=1`) or run as `add_rms_norm` + `qmm_prep_x`
-/// (default). The two give the same bits; the fused kernel measured slower in the engine
-/// (nvidia-h200, 27B AR: 98 vs 108 tok/s, docs/perf/engine.md): every block reads its row three
-/// times in dependent passes, which costs more than the launch it saves.
+/// (`qmm_prep_norm`, the default) or run as `add_rms_norm` + `qmm_prep_x`
+/// (`FLASHTREE_FUSED_NORM=0`). The two give the same bits (GPU test
+/// `qmm_prep_norm::fused_norm_prep_equals_norm_then_prep_bitwise`); the fused kernel keeps its
+/// row in registers and saves one kernel boundary per norm (nvidia-h200, 27B AR: 116.5 vs
+/// 113.5 tok/s, docs/perf/engine.md v1.2).
 pub fn fused_norm_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FLASHTREE_FUSED_NORM").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| std::env::var("FLASHTREE_FUSED_NORM").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
 /// Events recorded after each kernel group of a profiled forward, with the group's family.
