@@ -67,6 +67,8 @@ static PREP_BUF: Shared<[f32; WARPS * MAX_HD]> = Shared::uninit();
 /// * q: `y = rmsnorm(qg[i, h·2hd .. +hd]) ⊙ q_norm`, then RoPE at `pos = n_past + depth[i]`:
 ///   for `j < n_rot/2`, `(y_j, y_{j+n_rot/2}) ← (y_j·c − y_{j+r}·s, y_{j+r}·c + y_j·s)` with
 ///   `(c, s) = rope[pos, j]`; → `q[i, h·hd ..]`. The gate `qg[i, h·2hd + hd ..]` → `gate[i, h·hd ..]`.
+///   With `p.gated = 0` the input is plain `q [n, n_head·hd]` (`qg[i, h·hd ..]`) and no gate is
+///   written (the DFlash draft's attention).
 /// * k: the same with `k_norm` → f16 into `k_cache[n_past + i, kvh·hd ..]`.
 /// * v: raw → f16 into `v_cache[n_past + i, kvh·hd ..]`.
 ///
@@ -127,12 +129,15 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     }
 
     let is_q = vec < nh;
+    let gated = p.gated != 0;
+    // Values per head in the query input: `[q | gate]` (gated) or `q`.
+    let q_stride = if gated { 2 * hd } else { hd };
     let (src, w) = if is_q {
-        (qg.add(i as usize * 2 * nh as usize * hd + vec as usize * 2 * hd), q_norm)
+        (qg.add(i as usize * nh as usize * q_stride + vec as usize * q_stride), q_norm)
     } else {
         (k.add(i as usize * kv_row_elems + (vec - nh) as usize * hd), k_norm)
     };
-    if is_q {
+    if is_q && gated {
         let g = src.add(hd);
         let dst = gate_out.add(i as usize * nh as usize * hd + vec as usize * hd);
         let mut c = lane;
@@ -556,6 +561,7 @@ attn_tree_split_kernels!(
 );
 
 /// `out[i, h·hd + d] = sigmoid(gate[i, h·hd + d]) · Σ_s 2^(m_s − M)·acc_s[d] / Σ_s 2^(m_s − M)·l_s`
+/// (without the sigmoid factor, and `gate` never read, when `p.gated = 0`)
 /// over the node's `attn_splits(keys_i)` partials of [`attn_tree_split`], `M = max_s m_s`, both
 /// sums in split order (thread `d` of block `(h, i)`). `sigmoid(g) = 1/(1 + e^−g)` (fast `e^x`,
 /// correctly rounded division). Traffic: reads `S·(hd + 2)` f32 per (node, head), writes `hd`.
@@ -602,8 +608,8 @@ pub unsafe extern "ptx-kernel" fn attn_tree_combine(
         a = fma(*scratch.add((base + s) * hd + d), f, a);
         s += 1;
     }
-    let sig = div_rn(1.0, 1.0 + exp_fast(-*gate.add(o)));
-    *out.add(o) = div_rn(a, l) * sig;
+    let r = div_rn(a, l);
+    *out.add(o) = if p.gated != 0 { r * div_rn(1.0, 1.0 + exp_fast(-*gate.add(o))) } else { r };
 }
 
 const ATTN_THREADS: usize = kernel_abi::ATTN_THREADS as usize;

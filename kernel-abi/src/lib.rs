@@ -701,6 +701,10 @@ pub struct AttnPrepParams {
     /// Positions in the RoPE table: a node at `pos ≥ max_pos` gets NaN queries and no KV write.
     pub max_pos: u32,
     pub eps: f32,
+    /// 1: the query input holds `[q | gate]` per head (`2·head_dim` values, the qwen35 target's
+    /// gated attention) and the gate is copied out; 0: plain `q` per head (`head_dim` values,
+    /// the DFlash draft), no gate.
+    pub gated: u32,
 }
 
 /// Parameters of `attn_tree_split` and `attn_tree_combine`.
@@ -718,6 +722,8 @@ pub struct AttnTreeParams {
     pub slots: u32,
     /// `log2(e) / √head_dim` (scores are kept in the base-2 domain).
     pub scale_log2: f32,
+    /// 1: outputs are multiplied by `sigmoid(gate)` (the qwen35 target); 0: no gate (the draft).
+    pub gated: u32,
 }
 
 /// Parameters of `kv_commit`.

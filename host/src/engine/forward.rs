@@ -1,5 +1,7 @@
 //! [`Engine`]: device buffers of one target and its forward / commit.
 
+use std::sync::Arc;
+
 use cudarc::driver::{CudaEvent, CudaSlice};
 use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
 
@@ -25,10 +27,12 @@ const N: usize = MAX_NODES as usize;
 
 /// The target on the GPU: weights, caches, recurrent state, step buffers.
 pub struct Engine {
-    pub gpu: Gpu,
+    /// Shared with a [`super::DraftEngine`] on the same stream.
+    pub gpu: Arc<Gpu>,
     pub cfg: Qwen35Config,
     pub plan: MemoryPlan,
-    w: TargetWeights,
+    /// Shared with a [`super::DraftEngine`] (the token embedding and the LM head).
+    w: Arc<TargetWeights>,
     attn: AttnDims,
     gdn: GdnShape,
     /// Per trunk layer: its index among the attention layers or among the DeltaNet layers.
@@ -149,7 +153,7 @@ impl Engine {
         let (free, _total) = gpu.memory_info()?;
         plan.check(free, 512 << 20)?;
         let w = weights::load(&gpu, &cfg, g, progress)?;
-        Self::with_weights(gpu, cfg, ctx, plan, w)
+        Self::with_weights(Arc::new(gpu), cfg, ctx, plan, Arc::new(w))
     }
 
     /// The memory plan of `cfg` from `g` at context `ctx` (nothing allocated).
@@ -161,11 +165,11 @@ impl Engine {
     }
 
     fn with_weights(
-        gpu: Gpu,
+        gpu: Arc<Gpu>,
         cfg: Qwen35Config,
         ctx: usize,
         plan: MemoryPlan,
-        w: TargetWeights,
+        w: Arc<TargetWeights>,
     ) -> Result<Engine, EngineError> {
         let d = cfg.embedding_length;
         let hd = cfg.key_length;
@@ -286,6 +290,11 @@ impl Engine {
         self.graphs.iter_mut().for_each(|g| *g = None);
         self.eager_runs = [0; N];
         Ok(())
+    }
+
+    /// The target's weights (the draft uses its token embedding and LM head).
+    pub fn weights(&self) -> Arc<TargetWeights> {
+        Arc::clone(&self.w)
     }
 
     /// How many layers every forward captures.
@@ -698,7 +707,7 @@ fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspa
 }
 
 fn attn_dims(cfg: &Qwen35Config) -> AttnDims {
-    AttnDims { n_head: cfg.head_count, n_head_kv: cfg.head_count_kv, head_dim: cfg.key_length }
+    AttnDims { n_head: cfg.head_count, n_head_kv: cfg.head_count_kv, head_dim: cfg.key_length, gated: true }
 }
 
 fn gdn_shape(cfg: &Qwen35Config) -> GdnShape {

@@ -14,13 +14,17 @@
 //! alone or in any tree, and greedy speculation reproduces greedy AR exactly.
 
 mod batch;
+mod draft;
 mod forward;
+mod gpu_draft;
 mod plan;
 mod target;
 mod weights;
 
 pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
+pub use draft::{DraftEngine, DRAFT_MAX_K};
 pub use forward::{Engine, Profile};
+pub use gpu_draft::GpuDraft;
 pub use plan::MemoryPlan;
 pub use target::GpuTarget;
 pub use weights::{

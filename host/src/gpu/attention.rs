@@ -22,6 +22,10 @@ pub struct AttnDims {
     pub n_head_kv: usize,
     /// A power of two in `32..=256`.
     pub head_dim: usize,
+    /// Gated attention (the qwen35 target: the query projection gives `[q | gate]` per head and
+    /// the output is multiplied by `sigmoid(gate)`), or plain (the DFlash draft: `q` per head, no
+    /// gate; the gate spans are not read and may be empty).
+    pub gated: bool,
 }
 
 impl AttnDims {
@@ -31,6 +35,19 @@ impl AttnDims {
     }
 
     fn check(&self, kernel: &'static str) -> Result<(), GpuError> {
+        self.check_heads(kernel, true)
+    }
+
+    /// `queries`: query heads are required (`n_head ≥ 1`); else `n_head = 0` is allowed (an
+    /// `attn_prep` that only writes K/V rows: the draft's context rows).
+    fn check_heads(&self, kernel: &'static str, queries: bool) -> Result<(), GpuError> {
+        if !queries && self.n_head == 0 {
+            let hd = self.head_dim;
+            if !(hd.is_power_of_two() && (32..=ATTN_MAX_HEAD_DIM as usize).contains(&hd)) || self.n_head_kv == 0 {
+                return Err(GpuError::shape(kernel, format!("head_dim {hd}, {} KV heads", self.n_head_kv)));
+            }
+            return Ok(());
+        }
         let hd = self.head_dim;
         if !(hd.is_power_of_two() && (32..=ATTN_MAX_HEAD_DIM as usize).contains(&hd)) {
             return Err(GpuError::shape(kernel, format!("head_dim {hd}: must be a power of two in 32..=256")));
@@ -104,7 +121,7 @@ fn check_planes(
     Ok(ctx32)
 }
 
-/// `attn_prep` for `n` nodes of `batch`: per head of node `i`, q = RoPE(rmsnorm(qg's query half)
+/// `attn_prep` for `n` nodes of `batch` (`d.n_head = 0`: K/V rows only): per head of node `i`, q = RoPE(rmsnorm(qg's query half)
 /// ⊙ q_norm) at `n_past + depth[i]` → `q [n, n_head·hd]`, gate = qg's gate half → `gate`,
 /// K = RoPE(rmsnorm(k) ⊙ k_norm) and V as f16 into row `n_past + i` of `k_cache` / `v_cache`
 /// (`[ctx, n_kv·hd]` each). `qg [n, n_head·2·hd]` (per head `[q | gate]`), `k`, `v`
@@ -131,7 +148,7 @@ pub fn attn_prep(
     ctx: usize,
 ) -> Result<(), GpuError> {
     const K: &str = "attn_prep";
-    d.check(K)?;
+    d.check_heads(K, false)?;
     let n32 = check_n(K, n)?;
     check_batch(K, batch)?;
     let ctx32 = check_planes(K, d, k_cache, v_cache, ctx)?;
@@ -140,13 +157,14 @@ pub fn attn_prep(
         return Err(GpuError::shape(K, format!("n_rot {n_rot}: must be even and ≤ head_dim {hd}")));
     }
     let q_row = d.n_head * hd;
-    qg.need(n * 2 * q_row, K, "qg")?;
+    let gate_row = if d.gated { q_row } else { 0 };
+    qg.need(n * (q_row + gate_row), K, "qg")?;
     k.need(n * d.row(), K, "k")?;
     v.need(n * d.row(), K, "v")?;
     q_norm.need(hd, K, "q_norm")?;
     k_norm.need(hd, K, "k_norm")?;
     q.need(n * q_row, K, "q")?;
-    gate.need(n * q_row, K, "gate")?;
+    gate.need(n * gate_row, K, "gate")?;
     let half = n_rot / 2;
     let max_pos = if half == 0 { u32::MAX as usize } else { rope.len() / (2 * half) };
     if half > 0 && max_pos == 0 {
@@ -161,6 +179,7 @@ pub fn attn_prep(
         ctx: ctx32,
         max_pos: max_pos.min(u32::MAX as usize) as u32,
         eps,
+        gated: d.gated as u32,
     };
     let vectors = (d.n_head + 2 * d.n_head_kv) as u32;
     let cfg = LaunchConfig {
@@ -205,8 +224,8 @@ fn split_kernel(g: usize) -> &'static str {
     }
 }
 
-/// Gated attention of `n` nodes of `batch` over the f16 KV cache: `out[i, h·hd ..] =
-/// sigmoid(gate[i, h·hd ..]) ⊙ Σ_t softmax_t(q_{i,h}·K_t/√hd)·V_t` over node `i`'s visible keys
+/// Gated attention of `n` nodes of `batch` over the f16 KV cache (plain, without the sigmoid
+/// factor, when `!d.gated`): `out[i, h·hd ..] = sigmoid(gate[i, h·hd ..]) ⊙ Σ_t softmax_t(q_{i,h}·K_t/√hd)·V_t` over node `i`'s visible keys
 /// (committed rows `0..n_past`, then rows `n_past + j` of its ancestors and itself, `j` in
 /// `anc[i]`), query head `h` on KV head `h / (n_head/n_kv)`. `q`, `gate`, `out`
 /// `[n, n_head·hd]` f32; `scratch` ≥ [`attn_tree_scratch_len`]. Bitwise batch-invariant: a
@@ -233,7 +252,7 @@ pub fn attn_tree(
     let ctx32 = check_planes(K, d, k_cache, v_cache, ctx)?;
     let q_row = d.n_head * d.head_dim;
     q.need(n * q_row, K, "q")?;
-    gate.need(n * q_row, K, "gate")?;
+    gate.need(if d.gated { n * q_row } else { 0 }, K, "gate")?;
     out.need(n * q_row, K, "out")?;
     scratch.need(attn_tree_scratch_len(d, n, ctx), K, "scratch")?;
     let slots = attn_split_slots(ctx32);
@@ -245,6 +264,7 @@ pub fn attn_tree(
         ctx: ctx32,
         slots,
         scale_log2: (std::f64::consts::LOG2_E / (d.head_dim as f64).sqrt()) as f32,
+        gated: d.gated as u32,
     };
     let cfg = LaunchConfig {
         grid_dim: (slots, d.n_head_kv as u32, n32),

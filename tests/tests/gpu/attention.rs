@@ -15,6 +15,8 @@
 //!   roundings per term (`L` keys per split: one fma per key, one rescale per tile, ≤ 64 key
 //!   groups, ≤ 64 splits), adding `2γ_K·max|v|`. The gate's `1/(1 + e^−g)` has relative error
 //!   ≤ `2⁻²¹ + 2|g|u + 4u`. Check: `|Δ| ≤ sig·(2ε + 4γ_K)·max|v| + |ref|·(2⁻²¹ + 2|g|u + 4u)`.
+//! * Plain attention (`AttnDims::gated = false`, the draft's): the same kernels without the gate;
+//!   checked against the reference with `gate = +∞` (`sigmoid = 1` exactly), without the gate term.
 
 use flashtree::gpu::attention::{
     attn_prep, attn_tree, attn_tree_scratch_len, kv_commit, rope_table, write_step_param, AttnDims,
@@ -50,9 +52,16 @@ fn random_parents(seed: u64, n: usize) -> Vec<i32> {
 }
 
 fn dims_strategy() -> impl Strategy<Value = (AttnDims, usize)> {
-    (1usize..=4, 1usize..=8, prop::sample::select(vec![32usize, 64, 128, 256]), any::<prop::sample::Index>()).prop_map(
-        |(kv, g, hd, rot)| (AttnDims { n_head: kv * g, n_head_kv: kv, head_dim: hd }, 2 * rot.index(hd / 2 + 1)),
+    (
+        1usize..=4,
+        1usize..=8,
+        prop::sample::select(vec![32usize, 64, 128, 256]),
+        any::<prop::sample::Index>(),
+        prop::bool::weighted(0.75),
     )
+        .prop_map(|(kv, g, hd, rot, gated)| {
+            (AttnDims { n_head: kv * g, n_head_kv: kv, head_dim: hd, gated }, 2 * rot.index(hd / 2 + 1))
+        })
 }
 
 fn ref_dims(d: AttnDims) -> reference::AttnDims {
@@ -95,7 +104,18 @@ fn run_tree(
     gpu.download(&out).unwrap()
 }
 
-/// Checks `got` against the f64 reference with the bound in the module doc.
+/// The gate the reference takes for `d`: `gate` itself, or `+∞` everywhere for plain attention
+/// (`sigmoid(+∞) = 1` exactly in the f64 reference).
+fn ref_gate(d: AttnDims, gate: &[f32]) -> Vec<f32> {
+    if d.gated {
+        gate.to_vec()
+    } else {
+        vec![f32::INFINITY; gate.len()]
+    }
+}
+
+/// Checks `got` against the f64 reference with the bound in the module doc (plain attention:
+/// no gate factor and no gate error term).
 #[allow(clippy::too_many_arguments)]
 fn check_tree(
     d: AttnDims,
@@ -106,6 +126,7 @@ fn check_tree(
     vc: &[u16],
     got: &[f32],
 ) -> Result<(), TestCaseError> {
+    let gate = &ref_gate(d, gate)[..];
     let want = reference::attn_tree(ref_dims(d), b, q, gate, kc, vc);
     let terms = reference::attn_tree_error_terms(ref_dims(d), b, q, kc, vc);
     let hd = d.head_dim;
@@ -118,11 +139,13 @@ fn check_tree(
             let eps = 2.0 * std::f64::consts::LN_2 * (2.0 * delta + 3.0 * U32 * spread) + 8.0 * 2f64.powi(-22);
             for e in 0..hd {
                 let o = (i * d.n_head + h) * hd + e;
-                let g = gate[o] as f64;
-                let sig = 1.0 / (1.0 + (-g).exp());
-                let tol = sig * (2.0 * eps + 4.0 * gamma(big_k)) * vmax
-                    + want[o].abs() * (2f64.powi(-21) + 2.0 * g.abs() * U32 + 4.0 * U32)
-                    + 1e-30;
+                let (sig, gate_err) = if d.gated {
+                    let g = gate[o] as f64;
+                    (1.0 / (1.0 + (-g).exp()), 2f64.powi(-21) + 2.0 * g.abs() * U32 + 4.0 * U32)
+                } else {
+                    (1.0, 0.0)
+                };
+                let tol = sig * (2.0 * eps + 4.0 * gamma(big_k)) * vmax + want[o].abs() * gate_err + 1e-30;
                 let err = (got[o] as f64 - want[o]).abs();
                 prop_assert!(
                     got[o].is_finite() && err <= tol,
@@ -159,7 +182,9 @@ proptest! {
         let ctx = n_past + n + 3;
         let max_pos = ctx + 1;
         let theta = 1e7;
+        // The reference takes `[q | gate]` per head; plain attention's input is the q halves alone.
         let qg = values(seed ^ 1, n * 2 * d.n_head * hd, 4.0);
+        let q_in: Vec<f32> = if d.gated { qg.clone() } else { qg.chunks(2 * hd).flat_map(|c| c[..hd].iter().copied()).collect() };
         let k = values(seed ^ 2, n * row, 4.0);
         let v = values(seed ^ 3, n * row, 4.0);
         let qn = values(seed ^ 4, hd, 2.0);
@@ -168,7 +193,7 @@ proptest! {
         rope.push(0.0); // never empty (n_rot = 0 reads none of it)
         let (_bb, bs) = batch_span(gpu, &b);
         let up = |x: &[f32]| gpu.upload(x).unwrap();
-        let (dqg, dk, dv, dqn, dkn, drope) = (up(&qg), up(&k), up(&v), up(&qn), up(&kn), up(&rope));
+        let (dqg, dk, dv, dqn, dkn, drope) = (up(&q_in), up(&k), up(&v), up(&qn), up(&kn), up(&rope));
         let dq = poisoned_f32(gpu, n * d.n_head * hd);
         let dgate = poisoned_f32(gpu, n * d.n_head * hd);
         let mut dkc = gpu.zeros::<u16>(ctx * row).unwrap();
@@ -194,7 +219,11 @@ proptest! {
             let err = (g as f64 - w as f64).abs();
             prop_assert!(g.is_finite() && err <= bound(&want.q, j), "q[{}] = {} vs {} (err {:e})", j, g, w, err);
         }
-        prop_assert_eq!(gate.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.gate.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        if d.gated {
+            prop_assert_eq!(gate.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.gate.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        } else {
+            prop_assert!(gate.iter().all(|x| x.to_bits() == u32::MAX), "plain attention wrote the gate buffer");
+        }
         prop_assert_eq!(&vc, &rvc);
         // K: the written rows within one f16 step of the reference; every other row untouched.
         let kref: Vec<f32> = (0..n * row).map(|e| f16::from_bits(rkc[n_past * row + e]).to_f32()).collect();
@@ -291,7 +320,7 @@ proptest! {
 #[test]
 fn attention_launchers_reject_bad_shapes() {
     let Some(gpu) = gpu_or_skip("attention_launchers_reject_bad_shapes") else { return };
-    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 48 };
+    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 48, gated: true };
     let b = reference::node_batch(0, &[-1]);
     let (_bb, bs) = batch_span(gpu, &b);
     let f = gpu.zeros::<f32>(4096).unwrap();
@@ -299,7 +328,7 @@ fn attention_launchers_reject_bad_shapes() {
     let (fs, hs) = (DevSpan::of(gpu, &f), DevSpan::of(gpu, &h));
     let err = attn_tree(gpu, d, bs, 1, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
     assert!(err.contains("attn_tree") && err.contains("head_dim"), "{err}");
-    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 32 };
+    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 32, gated: true };
     let err = attn_tree(gpu, d, bs, 1, fs, fs, hs, hs, 1000, fs, fs).unwrap_err().to_string();
     assert!(err.contains("k_cache"), "{err}");
     let err = attn_tree(gpu, d, bs, 33, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();

@@ -29,13 +29,13 @@ use flashtree_tests::gpu::gpu_or_skip;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-struct Tiny {
-    path: PathBuf,
-    draft: PathBuf,
-    cpu: Qwen35Weights,
+pub(crate) struct Tiny {
+    pub(crate) path: PathBuf,
+    pub(crate) draft: PathBuf,
+    pub(crate) cpu: Qwen35Weights,
 }
 
-fn tiny() -> &'static Tiny {
+pub(crate) fn tiny() -> &'static Tiny {
     static T: OnceLock<Tiny> = OnceLock::new();
     T.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("flashtree-engine-tiny-{}", std::process::id()));
@@ -46,7 +46,7 @@ fn tiny() -> &'static Tiny {
     })
 }
 
-fn engine(test: &str, ctx: usize) -> Option<Engine> {
+pub(crate) fn engine(test: &str, ctx: usize) -> Option<Engine> {
     gpu_or_skip(test)?;
     // Each test owns an engine on its own context (the shared GPU handle is for kernel tests).
     let gpu = flashtree::gpu::Gpu::try_new().expect("gpu");

@@ -4,6 +4,7 @@
 mod attention;
 mod copy;
 mod deltanet;
+mod draft;
 mod embed;
 mod engine;
 mod engine_hf;

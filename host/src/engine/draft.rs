@@ -1,0 +1,456 @@
+//! [`DraftEngine`]: a DFlash block-diffusion draft (z-lab layout, `../docs` dflash-draft.md §2) on
+//! the GPU, on the target engine's stream, with the target's token embedding and LM head.
+//!
+//! Two passes, both through the target's kernels:
+//!
+//! * **Context** ([`DraftEngine::extend_context`]), once per committed token: the token's feature
+//!   row `f = concat_l h_l` (the target's layer taps, `[k·H]`) → `c = RMSNorm_hidden(W_fc·f)` →
+//!   per draft layer `K = RoPE(k_norm(W_k·c))`, `V = W_v·c` at the token's position, written as
+//!   f16 rows of the draft's KV cache (`attn_prep` with no query heads). Chunks of ≤ 32 rows.
+//! * **Block** ([`DraftEngine::propose`]): the `B` nodes `[bonus, MASK × (B−1)]` at positions
+//!   `n_ctx …` through every layer — pre-norm attention over all context rows and the block
+//!   (non-causal for full layers; causal when the config says so), SwiGLU MLP — then the final
+//!   norm, the target's LM head on slots `1 … B−1`, and the top-K log-probs of each row on the
+//!   device. The block's K/V rows sit after the context rows and are overwritten when the next
+//!   committed tokens' context rows are written.
+//!
+//! Arithmetic: the target's (`qmm` with f16-rounded inputs, f16 KV, f32 elsewhere), so the logits
+//! follow the reference draft within the f16 rounding of the matmul inputs and the cache. Every
+//! committed row is attended (no sliding window yet: configs with sliding layers are refused).
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use kernel_abi::{NodeBatch, MAX_NODES};
+
+use super::batch::bytes_of;
+use super::weights::{GateUp, QWeight, TargetWeights};
+use super::EngineError;
+use crate::gpu::attention::{self as attn, AttnDims};
+use crate::gpu::embed::embed_rows;
+use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
+use crate::gpu::qmatmul::{
+    qmm_format, qmm_needs_pairs, qmm_pack_gate_up, qmm_pack_weights, qmm_prepare_span, qmm_prepared_span,
+    qmm_swiglu_prepared_span, qmm_swiglu_rows, QmmWorkspace,
+};
+use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
+use crate::gpu::{DevSpan, Gpu};
+use crate::model::{DraftConfig, DraftModel, Qwen35Config};
+use flashtree_reference::quant::dequantize;
+
+const N: usize = MAX_NODES as usize;
+
+/// One draft layer's weights on the device.
+struct DraftLayer {
+    attn_norm: CudaSlice<f32>,
+    post_norm: CudaSlice<f32>,
+    q: QWeight,
+    k: QWeight,
+    v: QWeight,
+    o: QWeight,
+    q_norm: CudaSlice<f32>,
+    k_norm: CudaSlice<f32>,
+    gate_up: GateUp,
+    down: QWeight,
+}
+
+/// The DFlash draft on the GPU.
+pub struct DraftEngine {
+    gpu: Arc<Gpu>,
+    /// The target's weights: token embedding (block inputs, MASK row) and LM head.
+    target: Arc<TargetWeights>,
+    target_vocab: usize,
+    pub cfg: DraftConfig,
+    fc: QWeight,
+    hidden_norm: CudaSlice<f32>,
+    layers: Vec<DraftLayer>,
+    output_norm: CudaSlice<f32>,
+    dims: AttnDims,
+    /// Context rows the KV cache holds (positions `0..n_ctx`).
+    n_ctx: usize,
+    /// Rows per KV plane: the context plus one block.
+    rows: usize,
+    /// `[layers][K|V][rows][n_kv·hd]` f16.
+    kv: CudaSlice<u16>,
+    rope: CudaSlice<f32>,
+    batch_dev: CudaSlice<u8>,
+    feat: CudaSlice<f32>,
+    c: CudaSlice<f32>,
+    e: CudaSlice<f32>,
+    x: CudaSlice<f32>,
+    mix: CudaSlice<f32>,
+    kb: CudaSlice<f32>,
+    vb: CudaSlice<f32>,
+    qb: CudaSlice<f32>,
+    qo: CudaSlice<f32>,
+    ao: CudaSlice<f32>,
+    wide: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+    topk_scratch: CudaSlice<u32>,
+    topk_tokens: CudaSlice<u32>,
+    topk_logprobs: CudaSlice<f32>,
+    attn_scratch: CudaSlice<f32>,
+    ws: QmmWorkspace,
+}
+
+/// The most top-K entries per position a [`DraftEngine`] returns.
+pub const DRAFT_MAX_K: usize = MAX_NODES as usize;
+
+fn upload_matrix(gpu: &Gpu, d: &DraftModel, name: &str, out: usize, inp: usize) -> Result<QWeight, EngineError> {
+    let t = tensor(d, name)?;
+    if qmm_format(t.ty).is_none() {
+        return Err(EngineError::Weights(format!(
+            "{name} is {}: the GPU draft takes BF16, F16, F32, Q8_0, Q4_K, Q5_K, Q6_K",
+            t.ty.name()
+        )));
+    }
+    let packed = qmm_pack_weights(t.ty, t.data, out, inp).map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
+    Ok(QWeight { ty: t.ty, out, inp, buf: gpu.upload(&packed)? })
+}
+
+fn upload_vector(gpu: &Gpu, d: &DraftModel, name: &str, len: usize) -> Result<CudaSlice<f32>, EngineError> {
+    let t = tensor(d, name)?;
+    let v = dequantize(t.ty, t.data).map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
+    if v.len() != len {
+        return Err(EngineError::Weights(format!("{name}: {} values, expected {len}", v.len())));
+    }
+    Ok(gpu.upload(&v)?)
+}
+
+fn tensor<'d>(d: &'d DraftModel, name: &str) -> Result<crate::model::draft::DraftTensor<'d>, EngineError> {
+    d.tensor(name).ok_or_else(|| EngineError::Weights(format!("{}: no tensor {name}", d.path.display())))
+}
+
+impl DraftEngine {
+    /// Uploads `draft` for the target whose weights are `target` (`tcfg`), with room for `ctx`
+    /// context rows (the target engine's context). Refuses a draft the kernels do not cover
+    /// (sliding layers, head shapes outside the attention kernels, a vocabulary over the
+    /// target's) and a pair that does not match.
+    pub fn load(
+        gpu: Arc<Gpu>,
+        target: Arc<TargetWeights>,
+        tcfg: &Qwen35Config,
+        draft: &DraftModel,
+        ctx: usize,
+    ) -> Result<DraftEngine, EngineError> {
+        let cfg = draft.config.clone();
+        cfg.check_target(tcfg, &draft.path)?;
+        if let Some(l) = cfg.sliding_layers.iter().position(|&s| s) {
+            return Err(EngineError::Unsupported(format!(
+                "{}: draft layer {l} is a sliding-window layer; the GPU draft runs full-attention layers only",
+                draft.path.display()
+            )));
+        }
+        let (h, hd, ff) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
+        let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
+        let kh = cfg.target_layer_ids.len() * h;
+        if cfg.block_size < 2 || cfg.block_size > N {
+            return Err(EngineError::Unsupported(format!(
+                "block size {}: the GPU draft takes 2..={N}",
+                cfg.block_size
+            )));
+        }
+        let dims = AttnDims { n_head: nh, n_head_kv: nkv, head_dim: hd, gated: false };
+        let g = &*gpu;
+        let fc = upload_matrix(g, draft, "fc.weight", h, kh)?;
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for i in 0..cfg.num_layers {
+            let n = |s: &str| format!("layers.{i}.{s}");
+            let (gt, ut) = (tensor(draft, &n("mlp.gate_proj.weight"))?, tensor(draft, &n("mlp.up_proj.weight"))?);
+            if gt.ty != ut.ty {
+                return Err(EngineError::Weights(format!("layer {i}: gate is {} but up is {}", gt.ty, ut.ty)));
+            }
+            let gu = qmm_pack_gate_up(gt.ty, gt.data, ut.data, ff, h)
+                .map_err(|e| EngineError::Weights(format!("{}: {e}", n("mlp.gate_proj.weight"))))?;
+            layers.push(DraftLayer {
+                attn_norm: upload_vector(g, draft, &n("input_layernorm.weight"), h)?,
+                post_norm: upload_vector(g, draft, &n("post_attention_layernorm.weight"), h)?,
+                q: upload_matrix(g, draft, &n("self_attn.q_proj.weight"), nh * hd, h)?,
+                k: upload_matrix(g, draft, &n("self_attn.k_proj.weight"), nkv * hd, h)?,
+                v: upload_matrix(g, draft, &n("self_attn.v_proj.weight"), nkv * hd, h)?,
+                o: upload_matrix(g, draft, &n("self_attn.o_proj.weight"), h, nh * hd)?,
+                q_norm: upload_vector(g, draft, &n("self_attn.q_norm.weight"), hd)?,
+                k_norm: upload_vector(g, draft, &n("self_attn.k_norm.weight"), hd)?,
+                gate_up: GateUp { ty: gt.ty, ff, inp: h, buf: g.upload(&gu)? },
+                down: upload_matrix(g, draft, &n("mlp.down_proj.weight"), h, ff)?,
+            });
+        }
+        let hidden_norm = upload_vector(g, draft, "hidden_norm.weight", h)?;
+        let output_norm = upload_vector(g, draft, "norm.weight", h)?;
+        let b = cfg.block_size;
+        let rows = ctx.checked_add(b).ok_or_else(|| EngineError::Plan(format!("context {ctx} overflows")))?;
+        let vocab = tcfg.vocab_size;
+        let max_in = [kh, h, ff, nh * hd].into_iter().max().unwrap_or(h);
+        let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, h].into_iter().max().unwrap_or(h);
+        let mut ws = QmmWorkspace::new(g, max_in, max_out)?;
+        ws.pairs_needed = qmm_needs_pairs(target.head.ty)
+            || qmm_needs_pairs(fc.ty)
+            || layers.iter().any(|l| {
+                [&l.q, &l.k, &l.v, &l.o, &l.down].iter().any(|w| qmm_needs_pairs(w.ty)) || qmm_needs_pairs(l.gate_up.ty)
+            });
+        let kv_len = cfg
+            .num_layers
+            .checked_mul(2 * rows * dims.row())
+            .ok_or_else(|| EngineError::Plan("draft KV cache size overflows".into()))?;
+        let z = |n: usize| g.zeros::<f32>(n.max(1));
+        let k = DRAFT_MAX_K.min(vocab);
+        Ok(DraftEngine {
+            rope: g.upload(&attn::rope_table(hd, cfg.rope_theta as f64, rows))?,
+            kv: g.zeros::<u16>(kv_len.max(1))?,
+            batch_dev: g.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
+            feat: z(N * kh)?,
+            c: z(N * h)?,
+            e: z(N * h)?,
+            x: z(N * h)?,
+            mix: z(N * h)?,
+            kb: z(N * nkv * hd)?,
+            vb: z(N * nkv * hd)?,
+            qb: z(N * nh * hd)?,
+            qo: z(N * nh * hd)?,
+            ao: z(N * nh * hd)?,
+            wide: z(N * ff)?,
+            logits: z(b * vocab)?,
+            topk_scratch: g.zeros::<u32>(topk_scratch_len(b, vocab, k).max(1))?,
+            topk_tokens: g.zeros::<u32>(b * k)?,
+            topk_logprobs: z(b * k)?,
+            attn_scratch: z(attn::attn_tree_scratch_len(dims, b, rows))?,
+            ws,
+            n_ctx: 0,
+            rows,
+            target_vocab: vocab,
+            dims,
+            fc,
+            hidden_norm,
+            layers,
+            output_norm,
+            target,
+            gpu,
+            cfg,
+        })
+    }
+
+    /// Context rows held (committed tokens whose features have been appended).
+    pub fn context_len(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// The most context rows this draft can hold.
+    pub fn max_context(&self) -> usize {
+        self.rows - self.cfg.block_size
+    }
+
+    /// Drops every context row (a new conversation).
+    pub fn reset(&mut self) {
+        self.n_ctx = 0;
+    }
+
+    /// Feature values per row (`len(target_layer_ids) · hidden_size`).
+    pub fn feature_len(&self) -> usize {
+        self.cfg.target_layer_ids.len() * self.cfg.hidden_size
+    }
+
+    fn write_batch(&mut self, b: &NodeBatch) -> Result<DevSpan<NodeBatch>, EngineError> {
+        self.gpu.write(bytes_of(b), &mut self.batch_dev)?;
+        let span = DevSpan::of(&self.gpu, &self.batch_dev);
+        // Safety: `batch_dev` holds exactly one `NodeBatch` for the engine's life.
+        Ok(unsafe { DevSpan::from_raw(span.ptr(), 1) })
+    }
+
+    fn plane(&self, layer: usize, v: bool) -> Result<DevSpan<u16>, EngineError> {
+        let plane = self.rows * self.dims.row();
+        Ok(DevSpan::of(&self.gpu, &self.kv).sub((2 * layer + v as usize) * plane, plane, "draft kv cache")?)
+    }
+
+    /// Appends the context rows of `features` (`rows · feature_len()` f32, token-major: each row
+    /// `concat_l h_l` of one committed token, in position order).
+    pub fn extend_context(&mut self, features: &[f32]) -> Result<(), EngineError> {
+        let fl = self.feature_len();
+        if !features.len().is_multiple_of(fl) {
+            return Err(EngineError::Batch(format!(
+                "{} feature values: not a whole number of rows of {fl}",
+                features.len()
+            )));
+        }
+        let rows = features.len() / fl;
+        if self.n_ctx + rows > self.max_context() {
+            return Err(EngineError::Context { need: self.n_ctx + rows, ctx: self.max_context() });
+        }
+        for chunk in features.chunks(N * fl) {
+            let m = chunk.len() / fl;
+            let mut feat = self.gpu.zeros::<f32>(0)?;
+            std::mem::swap(&mut feat, &mut self.feat);
+            let wrote = self.gpu.write(chunk, &mut feat).map(|_| ());
+            std::mem::swap(&mut feat, &mut self.feat);
+            wrote?;
+            self.context_chunk(m)?;
+        }
+        Ok(())
+    }
+
+    /// The context pass over the first `m` rows of `feat`.
+    fn context_chunk(&mut self, m: usize) -> Result<(), EngineError> {
+        let (h, eps) = (self.cfg.hidden_size, self.cfg.rms_norm_eps);
+        let mut b = NodeBatch { n: m as u32, ..NodeBatch::empty(self.n_ctx as u32) };
+        for i in 0..m {
+            b.depth[i] = i as u32;
+            b.parent[i] = i as i32 - 1;
+            b.anc[i] = if i + 1 >= 32 { u32::MAX } else { (1u32 << (i + 1)) - 1 };
+        }
+        let batch = self.write_batch(&b)?;
+        let gpu = &*self.gpu;
+        let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
+        let kh = self.feature_len();
+        qmm_prepare_span(gpu, s(&self.feat), m, kh, self.ws.pairs_needed, &mut self.ws)?;
+        matmul(gpu, &self.fc, m, s(&self.c), &mut self.ws)?;
+        rms_norm_rows_span(gpu, s(&self.c), s(&self.hidden_norm), s(&self.x), m, h, eps)?;
+        qmm_prepare_span(gpu, s(&self.x), m, h, self.ws.pairs_needed, &mut self.ws)?;
+        let kv_dims = AttnDims { n_head: 0, ..self.dims };
+        for (li, l) in self.layers.iter().enumerate() {
+            matmul(gpu, &l.k, m, s(&self.kb), &mut self.ws)?;
+            matmul(gpu, &l.v, m, s(&self.vb), &mut self.ws)?;
+            let (kc, vc) = (self.plane(li, false)?, self.plane(li, true)?);
+            let none = s(&self.qo).sub(0, 0, "no queries")?;
+            attn::attn_prep(
+                gpu,
+                kv_dims,
+                self.dims.head_dim,
+                eps,
+                batch,
+                m,
+                none,
+                s(&self.kb),
+                s(&self.vb),
+                s(&l.q_norm),
+                s(&l.k_norm),
+                s(&self.rope),
+                none,
+                none,
+                kc,
+                vc,
+                self.rows,
+            )?;
+        }
+        self.n_ctx += m;
+        Ok(())
+    }
+
+    /// Drafts the block rooted at `bonus` (at position `context_len()`): returns the top-`k`
+    /// tokens and log-probs of each of the `B − 1` drafted positions, rows in position order,
+    /// each row descending (`tokens`, `logprobs`: `(B−1)·k` entries). One host sync.
+    pub fn propose(&mut self, bonus: u32, k: usize) -> Result<(Vec<u32>, Vec<f32>), EngineError> {
+        let bs = self.cfg.block_size;
+        let (h, hd, eps) = (self.cfg.hidden_size, self.cfg.head_dim, self.cfg.rms_norm_eps);
+        let (nh, ff, vocab) = (self.cfg.num_heads, self.cfg.intermediate_size, self.target_vocab);
+        if k == 0 || k > DRAFT_MAX_K.min(vocab) {
+            return Err(EngineError::Batch(format!("top-{k}: the GPU draft returns 1..={}", DRAFT_MAX_K.min(vocab))));
+        }
+        if bonus as usize >= vocab {
+            return Err(EngineError::Batch(format!("bonus token {bonus}: the vocabulary has {vocab}")));
+        }
+        let causal = self.cfg.causal.unwrap_or(false);
+        let mut b = NodeBatch { n: bs as u32, ..NodeBatch::empty(self.n_ctx as u32) };
+        let all = if bs >= 32 { u32::MAX } else { (1u32 << bs) - 1 };
+        for i in 0..bs {
+            b.tokens[i] = if i == 0 { bonus } else { self.cfg.mask_token_id };
+            b.depth[i] = i as u32;
+            b.parent[i] = i as i32 - 1;
+            b.anc[i] = if causal { all >> (bs - 1 - i) } else { all };
+        }
+        let batch = self.write_batch(&b)?;
+        let gpu = &*self.gpu;
+        let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
+        let tokens: DevSpan<u32> = unsafe { DevSpan::from_raw(batch.ptr() + 8, N) };
+        let t = &*self.target;
+        embed_rows(gpu, t.embd_ty, DevSpan::of(gpu, &t.embd), vocab, h, tokens, bs, s(&self.e))?;
+        for (li, l) in self.layers.iter().enumerate() {
+            if li == 0 {
+                rms_norm_rows_span(gpu, s(&self.e), s(&l.attn_norm), s(&self.x), bs, h, eps)?;
+            } else {
+                add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&l.attn_norm), s(&self.x), bs, h, eps)?;
+            }
+            qmm_prepare_span(gpu, s(&self.x), bs, h, self.ws.pairs_needed, &mut self.ws)?;
+            matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
+            matmul(gpu, &l.k, bs, s(&self.kb), &mut self.ws)?;
+            matmul(gpu, &l.v, bs, s(&self.vb), &mut self.ws)?;
+            let (kc, vc) = (self.plane(li, false)?, self.plane(li, true)?);
+            let none = s(&self.ao).sub(0, 0, "no gate")?;
+            attn::attn_prep(
+                gpu,
+                self.dims,
+                hd,
+                eps,
+                batch,
+                bs,
+                s(&self.qb),
+                s(&self.kb),
+                s(&self.vb),
+                s(&l.q_norm),
+                s(&l.k_norm),
+                s(&self.rope),
+                s(&self.qo),
+                none,
+                kc,
+                vc,
+                self.rows,
+            )?;
+            attn::attn_tree(
+                gpu,
+                self.dims,
+                batch,
+                bs,
+                s(&self.qo),
+                none,
+                kc,
+                vc,
+                self.rows,
+                s(&self.attn_scratch),
+                s(&self.ao),
+            )?;
+            qmm_prepare_span(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed, &mut self.ws)?;
+            matmul(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?;
+            add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&l.post_norm), s(&self.x), bs, h, eps)?;
+            qmm_prepare_span(gpu, s(&self.x), bs, h, self.ws.pairs_needed, &mut self.ws)?;
+            let gu = &l.gate_up;
+            qmm_swiglu_prepared_span(gpu, gu.ty, &gu.buf, gu.ff, gu.inp, bs, s(&self.wide), &mut self.ws)?;
+            qmm_prepare_span(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed, &mut self.ws)?;
+            matmul(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
+        }
+        add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&self.output_norm), s(&self.x), bs, h, eps)?;
+        // Slots 1 … B−1 predict the drafted positions; slot 0's output is not used.
+        let rows = bs - 1;
+        qmm_prepare_span(
+            gpu,
+            s(&self.x).sub(h, rows * h, "draft outputs")?,
+            rows,
+            h,
+            self.ws.pairs_needed,
+            &mut self.ws,
+        )?;
+        matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
+        topk_logprobs_rows(
+            gpu,
+            s(&self.logits),
+            rows,
+            vocab,
+            k,
+            DevSpan::of(gpu, &self.topk_scratch),
+            DevSpan::of(gpu, &self.topk_tokens),
+            s(&self.topk_logprobs),
+        )?;
+        let tokens = gpu.download(&self.topk_tokens)?;
+        let logprobs = gpu.download(&self.topk_logprobs)?;
+        Ok((tokens[..rows * k].to_vec(), logprobs[..rows * k].to_vec()))
+    }
+
+    /// The logits of the last [`DraftEngine::propose`]: `(B−1) · vocab` f32, rows in position
+    /// order (waits; for tests).
+    pub fn last_logits(&self) -> Result<Vec<f32>, EngineError> {
+        let rows = self.cfg.block_size - 1;
+        Ok(self.gpu.download(&self.logits)?[..rows * self.target_vocab].to_vec())
+    }
+}
+
+fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
+    qmm_prepared_span(gpu, w.ty, &w.buf, w.out, w.inp, n, y, ws)?;
+    Ok(())
+}

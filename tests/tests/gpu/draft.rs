@@ -1,0 +1,133 @@
+//! The DFlash draft on the GPU (`engine::DraftEngine`) against the reference draft on the tiny
+//! synthetic pair, fed with the same target features (the GPU engine's layer taps).
+//!
+//! Tolerance of the logits (relative to the row's largest |logit|): the GPU draft rounds every
+//! matmul input to f16 (2⁻¹¹ relative) and stores its context and block K/V as f16. The reference
+//! run inside `with_device_rounding` applies the first of these; the f16 K/V (2⁻¹¹ relative on
+//! each key and value) moves the attention output by about that much of |v|, so the GPU must
+//! match within 2e-3 (the bound), as the target engine does; a wrong kernel or a wrong
+//! position, mask or weight shows up as errors of order 1.
+
+use super::engine::{engine, rel_err, tiny, tokens};
+use flashtree::engine::{DraftEngine, GpuDraft, GpuTarget};
+use flashtree::model::DraftModel;
+use flashtree::spec::{generate, GenerateConfig, Mode, Target};
+use flashtree_reference::model::tensor::with_device_rounding;
+
+/// The tiny pair: the GPU engine (context `ctx`), the GPU draft over it, the reference draft.
+fn pair(
+    test: &str,
+    ctx: usize,
+) -> Option<(flashtree::engine::Engine, DraftEngine, flashtree_reference::model::dflash::DFlashWeights)> {
+    let e = engine(test, ctx)?;
+    let t = tiny();
+    let (_, dw) = flashtree::convert::dflash::load_draft(&t.draft).expect("draft loads");
+    let model = DraftModel::open(&t.draft).expect("draft opens");
+    let d = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, ctx).expect("GPU draft loads");
+    Some((e, d, dw))
+}
+
+/// Prompts of 1–300 tokens: the draft's logits for the block after the prompt match the
+/// reference draft's on the same features, and appending the context in other chunkings gives
+/// bitwise the same logits.
+#[test]
+fn gpu_draft_logits_match_the_reference_draft() {
+    let Some((mut e, mut d, dw)) = pair("gpu_draft_logits_match_the_reference_draft", 512) else {
+        return;
+    };
+    let t = tiny();
+    let layers = dw.hparams.target_layer_ids.clone();
+    let vocab = e.cfg.vocab_size;
+    let bs = dw.hparams.block_size;
+    for (case, len) in [1usize, 2, 17, 33, 120, 300].into_iter().enumerate() {
+        let prompt = tokens(900 + case as u64, len, vocab);
+        let (bonus, features) = {
+            let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
+            target.prefill(&prompt).unwrap()
+        };
+        assert_eq!(features.len(), len);
+        let mut block = vec![dw.hparams.mask_token_id; bs];
+        block[0] = bonus;
+        let fwd = || dw.forward(&t.cpu.token_embd, t.cpu.lm_head(), &features, 0, &block, len).unwrap();
+        let want = with_device_rounding(fwd);
+        let exact = fwd();
+
+        d.reset();
+        d.extend_context(&features.concat()).unwrap();
+        assert_eq!(d.context_len(), len);
+        let (tok, lp) = d.propose(bonus, 4).unwrap();
+        let got = d.last_logits().unwrap();
+        assert_eq!(tok.len(), (bs - 1) * 4);
+        assert!(lp.iter().all(|x| x.is_finite() && *x <= 0.0), "log-probs {lp:?}");
+        let (mut worst, mut worst_exact) = (0f64, 0f64);
+        for (r, row) in got.chunks(vocab).enumerate() {
+            let err = rel_err(row, &want.logits[r]);
+            worst = worst.max(err);
+            worst_exact = worst_exact.max(rel_err(row, &exact.logits[r]));
+            assert!(err <= 2e-3, "prompt of {len}: drafted position {} off by {err:.3e} of the row's max", r + 1);
+            // The top-1 of each row is the row's argmax.
+            let best =
+                row.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+            assert_eq!(tok[r * 4], best.0 as u32, "prompt of {len}: row {r} top-1");
+        }
+        eprintln!(
+            "prompt of {len}: GPU draft logits within {worst:.2e} of the device-rounding reference, {worst_exact:.2e} of the exact one"
+        );
+
+        // Other chunkings of the same context rows: bitwise the same block.
+        let flat = features.concat();
+        let fl = d.feature_len();
+        for piece in [1usize, 7, 32] {
+            d.reset();
+            for rows in flat.chunks(piece * fl) {
+                d.extend_context(rows).unwrap();
+            }
+            d.propose(bonus, 4).unwrap();
+            let again = d.last_logits().unwrap();
+            assert!(
+                again.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "prompt of {len}: context appended {piece} rows at a time gives other logits"
+            );
+        }
+    }
+}
+
+/// Greedy speculation with the draft on the GPU (target and draft both on the device) emits
+/// exactly the GPU's greedy AR tokens at budgets 1, 4, 22 and 31, chain and anchor tree, 210
+/// tokens each; the acceptance length is printed beside the CPU draft's.
+#[test]
+fn gpu_spec_with_the_gpu_draft_equals_gpu_ar() {
+    let Some((mut e, d, dw)) = pair("gpu_spec_with_the_gpu_draft_equals_gpu_ar", 512) else {
+        return;
+    };
+    let t = tiny();
+    let layers = dw.hparams.target_layer_ids.clone();
+    let prompt = tokens(41, 11, e.cfg.vocab_size);
+    let n = 210;
+    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
+    let (ar, _) =
+        generate(&mut GpuTarget::new(&mut e), None::<&mut GpuDraft>, &prompt, &cfg(Mode::Ar, 0), |_| {}).unwrap();
+    assert_eq!(ar.len(), n);
+    let mut draft = GpuDraft::new(d);
+    for (mode, budget) in [
+        (Mode::Tree, 1),
+        (Mode::Tree, 4),
+        (Mode::Tree, 22),
+        (Mode::Tree, 31),
+        (Mode::Chain, 22),
+        (Mode::AnchorTree, 22),
+    ] {
+        draft.engine.reset();
+        let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
+        let (out, stats) = generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| {}).unwrap();
+        assert_eq!(out, ar, "{mode:?} budget {budget}: output with the GPU draft differs from GPU AR");
+        let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
+        let mut cpu = flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu);
+        let (_, cpu_stats) = generate(&mut target, Some(&mut cpu), &prompt, &cfg(mode, budget), |_| {}).unwrap();
+        eprintln!(
+            "{mode:?} budget {budget}: {n} tokens equal to AR; acceptance length {:.3} (GPU draft), {:.3} (CPU draft)",
+            stats.acceptance_length(),
+            cpu_stats.acceptance_length()
+        );
+    }
+}
