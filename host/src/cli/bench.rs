@@ -38,6 +38,11 @@ pub struct BenchArgs {
     /// Seed of the synthetic prompt and tree.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// A DFlash draft for the target (z-lab folder or `dflash` GGUF): also time the draft on
+    /// the GPU (context rows appended per committed token, the block forward and top-K) against
+    /// the AR step, and project tok/s at the anchor's acceptance lengths.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
 }
 
 fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
@@ -143,6 +148,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         t1 * 1e3,
         tn / t1
     );
+    if let Some(path) = &args.draft {
+        bench_draft(&e, path, tok, ar_s, tn, args.tree_nodes)?;
+    }
     // Per-family breakdown (each kernel group serialised by events).
     for (label, toks, par) in [("AR step", vec![tok], vec![None]), ("tree", tree_toks.clone(), parents.clone())] {
         e.set_profile(true)?;
@@ -162,6 +170,75 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             "  sum {sum:.3} ms profiled vs {unprofiled:.3} ms chained (host sync included): \
              {:.3} ms saved by chaining",
             sum - unprofiled
+        );
+    }
+    Ok(())
+}
+
+/// Times the GPU draft over the engine's context: appending context rows, and one round's draft
+/// step (the accepted path's rows appended + the block forward + top-K, one sync), against the
+/// AR step `ar_s`; projects tok/s from the draft step and the verify forward `verify_s`.
+fn bench_draft(
+    e: &Engine,
+    path: &std::path::Path,
+    bonus: u32,
+    ar_s: f64,
+    verify_s: f64,
+    verify_nodes: usize,
+) -> anyhow::Result<()> {
+    let model = crate::model::DraftModel::open(path)?;
+    let t = Instant::now();
+    let mut d = crate::engine::DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, e.ctx())?;
+    let load_s = t.elapsed().as_secs_f64();
+    let fl = d.feature_len();
+    let bytes: u64 = model.weight_bytes();
+    println!(
+        "draft: {} layers, block {}, {:.2} GB of weights ({}), loaded in {load_s:.1} s",
+        d.cfg.num_layers,
+        d.cfg.block_size,
+        bytes as f64 / 1e9,
+        path.display()
+    );
+    // The draft's time does not depend on the feature values: synthetic rows of the right size.
+    let rows = |n: usize| -> Vec<f32> { (0..n * fl).map(|i| ((i % 97) as f32 - 48.0) * 1e-2).collect() };
+    let prompt_rows = e.n_past().min(d.max_context().saturating_sub(256));
+    let t = Instant::now();
+    d.extend_context(&rows(prompt_rows))?;
+    e.gpu.synchronize()?;
+    let ctx_s = t.elapsed().as_secs_f64();
+    println!(
+        "draft context: {prompt_rows} rows appended in {:.2} ms ({:.1} µs per row, chunks of 32)",
+        ctx_s * 1e3,
+        ctx_s * 1e6 / prompt_rows.max(1) as f64
+    );
+    let (accepted, k) = (8usize, 8usize.min(e.cfg.vocab_size));
+    let path_rows = rows(accepted);
+    let rounds = ((d.max_context() - d.context_len()) / accepted).min(20);
+    if rounds < 4 {
+        anyhow::bail!("bench --draft: the context leaves room for {rounds} draft rounds; raise --ctx");
+    }
+    d.extend_context(&path_rows)?;
+    d.propose(bonus, k)?;
+    let t = Instant::now();
+    for _ in 1..rounds {
+        d.extend_context(&path_rows)?;
+        d.propose(bonus, k)?;
+    }
+    let step_s = t.elapsed().as_secs_f64() / (rounds - 1) as f64;
+    println!(
+        "draft step ({accepted} context rows appended + block of {} + top-{k}, one sync): {:.3} ms = {:.3} of an \
+         AR step (target ≤ 0.25)",
+        d.cfg.block_size,
+        step_s * 1e3,
+        step_s / ar_s
+    );
+    let round_s = step_s + verify_s;
+    for al in [6.14, 7.04, 8.31] {
+        println!(
+            "projected at acceptance length {al}: {:.0} tok/s (draft + {verify_nodes}-node verify = {:.3} ms per \
+             round; commit and tree build not included)",
+            al / round_s,
+            round_s * 1e3
         );
     }
     Ok(())

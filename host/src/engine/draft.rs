@@ -36,7 +36,7 @@ use crate::gpu::qmatmul::{
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
 use crate::gpu::{DevSpan, Gpu};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
-use flashtree_reference::quant::dequantize;
+use flashtree_reference::quant::{dequantize, GgmlType};
 
 const N: usize = MAX_NODES as usize;
 
@@ -96,16 +96,74 @@ pub struct DraftEngine {
 /// The most top-K entries per position a [`DraftEngine`] returns.
 pub const DRAFT_MAX_K: usize = MAX_NODES as usize;
 
-fn upload_matrix(gpu: &Gpu, d: &DraftModel, name: &str, out: usize, inp: usize) -> Result<QWeight, EngineError> {
-    let t = tensor(d, name)?;
-    if qmm_format(t.ty).is_none() {
-        return Err(EngineError::Weights(format!(
-            "{name} is {}: the GPU draft takes BF16, F16, F32, Q8_0, Q4_K, Q5_K, Q6_K",
-            t.ty.name()
-        )));
+/// A matrix to pack for `qmm`: its name, `[out, in]`, and for a fused gate/up pair the up
+/// matrix's name (`out` = `ff`).
+struct PackJob {
+    name: String,
+    up: Option<String>,
+    out: usize,
+    inp: usize,
+}
+
+impl PackJob {
+    fn matrix(name: String, out: usize, inp: usize) -> Self {
+        PackJob { name, up: None, out, inp }
     }
-    let packed = qmm_pack_weights(t.ty, t.data, out, inp).map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
-    Ok(QWeight { ty: t.ty, out, inp, buf: gpu.upload(&packed)? })
+
+    /// Packs on the host: `(type, lane-layout bytes)`.
+    fn pack(&self, d: &DraftModel) -> Result<(GgmlType, Vec<u8>), EngineError> {
+        let t = tensor(d, &self.name)?;
+        if qmm_format(t.ty).is_none() {
+            return Err(EngineError::Weights(format!(
+                "{} is {}: the GPU draft takes BF16, F16, F32, Q8_0, Q4_K, Q5_K, Q6_K",
+                self.name,
+                t.ty.name()
+            )));
+        }
+        let err = |e: crate::gpu::GpuError| EngineError::Weights(format!("{}: {e}", self.name));
+        let bytes = match &self.up {
+            None => qmm_pack_weights(t.ty, t.data, self.out, self.inp).map_err(err)?,
+            Some(up) => {
+                let u = tensor(d, up)?;
+                if u.ty != t.ty {
+                    return Err(EngineError::Weights(format!("{} is {} but {up} is {}", self.name, t.ty, u.ty)));
+                }
+                qmm_pack_gate_up(t.ty, t.data, u.data, self.out, self.inp).map_err(err)?
+            }
+        };
+        Ok((t.ty, bytes))
+    }
+}
+
+/// Packs `jobs` on all host cores, uploading each result in job order as it is ready.
+fn pack_all(gpu: &Gpu, d: &DraftModel, jobs: &[PackJob]) -> Result<Vec<(GgmlType, CudaSlice<u8>)>, EngineError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16);
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<Option<(GgmlType, CudaSlice<u8>)>> = (0..jobs.len()).map(|_| None).collect();
+    std::thread::scope(|s| -> Result<(), EngineError> {
+        let (tx, rx) = mpsc::sync_channel::<(usize, Result<(GgmlType, Vec<u8>), EngineError>)>(threads);
+        for _ in 0..threads.min(jobs.len()) {
+            let (tx, next) = (tx.clone(), &next);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs.len() || tx.send((i, jobs[i].pack(d))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (i, r) in rx {
+            let (ty, bytes) = r?;
+            done[i] = Some((ty, gpu.upload(&bytes)?));
+        }
+        Ok(())
+    })?;
+    done.into_iter()
+        .enumerate()
+        .map(|(i, x)| x.ok_or_else(|| EngineError::Weights(format!("{}: not packed", jobs[i].name))))
+        .collect()
 }
 
 fn upload_vector(gpu: &Gpu, d: &DraftModel, name: &str, len: usize) -> Result<CudaSlice<f32>, EngineError> {
@@ -152,27 +210,39 @@ impl DraftEngine {
         }
         let dims = AttnDims { n_head: nh, n_head_kv: nkv, head_dim: hd, gated: false };
         let g = &*gpu;
-        let fc = upload_matrix(g, draft, "fc.weight", h, kh)?;
+        // Every matrix packed in parallel: fc, then per layer q, k, v, o, gate/up, down.
+        let mut jobs = vec![PackJob::matrix("fc.weight".into(), h, kh)];
+        for i in 0..cfg.num_layers {
+            let n = |s: &str| format!("layers.{i}.{s}");
+            jobs.push(PackJob::matrix(n("self_attn.q_proj.weight"), nh * hd, h));
+            jobs.push(PackJob::matrix(n("self_attn.k_proj.weight"), nkv * hd, h));
+            jobs.push(PackJob::matrix(n("self_attn.v_proj.weight"), nkv * hd, h));
+            jobs.push(PackJob::matrix(n("self_attn.o_proj.weight"), h, nh * hd));
+            jobs.push(PackJob { name: n("mlp.gate_proj.weight"), up: Some(n("mlp.up_proj.weight")), out: ff, inp: h });
+            jobs.push(PackJob::matrix(n("mlp.down_proj.weight"), h, ff));
+        }
+        let mut packed = pack_all(g, draft, &jobs)?.into_iter().zip(&jobs);
+        let mut take = || -> Result<QWeight, EngineError> {
+            let ((ty, buf), j) = packed.next().ok_or_else(|| EngineError::Weights("draft matrices".into()))?;
+            Ok(QWeight { ty, out: j.out, inp: j.inp, buf })
+        };
+        let fc = take()?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let n = |s: &str| format!("layers.{i}.{s}");
-            let (gt, ut) = (tensor(draft, &n("mlp.gate_proj.weight"))?, tensor(draft, &n("mlp.up_proj.weight"))?);
-            if gt.ty != ut.ty {
-                return Err(EngineError::Weights(format!("layer {i}: gate is {} but up is {}", gt.ty, ut.ty)));
-            }
-            let gu = qmm_pack_gate_up(gt.ty, gt.data, ut.data, ff, h)
-                .map_err(|e| EngineError::Weights(format!("{}: {e}", n("mlp.gate_proj.weight"))))?;
+            let (q, k, v, o) = (take()?, take()?, take()?, take()?);
+            let gu = take()?;
             layers.push(DraftLayer {
                 attn_norm: upload_vector(g, draft, &n("input_layernorm.weight"), h)?,
                 post_norm: upload_vector(g, draft, &n("post_attention_layernorm.weight"), h)?,
-                q: upload_matrix(g, draft, &n("self_attn.q_proj.weight"), nh * hd, h)?,
-                k: upload_matrix(g, draft, &n("self_attn.k_proj.weight"), nkv * hd, h)?,
-                v: upload_matrix(g, draft, &n("self_attn.v_proj.weight"), nkv * hd, h)?,
-                o: upload_matrix(g, draft, &n("self_attn.o_proj.weight"), h, nh * hd)?,
+                q,
+                k,
+                v,
+                o,
                 q_norm: upload_vector(g, draft, &n("self_attn.q_norm.weight"), hd)?,
                 k_norm: upload_vector(g, draft, &n("self_attn.k_norm.weight"), hd)?,
-                gate_up: GateUp { ty: gt.ty, ff, inp: h, buf: g.upload(&gu)? },
-                down: upload_matrix(g, draft, &n("mlp.down_proj.weight"), h, ff)?,
+                gate_up: GateUp { ty: gu.ty, ff, inp: h, buf: gu.buf },
+                down: take()?,
             });
         }
         let hidden_norm = upload_vector(g, draft, "hidden_norm.weight", h)?;
@@ -277,11 +347,8 @@ impl DraftEngine {
         }
         for chunk in features.chunks(N * fl) {
             let m = chunk.len() / fl;
-            let mut feat = self.gpu.zeros::<f32>(0)?;
-            std::mem::swap(&mut feat, &mut self.feat);
-            let wrote = self.gpu.write(chunk, &mut feat).map(|_| ());
-            std::mem::swap(&mut feat, &mut self.feat);
-            wrote?;
+            let gpu = Arc::clone(&self.gpu);
+            gpu.write_prefix(chunk, &mut self.feat)?;
             self.context_chunk(m)?;
         }
         Ok(())

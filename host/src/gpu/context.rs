@@ -160,6 +160,15 @@ impl Gpu {
         self.stream.memcpy_htod(data, dst).while_(|| "copying to the device".into())
     }
 
+    /// Overwrites the first `data.len()` elements of `dst` (`data.len() ≤ dst.len()`).
+    pub fn write_prefix<T: DeviceRepr>(&self, data: &[T], dst: &mut CudaSlice<T>) -> Result<(), GpuError> {
+        if data.len() > dst.len() {
+            return Err(GpuError::shape("write", format!("{} values into a buffer of {}", data.len(), dst.len())));
+        }
+        let mut view = dst.slice_mut(0..data.len());
+        self.stream.memcpy_htod(data, &mut view).while_(|| "copying to the device".into())
+    }
+
     /// Fills a buffer with a byte pattern (used to poison outputs in tests).
     pub fn fill_bytes<T>(&self, dst: &mut CudaSlice<T>, byte: u8) -> Result<(), GpuError> {
         use cudarc::driver::DevicePtrMut;
