@@ -2,7 +2,7 @@
 //! on a toy target with real KV / recurrent / conv state to roll back (tests/src/toy.rs), with a
 //! model-like draft and with an oracle draft whose corruption rate controls the acceptance length.
 
-use flashtree::spec::{generate, GenerateConfig, Mode, SpecError, Stats};
+use flashtree::spec::{generate, GenerateConfig, Mode, SpecError, Stats, VerifyBatch};
 use flashtree_tests::toy::{ar_reference, corrupted, Bug, Corruption, OracleDraft, ToyDraft, ToyModel, ToyTarget};
 
 const L: usize = 15;
@@ -202,14 +202,17 @@ fn a_budget_over_the_targets_node_limit_is_refused() {
         fn max_nodes(&self) -> usize {
             5
         }
+        fn committed(&self) -> usize {
+            self.0.committed()
+        }
         fn prefill(&mut self, p: &[u32]) -> Result<(u32, Self::Features), SpecError> {
             self.0.prefill(p)
         }
-        fn verify(&mut self, t: &flashtree::spec::Tree) -> Result<Vec<u32>, SpecError> {
-            self.0.verify(t)
+        fn verify(&mut self, b: &VerifyBatch) -> Result<Vec<u32>, SpecError> {
+            self.0.verify(b)
         }
-        fn commit(&mut self, t: &flashtree::spec::Tree, path: &[usize]) -> Result<Self::Features, SpecError> {
-            self.0.commit(t, path)
+        fn commit(&mut self, b: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError> {
+            self.0.commit(b, path)
         }
     }
     let m = ToyModel { seed: 3, vocab: 64 };

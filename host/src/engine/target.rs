@@ -13,7 +13,7 @@
 use super::batch::{chain_batch, node_batch};
 use super::forward::Engine;
 use crate::spec::cpu::FeatureRows;
-use crate::spec::{SpecError, Target, Tree};
+use crate::spec::{SpecError, Target, VerifyBatch};
 
 /// The GPU engine as a [`Target`].
 pub struct GpuTarget<'e> {
@@ -50,6 +50,10 @@ impl Target for GpuTarget<'_> {
         kernel_abi::MAX_NODES as usize
     }
 
+    fn committed(&self) -> usize {
+        self.engine.n_past()
+    }
+
     fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, FeatureRows), SpecError> {
         if prompt.is_empty() {
             return Err(SpecError::Config("empty prompt".into()));
@@ -74,21 +78,29 @@ impl Target for GpuTarget<'_> {
         Ok((t, features))
     }
 
-    fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError> {
-        let parents: Vec<Option<usize>> = tree.parents.iter().map(|p| p.map(|p| p as usize)).collect();
+    fn verify(&mut self, batch: &VerifyBatch) -> Result<Vec<u32>, SpecError> {
         let e = &mut *self.engine;
-        let b =
-            node_batch(e.n_past(), &tree.tokens, &parents, e.cfg.vocab_size, e.ctx()).map_err(SpecError::backend)?;
+        if batch.committed() != e.n_past() {
+            return Err(SpecError::Config(format!(
+                "verify batch on {} committed tokens, the engine holds {}",
+                batch.committed(),
+                e.n_past()
+            )));
+        }
+        // The engine's `NodeBatch` (≤ 32 nodes, 32-bit masks) recomputes depths and masks from
+        // the parents and checks them against its limits and the context.
+        let b = node_batch(e.n_past(), batch.tokens(), batch.parents(), e.cfg.vocab_size, e.ctx())
+            .map_err(SpecError::backend)?;
         e.forward(&b).map_err(SpecError::backend)?;
-        let out = e.argmax_tokens(tree.tokens.len()).map_err(SpecError::backend)?;
+        let out = e.argmax_tokens(batch.len()).map_err(SpecError::backend)?;
         if let Some(i) = out.iter().position(|&t| t == u32::MAX) {
             return Err(SpecError::Config(format!("node {i}: the target's logits are all NaN")));
         }
         Ok(out)
     }
 
-    fn commit(&mut self, tree: &Tree, path: &[usize]) -> Result<FeatureRows, SpecError> {
-        let rows = self.rows(tree.tokens.len(), path.iter().copied())?;
+    fn commit(&mut self, batch: &VerifyBatch, path: &[usize]) -> Result<FeatureRows, SpecError> {
+        let rows = self.rows(batch.len(), path.iter().copied())?;
         self.engine.commit(path).map_err(SpecError::backend)?;
         Ok(rows)
     }

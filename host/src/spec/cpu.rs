@@ -13,7 +13,8 @@ use flashtree_reference::model::dflash::DFlashWeights;
 use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights, TreeOutput};
 use flashtree_reference::sample::argmax;
 
-use super::ddtree::{topk_logprobs, DraftTopK, Tree};
+use super::batch::VerifyBatch;
+use super::ddtree::{topk_logprobs, DraftTopK};
 use super::traits::{Draft, Target};
 use super::SpecError;
 
@@ -54,11 +55,6 @@ impl<'w> CpuTarget<'w> {
         Self { w, state: Qwen35State::new(&w.hparams), capture, last: None }
     }
 
-    /// Committed tokens.
-    pub fn committed(&self) -> usize {
-        self.state.n_past
-    }
-
     fn rows(&self, captured: &[Vec<Vec<f32>>], nodes: impl Iterator<Item = usize>) -> FeatureRows {
         nodes.map(|i| captured.iter().flat_map(|c| c[i].iter().copied()).collect()).collect()
     }
@@ -74,6 +70,10 @@ fn greedy(logits: &[f32]) -> Result<u32, SpecError> {
 impl Target for CpuTarget<'_> {
     type Features = FeatureRows;
 
+    fn committed(&self) -> usize {
+        self.state.n_past
+    }
+
     fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, FeatureRows), SpecError> {
         self.state = Qwen35State::new(&self.w.hparams);
         let opts = ForwardOptions { capture_layers: self.capture.clone(), ..Default::default() };
@@ -82,16 +82,24 @@ impl Target for CpuTarget<'_> {
         Ok((greedy(last)?, self.rows(&out.captured, 0..prompt.len())))
     }
 
-    fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError> {
-        let parents: Vec<Option<usize>> = tree.parents.iter().map(|p| p.map(|p| p as usize)).collect();
-        let out =
-            self.w.forward_tree(&self.state, &tree.tokens, &parents, &self.capture).map_err(SpecError::backend)?;
+    fn verify(&mut self, batch: &VerifyBatch) -> Result<Vec<u32>, SpecError> {
+        if batch.committed() != self.state.n_past {
+            return Err(SpecError::Config(format!(
+                "verify batch on {} committed tokens, the target holds {}",
+                batch.committed(),
+                self.state.n_past
+            )));
+        }
+        let out = self
+            .w
+            .forward_tree(&self.state, batch.tokens(), batch.parents(), &self.capture)
+            .map_err(SpecError::backend)?;
         let posterior = out.logits.iter().map(|l| greedy(l)).collect();
         self.last = Some(out);
         posterior
     }
 
-    fn commit(&mut self, _tree: &Tree, path: &[usize]) -> Result<FeatureRows, SpecError> {
+    fn commit(&mut self, _batch: &VerifyBatch, path: &[usize]) -> Result<FeatureRows, SpecError> {
         let out = self.last.take().ok_or_else(|| SpecError::Config("commit without a verify".into()))?;
         self.state.commit_path(&out, path).map_err(SpecError::backend)?;
         Ok(self.rows(&out.captured, path.iter().copied()))

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::batch::VerifyBatch;
 use super::ddtree::{self, Tree, TreeOptions};
 use super::stats::Stats;
 use super::traits::{Draft, Target};
@@ -120,16 +121,17 @@ where
             }
             _ => Tree::root_only(bonus),
         };
-        if tree.tokens.len() > target.max_nodes() {
+        if tree.len() > target.max_nodes() {
             return Err(SpecError::Config(format!(
                 "a tree of {} nodes: the target verifies at most {} (lower --budget)",
-                tree.tokens.len(),
+                tree.len(),
                 target.max_nodes()
             )));
         }
-        let posterior = timed(&mut stats.time.verify, || target.verify(&tree))?;
+        let batch = VerifyBatch::from_tree(&tree, target.committed())?;
+        let posterior = timed(&mut stats.time.verify, || target.verify(&batch))?;
         let w = timed(&mut stats.time.walk, || walk(&tree, &posterior))?;
-        features = timed(&mut stats.time.commit, || target.commit(&tree, &w.path))?;
+        features = timed(&mut stats.time.commit, || target.commit(&batch, &w.path))?;
         let off_spine = w.path.iter().any(|&i| tree.ranks[i].iter().any(|&r| r > 0));
         stats.record_round(w.path.len(), off_spine);
         let first_new = out.len();

@@ -1,6 +1,7 @@
 //! Speculative decoding: the DDTree builder, the greedy walk, the `Target`/`Draft` traits and one
 //! generic loop that runs AR (budget 0), DFlash chain (K = 1) and DDTree (design.md §1).
 
+pub mod batch;
 pub mod cpu;
 pub mod ddtree;
 pub mod generate;
@@ -8,6 +9,7 @@ pub mod stats;
 pub mod traits;
 pub mod walk;
 
+pub use batch::VerifyBatch;
 pub use ddtree::{build, topk_logprobs, DraftTopK, Tree, TreeOptions, Visibility};
 pub use generate::{generate, GenerateConfig, Mode};
 pub use stats::{PhaseTimes, Stats};

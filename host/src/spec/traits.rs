@@ -3,12 +3,14 @@
 //!
 //! Cache protocol: at the start of a round the target holds exactly the committed tokens
 //! (`committed` of them, positions `0..committed`); the pending root `b` is not in its caches.
-//! `verify` processes the tree's `N+1` nodes at positions `committed + depth`; `commit` keeps the
+//! `verify` processes the flat [`VerifyBatch`] of the round's tree (`N+1` nodes at positions
+//! `committed + depth`, ancestor masks); `commit` keeps the
 //! rows/state of the accepted path only (KV rows compacted in path order to slots
 //! `committed..committed+|path|`, recurrent state of the last path node, conv window along the
 //! path), so afterwards the target holds `committed + |path|` tokens.
 
-use super::ddtree::{DraftTopK, Tree};
+use super::batch::VerifyBatch;
+use super::ddtree::DraftTopK;
 use super::SpecError;
 
 /// The model whose output is reproduced exactly.
@@ -22,17 +24,22 @@ pub trait Target {
         usize::MAX
     }
 
+    /// Tokens in the caches (the positions `0..committed`).
+    fn committed(&self) -> usize;
+
     /// Runs `prompt` (non-empty) into empty caches. Returns the first generated token (pending,
     /// not in the caches) and the features of the prompt rows.
     fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, Self::Features), SpecError>;
 
-    /// One forward over the flattened `tree` (root = the pending token) with the ancestor mask.
-    /// Returns the decoding-rule token after each node (`tree.len()` entries).
-    fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError>;
+    /// One forward over `batch` (node 0 = the pending token; `batch.committed()` equals
+    /// [`Target::committed`]). Returns the decoding-rule token after each node (`batch.len()`
+    /// entries). The committed caches are not modified.
+    fn verify(&mut self, batch: &VerifyBatch) -> Result<Vec<u32>, SpecError>;
 
-    /// Keeps the state of the nodes `path` (root first, as returned by the walk) and drops every
-    /// other node of the last verify. Returns the features of the path rows, in path order.
-    fn commit(&mut self, tree: &Tree, path: &[usize]) -> Result<Self::Features, SpecError>;
+    /// Keeps the state of the nodes `path` of the last verify's `batch` (root first, each the
+    /// parent of the next, as returned by the walk — or a prefix of that) and drops every other
+    /// node. Returns the features of the path rows, in path order.
+    fn commit(&mut self, batch: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError>;
 }
 
 /// The block drafter: one pass over `[b, MASK × (S−1)]` gives `L = S − 1` distributions.
