@@ -17,7 +17,7 @@
 //! (KV rows of the path compacted in order, state and window of the last path node).
 //! [`ar_reference`] is an independent sequential implementation used as the oracle.
 
-use flashtree::spec::{topk_logprobs, Draft, DraftTopK, SpecError, Target, VerifyBatch};
+use flashtree::spec::{topk_logprobs, DecodingRule, Draft, DraftTopK, SpecError, Target, VerifyBatch};
 
 const A: u64 = 0x9E37_79B9_7F4A_7C15;
 const P: u64 = 0xD1B5_4A32_D192_ED03;
@@ -150,7 +150,8 @@ impl Target for ToyTarget {
         self.committed
     }
 
-    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, Self::Features), SpecError> {
+    fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
+        greedy_only(rule)?;
         let mut feats = Vec::new();
         let mut next = 0;
         for (pos, &tok) in prompt.iter().enumerate() {
@@ -164,7 +165,8 @@ impl Target for ToyTarget {
         Ok((next, feats))
     }
 
-    fn verify(&mut self, batch: &VerifyBatch) -> Result<Vec<u32>, SpecError> {
+    fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
+        greedy_only(rule)?;
         self.verifies += 1;
         let start = self.committed;
         if batch.committed() != start {
@@ -210,6 +212,14 @@ impl Target for ToyTarget {
         (self.state, self.window) = (last.0, last.1);
         self.committed += path.len();
         Ok(path.iter().map(|&i| self.nodes[i].2).collect())
+    }
+}
+
+/// The toy's `next` is its greedy pick; any other rule is refused by name.
+fn greedy_only(rule: DecodingRule) -> Result<(), SpecError> {
+    match rule {
+        DecodingRule::Greedy => Ok(()),
+        other => Err(SpecError::unsupported(other, "the toy target")),
     }
 }
 

@@ -9,7 +9,7 @@
 use flashtree::convert::dflash::load_draft;
 use flashtree::convert::qwen35::load_hf;
 use flashtree::spec::cpu::{check_pair, CpuDraft, CpuTarget};
-use flashtree::spec::{generate, GenerateConfig, Mode, Stats};
+use flashtree::spec::{generate, DecodingRule, GenerateConfig, Mode, Stats};
 use flashtree_reference::model::dflash::DFlashWeights;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 use flashtree_reference::sample::argmax;
@@ -57,7 +57,7 @@ const PROMPT: [u32; 7] = [3, 141, 59, 26, 53, 58, 97];
 fn spec(w: &Qwen35Weights, d: &DFlashWeights, mode: Mode, budget: usize, n: usize) -> (Vec<u32>, Stats) {
     let mut target = CpuTarget::new(w, d.hparams.target_layer_ids.clone());
     let mut draft = CpuDraft::new(d, w);
-    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
+    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
     generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap()
 }
 
@@ -111,7 +111,7 @@ fn cpu_spec_with_oracle_draft_accepts_deep_branches_and_stays_lossless() {
     {
         let mut target = CpuTarget::new(&w, d.hparams.target_layer_ids.clone());
         let mut draft = OracleDraft::new(seq.clone(), vocab, l, rate, 77, how);
-        let cfg = GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![] };
+        let cfg = GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
         let (out, stats) = generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap();
         assert_eq!(out, want[..n], "{mode:?} rate {rate}");
         assert!(stats.acceptance_length() >= min_al, "{mode:?}: AL {}", stats.acceptance_length());

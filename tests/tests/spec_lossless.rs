@@ -2,7 +2,7 @@
 //! on a toy target with real KV / recurrent / conv state to roll back (tests/src/toy.rs), with a
 //! model-like draft and with an oracle draft whose corruption rate controls the acceptance length.
 
-use flashtree::spec::{generate, GenerateConfig, Mode, SpecError, Stats, VerifyBatch};
+use flashtree::spec::{generate, DecodingRule, GenerateConfig, Mode, SpecError, Stats, VerifyBatch};
 use flashtree_tests::toy::{ar_reference, corrupted, Bug, Corruption, OracleDraft, ToyDraft, ToyModel, ToyTarget};
 
 const L: usize = 15;
@@ -15,7 +15,7 @@ fn run(m: ToyModel, mode: Mode, budget: usize, max: usize, bug: Option<Bug>) -> 
     let mut target = ToyTarget::new(m);
     target.bug = bug;
     let mut draft = ToyDraft::new(m, L);
-    let cfg = GenerateConfig { mode, budget, max_tokens: max, eos: vec![] };
+    let cfg = GenerateConfig { mode, budget, max_tokens: max, eos: vec![], rule: DecodingRule::Greedy };
     let mut streamed = Vec::new();
     let (out, stats) =
         generate(&mut target, Some(&mut draft), &prompt(m.seed, m.vocab), &cfg, |t| streamed.extend_from_slice(t))
@@ -73,11 +73,11 @@ fn eos_and_max_tokens_stop_every_mode_at_the_same_token() {
     for mode in [Mode::Ar, Mode::Chain, Mode::Tree] {
         let mut target = ToyTarget::new(m);
         let mut draft = ToyDraft::new(m, L);
-        let cfg = GenerateConfig { mode, budget: 22, max_tokens: 300, eos: vec![eos] };
+        let cfg = GenerateConfig { mode, budget: 22, max_tokens: 300, eos: vec![eos], rule: DecodingRule::Greedy };
         let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
         assert_eq!(out, ar[..=first], "{mode:?}");
         for max in [1, 2, 3, 17] {
-            let cfg = GenerateConfig { mode, budget: 22, max_tokens: max, eos: vec![] };
+            let cfg = GenerateConfig { mode, budget: 22, max_tokens: max, eos: vec![], rule: DecodingRule::Greedy };
             let mut target = ToyTarget::new(m);
             let mut draft = ToyDraft::new(m, L);
             let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
@@ -90,7 +90,7 @@ fn eos_and_max_tokens_stop_every_mode_at_the_same_token() {
 #[test]
 fn modes_that_draft_require_a_draft_model() {
     let m = ToyModel { seed: 1, vocab: 64 };
-    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 5, eos: vec![] };
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 5, eos: vec![], rule: DecodingRule::Greedy };
     let r = generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| {});
     assert!(matches!(r, Err(SpecError::MissingDraft { .. })));
     let cfg = GenerateConfig { mode: Mode::Ar, ..cfg };
@@ -112,7 +112,7 @@ fn oracle_run(seed: u64, vocab: u32, mode: Mode, budget: usize, rate: f64, how: 
     seq.extend(ar_reference(&m, &p, n + L + 2));
     let mut draft = OracleDraft::new(seq, vocab, L, rate, seed ^ 0xABCD, how);
     let mut target = ToyTarget::new(m);
-    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
+    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
     let (out, stats) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
     OracleRun { out, stats, want }
 }
@@ -205,11 +205,11 @@ fn a_budget_over_the_targets_node_limit_is_refused() {
         fn committed(&self) -> usize {
             self.0.committed()
         }
-        fn prefill(&mut self, p: &[u32]) -> Result<(u32, Self::Features), SpecError> {
-            self.0.prefill(p)
+        fn prefill(&mut self, p: &[u32], r: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
+            self.0.prefill(p, r)
         }
-        fn verify(&mut self, b: &VerifyBatch) -> Result<Vec<u32>, SpecError> {
-            self.0.verify(b)
+        fn verify(&mut self, b: &VerifyBatch, r: DecodingRule) -> Result<Vec<u32>, SpecError> {
+            self.0.verify(b, r)
         }
         fn commit(&mut self, b: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError> {
             self.0.commit(b, path)
@@ -219,10 +219,10 @@ fn a_budget_over_the_targets_node_limit_is_refused() {
     let p = prompt(3, 64);
     let mut draft = ToyDraft::new(m, L);
     let mut target = Limited(ToyTarget::new(m));
-    let cfg = GenerateConfig { mode: Mode::Tree, budget: 5, max_tokens: 20, eos: vec![] };
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 5, max_tokens: 20, eos: vec![], rule: DecodingRule::Greedy };
     let err = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap_err().to_string();
     assert!(err.contains("budget 5") && err.contains("at most 5"), "{err}");
-    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 40, eos: vec![] };
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 40, eos: vec![], rule: DecodingRule::Greedy };
     let (out, _) = generate(&mut Limited(ToyTarget::new(m)), Some(&mut draft), &p, &cfg, |_| {}).unwrap();
     assert_eq!(out, ar_reference(&m, &p, 40));
 }

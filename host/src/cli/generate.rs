@@ -16,7 +16,7 @@ use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
-use crate::spec::{generate, GenerateConfig, Mode, SpecError};
+use crate::spec::{generate, DecodingRule, GenerateConfig, Mode, SpecError};
 use crate::tokenizer::gguf::from_gguf;
 use crate::tokenizer::StreamDecoder;
 
@@ -220,7 +220,13 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.hparams.target_layer_ids.clone());
     let mut tgt = CpuTarget::new(&target, capture);
     let mut dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
-    let cfg = GenerateConfig { mode, budget: args.budget, max_tokens: args.max_tokens, eos: tk.stop_ids.clone() };
+    let cfg = GenerateConfig {
+        mode,
+        budget: args.budget,
+        max_tokens: args.max_tokens,
+        eos: tk.stop_ids.clone(),
+        rule: DecodingRule::Greedy,
+    };
     let mut dec = StreamDecoder::new();
     let mut io_err = None;
     let mut progress = Some(progress);
@@ -270,7 +276,13 @@ fn run_gpu(
     let ctx = prompt.len() + args.max_tokens + 1;
     let (mut engine, _) = super::backend::open_engine(gpu, &args.model, Some(ctx), !args.verbose)?;
     let mut tgt = crate::engine::GpuTarget::new(&mut engine);
-    let cfg = GenerateConfig { mode, budget: 0, max_tokens: args.max_tokens, eos: tk.stop_ids.clone() };
+    let cfg = GenerateConfig {
+        mode,
+        budget: 0,
+        max_tokens: args.max_tokens,
+        eos: tk.stop_ids.clone(),
+        rule: DecodingRule::Greedy,
+    };
     let mut dec = StreamDecoder::new();
     let mut io_err = None;
     let (_, stats) = generate(&mut tgt, None::<&mut CpuDraft>, prompt, &cfg, |ids| {

@@ -13,7 +13,7 @@
 use super::batch::{chain_batch, node_batch};
 use super::forward::Engine;
 use crate::spec::cpu::FeatureRows;
-use crate::spec::{SpecError, Target, VerifyBatch};
+use crate::spec::{DecodingRule, SpecError, Target, VerifyBatch};
 
 /// The GPU engine as a [`Target`].
 pub struct GpuTarget<'e> {
@@ -54,7 +54,9 @@ impl Target for GpuTarget<'_> {
         self.engine.n_past()
     }
 
-    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, FeatureRows), SpecError> {
+    fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
+        // The engine's only rule is the device argmax.
+        let DecodingRule::Greedy = rule;
         if prompt.is_empty() {
             return Err(SpecError::Config("empty prompt".into()));
         }
@@ -78,7 +80,8 @@ impl Target for GpuTarget<'_> {
         Ok((t, features))
     }
 
-    fn verify(&mut self, batch: &VerifyBatch) -> Result<Vec<u32>, SpecError> {
+    fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
+        let DecodingRule::Greedy = rule;
         let e = &mut *self.engine;
         if batch.committed() != e.n_past() {
             return Err(SpecError::Config(format!(

@@ -15,6 +15,7 @@ use flashtree_reference::sample::argmax;
 
 use super::batch::VerifyBatch;
 use super::ddtree::{topk_logprobs, DraftTopK};
+use super::rule::DecodingRule;
 use super::traits::{Draft, Target};
 use super::SpecError;
 
@@ -60,10 +61,13 @@ impl<'w> CpuTarget<'w> {
     }
 }
 
-fn greedy(logits: &[f32]) -> Result<u32, SpecError> {
-    match argmax(logits).0 {
-        u32::MAX => Err(SpecError::Config("target logits are all NaN".into())),
-        t => Ok(t),
+/// The token `rule` picks from `logits`.
+fn pick(rule: DecodingRule, logits: &[f32]) -> Result<u32, SpecError> {
+    match rule {
+        DecodingRule::Greedy => match argmax(logits).0 {
+            u32::MAX => Err(SpecError::Config("target logits are all NaN".into())),
+            t => Ok(t),
+        },
     }
 }
 
@@ -74,15 +78,15 @@ impl Target for CpuTarget<'_> {
         self.state.n_past
     }
 
-    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, FeatureRows), SpecError> {
+    fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
         self.state = Qwen35State::new(&self.w.hparams);
         let opts = ForwardOptions { capture_layers: self.capture.clone(), ..Default::default() };
         let out = self.w.forward(&mut self.state, prompt, &opts).map_err(SpecError::backend)?;
         let last = out.logits.last().ok_or_else(|| SpecError::Config("empty prompt".into()))?;
-        Ok((greedy(last)?, self.rows(&out.captured, 0..prompt.len())))
+        Ok((pick(rule, last)?, self.rows(&out.captured, 0..prompt.len())))
     }
 
-    fn verify(&mut self, batch: &VerifyBatch) -> Result<Vec<u32>, SpecError> {
+    fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
         if batch.committed() != self.state.n_past {
             return Err(SpecError::Config(format!(
                 "verify batch on {} committed tokens, the target holds {}",
@@ -94,7 +98,7 @@ impl Target for CpuTarget<'_> {
             .w
             .forward_tree(&self.state, batch.tokens(), batch.parents(), &self.capture)
             .map_err(SpecError::backend)?;
-        let posterior = out.logits.iter().map(|l| greedy(l)).collect();
+        let posterior = out.logits.iter().map(|l| pick(rule, l)).collect();
         self.last = Some(out);
         posterior
     }

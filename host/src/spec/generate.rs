@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::batch::VerifyBatch;
 use super::ddtree::{self, Tree, TreeOptions};
+use super::rule::DecodingRule;
 use super::stats::Stats;
 use super::traits::{Draft, Target};
 use super::walk::walk;
@@ -47,6 +48,8 @@ pub struct GenerateConfig {
     pub max_tokens: usize,
     /// Generation stops after emitting any of these.
     pub eos: Vec<u32>,
+    /// How the target picks each token (the walk follows its picks).
+    pub rule: DecodingRule,
 }
 
 impl GenerateConfig {
@@ -104,7 +107,7 @@ where
     if cfg.max_tokens == 0 {
         return Ok((out, stats));
     }
-    let (mut bonus, mut features) = timed(&mut stats.time.prefill, || target.prefill(prompt))?;
+    let (mut bonus, mut features) = timed(&mut stats.time.prefill, || target.prefill(prompt, cfg.rule))?;
     // `emit` pushes one token and says whether generation is over.
     let emit = |out: &mut Vec<u32>, t: u32| {
         out.push(t);
@@ -129,7 +132,7 @@ where
             )));
         }
         let batch = VerifyBatch::from_tree(&tree, target.committed())?;
-        let posterior = timed(&mut stats.time.verify, || target.verify(&batch))?;
+        let posterior = timed(&mut stats.time.verify, || target.verify(&batch, cfg.rule))?;
         let w = timed(&mut stats.time.walk, || walk(&tree, &posterior))?;
         features = timed(&mut stats.time.commit, || target.commit(&batch, &w.path))?;
         let off_spine = w.path.iter().any(|&i| tree.ranks[i].iter().any(|&r| r > 0));

@@ -11,6 +11,7 @@
 
 use super::batch::VerifyBatch;
 use super::ddtree::DraftTopK;
+use super::rule::DecodingRule;
 use super::SpecError;
 
 /// The model whose output is reproduced exactly.
@@ -27,14 +28,15 @@ pub trait Target {
     /// Tokens in the caches (the positions `0..committed`).
     fn committed(&self) -> usize;
 
-    /// Runs `prompt` (non-empty) into empty caches. Returns the first generated token (pending,
-    /// not in the caches) and the features of the prompt rows.
-    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, Self::Features), SpecError>;
+    /// Runs `prompt` (non-empty) into empty caches. Returns the first generated token (picked by
+    /// `rule`; pending, not in the caches) and the features of the prompt rows.
+    fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError>;
 
     /// One forward over `batch` (node 0 = the pending token; `batch.committed()` equals
     /// [`Target::committed`]). Returns the decoding-rule token after each node (`batch.len()`
-    /// entries). The committed caches are not modified.
-    fn verify(&mut self, batch: &VerifyBatch) -> Result<Vec<u32>, SpecError>;
+    /// entries), picked by `rule` ([`SpecError::Unsupported`] for a rule the backend lacks).
+    /// The committed caches are not modified.
+    fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError>;
 
     /// Keeps the state of the nodes `path` of the last verify's `batch` (root first, each the
     /// parent of the next, as returned by the walk — or a prefix of that) and drops every other

@@ -14,6 +14,7 @@
 use flashtree::engine::{chain_batch, node_batch, Engine};
 use flashtree::gguf::Gguf;
 use flashtree::model::Qwen35Config;
+use flashtree::spec::DecodingRule;
 use flashtree_reference::model::tensor::with_device_rounding;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 
@@ -340,8 +341,13 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
         want.push(tok);
     }
     // The generic loop.
-    let cfg =
-        flashtree::spec::GenerateConfig { mode: flashtree::spec::Mode::Ar, budget: 0, max_tokens: n, eos: vec![] };
+    let cfg = flashtree::spec::GenerateConfig {
+        mode: flashtree::spec::Mode::Ar,
+        budget: 0,
+        max_tokens: n,
+        eos: vec![],
+        rule: DecodingRule::Greedy,
+    };
     let mut target = flashtree::engine::GpuTarget::new(&mut e);
     let (got, stats) =
         flashtree::spec::generate(&mut target, None::<&mut flashtree::spec::cpu::CpuDraft>, &prompt, &cfg, |_| {})
@@ -417,7 +423,7 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
     let layers = dw.hparams.target_layer_ids.clone();
     let prompt = tokens(41, 11, e.cfg.vocab_size);
     let n = 210;
-    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
+    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
     let (ar, _) = generate(
         &mut flashtree::engine::GpuTarget::new(&mut e),
         None::<&mut flashtree::spec::cpu::CpuDraft>,
