@@ -150,18 +150,28 @@ impl Target for ToyTarget {
         self.committed
     }
 
-    fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
+    fn reset(&mut self) -> Result<(), SpecError> {
+        *self = Self { verifies: self.verifies, bug: self.bug, ..Self::new(self.m) };
+        Ok(())
+    }
+
+    fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
         greedy_only(rule)?;
+        if tokens.is_empty() {
+            return Err(SpecError::Config("extend: no tokens".into()));
+        }
+        self.kv.truncate(self.committed);
         let mut feats = Vec::new();
         let mut next = 0;
-        for (pos, &tok) in prompt.iter().enumerate() {
+        for (i, &tok) in tokens.iter().enumerate() {
+            let pos = self.committed + i;
             let (s, w, key) = self.m.step(tok, pos, self.state, self.window);
             (self.state, self.window) = (s, w);
             self.kv.push(key);
             next = self.m.next(tok, s, self.kv.iter().copied());
             feats.push(ToyFeature { pos, token: tok, state: s });
         }
-        self.committed = prompt.len();
+        self.committed += tokens.len();
         Ok((next, feats))
     }
 
@@ -259,6 +269,10 @@ impl Draft for ToyDraft {
     fn depths(&self) -> usize {
         self.depths
     }
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.ctx.clear();
+        Ok(())
+    }
     fn propose(&mut self, new: &Vec<ToyFeature>, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         append_context(&mut self.ctx, new)?;
         let v = self.m.vocab as usize;
@@ -318,6 +332,10 @@ impl<T> Draft for OracleDraft<T> {
     type Features = Vec<T>;
     fn depths(&self) -> usize {
         self.depths
+    }
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.ctx_len = 0;
+        Ok(())
     }
     fn propose(&mut self, new: &Vec<T>, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         self.ctx_len += new.len();

@@ -9,7 +9,7 @@
 use flashtree::convert::dflash::load_draft;
 use flashtree::convert::qwen35::load_hf;
 use flashtree::spec::cpu::{check_pair, CpuDraft, CpuTarget};
-use flashtree::spec::{generate, DecodingRule, GenerateConfig, Mode, Stats};
+use flashtree::spec::{generate, DecodingRule, GenerateConfig, Mode, Session, Stats};
 use flashtree_reference::model::dflash::DFlashWeights;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 use flashtree_reference::sample::argmax;
@@ -135,4 +135,26 @@ fn mismatched_model_and_draft_are_rejected() {
     let mut bad = d;
     bad.hparams.n_embd = 32;
     assert!(check_pair(&w, &bad).unwrap_err().to_string().contains("hidden size"));
+}
+
+/// A second turn through `Session` (the caches extended by the new tokens only) generates
+/// bitwise the tokens of one fresh prefill of the whole conversation, in AR and tree modes, for
+/// a first turn that ends at a bonus token and one that ends inside an accepted path.
+#[test]
+fn cpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
+    let (w, d) = models(1);
+    let more = [17u32, 230, 4, 99, 61];
+    let cfg = |mode, n| GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    let session = || Session::new(CpuTarget::new(&w, d.hparams.target_layer_ids.clone()), Some(CpuDraft::new(&d, &w)));
+    for mode in [Mode::Ar, Mode::Tree] {
+        for n1 in [12, 31] {
+            let mut s = session();
+            let (g1, _) = s.generate(&PROMPT, &cfg(mode, n1), |_| {}).unwrap();
+            let conv: Vec<u32> = PROMPT.iter().chain(&g1).chain(&more).copied().collect();
+            let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+            assert!(st2.reused_tokens + 1 >= PROMPT.len() + g1.len(), "{mode:?} n1 {n1}: not reused");
+            let (fresh, _) = session().generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+            assert_eq!(g2, fresh, "{mode:?} n1 {n1}: the continued turn differs from a fresh prefill");
+        }
+    }
 }

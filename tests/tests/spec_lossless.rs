@@ -205,8 +205,11 @@ fn a_budget_over_the_targets_node_limit_is_refused() {
         fn committed(&self) -> usize {
             self.0.committed()
         }
-        fn prefill(&mut self, p: &[u32], r: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
-            self.0.prefill(p, r)
+        fn reset(&mut self) -> Result<(), SpecError> {
+            self.0.reset()
+        }
+        fn extend(&mut self, t: &[u32], r: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
+            self.0.extend(t, r)
         }
         fn verify(&mut self, b: &VerifyBatch, r: DecodingRule) -> Result<Vec<u32>, SpecError> {
             self.0.verify(b, r)

@@ -54,18 +54,22 @@ impl Target for GpuTarget<'_> {
         self.engine.n_past()
     }
 
-    fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.engine.reset().map_err(SpecError::backend)
+    }
+
+    /// Chains of at most 32 tokens through the one forward, each committed whole.
+    fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
         // The engine's only rule is the device argmax.
         let DecodingRule::Greedy = rule;
-        if prompt.is_empty() {
-            return Err(SpecError::Config("empty prompt".into()));
+        if tokens.is_empty() {
+            return Err(SpecError::Config("extend: no tokens".into()));
         }
-        self.engine.reset().map_err(SpecError::backend)?;
-        // The engine's chunked prefill, keeping each chunk's feature rows before its commit.
-        let mut features = Vec::with_capacity(prompt.len());
+        // Keeping each chunk's feature rows before its commit.
+        let mut features = Vec::with_capacity(tokens.len());
         let mut first = None;
-        let chunks = prompt.len().div_ceil(32);
-        for (c, chunk) in prompt.chunks(32).enumerate() {
+        let chunks = tokens.len().div_ceil(32);
+        for (c, chunk) in tokens.chunks(32).enumerate() {
             let e = &mut *self.engine;
             let b = chain_batch(e.n_past(), chunk, e.cfg.vocab_size, e.ctx()).map_err(SpecError::backend)?;
             e.forward(&b).map_err(SpecError::backend)?;
@@ -76,7 +80,7 @@ impl Target for GpuTarget<'_> {
             let path: Vec<usize> = (0..chunk.len()).collect();
             self.engine.commit(&path).map_err(SpecError::backend)?;
         }
-        let t = first.ok_or_else(|| SpecError::Config("empty prompt".into()))?;
+        let t = first.ok_or_else(|| SpecError::Config("extend: no tokens".into()))?;
         Ok((t, features))
     }
 

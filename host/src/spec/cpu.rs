@@ -78,12 +78,20 @@ impl Target for CpuTarget<'_> {
         self.state.n_past
     }
 
-    fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
+    fn reset(&mut self) -> Result<(), SpecError> {
         self.state = Qwen35State::new(&self.w.hparams);
+        self.last = None;
+        Ok(())
+    }
+
+    /// One chain forward over `tokens` (the reference's default, chunked DeltaNet form, as a
+    /// prompt has always run), appended to the committed state.
+    fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
+        self.last = None;
         let opts = ForwardOptions { capture_layers: self.capture.clone(), ..Default::default() };
-        let out = self.w.forward(&mut self.state, prompt, &opts).map_err(SpecError::backend)?;
-        let last = out.logits.last().ok_or_else(|| SpecError::Config("empty prompt".into()))?;
-        Ok((pick(rule, last)?, self.rows(&out.captured, 0..prompt.len())))
+        let out = self.w.forward(&mut self.state, tokens, &opts).map_err(SpecError::backend)?;
+        let last = out.logits.last().ok_or_else(|| SpecError::Config("extend: no tokens".into()))?;
+        Ok((pick(rule, last)?, self.rows(&out.captured, 0..tokens.len())))
     }
 
     fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
@@ -131,6 +139,11 @@ impl Draft for CpuDraft<'_> {
 
     fn depths(&self) -> usize {
         self.d.hparams.block_size - 1
+    }
+
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.ctx.clear();
+        Ok(())
     }
 
     fn propose(&mut self, new: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {

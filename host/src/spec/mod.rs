@@ -12,10 +12,10 @@ pub mod walk;
 
 pub use batch::VerifyBatch;
 pub use ddtree::{build, topk_logprobs, DraftTopK, Tree, TreeOptions, Visibility};
-pub use generate::{generate, GenerateConfig, Mode};
+pub use generate::{generate, GenerateConfig, Mode, Session};
 pub use rule::DecodingRule;
 pub use stats::{PhaseTimes, Stats};
-pub use traits::{Draft, Target};
+pub use traits::{Draft, FeatureSpan, Target};
 pub use walk::{walk, Walk};
 
 /// Errors of the speculative loop and its pieces.

@@ -31,6 +31,8 @@ impl PhaseTimes {
 pub struct Stats {
     /// Prompt length.
     pub prompt_tokens: usize,
+    /// Prompt tokens already in the target's caches from the previous turn (not run again).
+    pub reused_tokens: usize,
     /// Generated tokens (including a final EOS).
     pub generated: usize,
     /// Verify rounds.
@@ -77,11 +79,12 @@ impl Stats {
     /// A multi-line human summary: tokens, tok/s, AL, histogram, phase times.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "tokens: {} generated ({} prompt), {} rounds\n\
+            "tokens: {} generated ({} prompt, {} reused), {} rounds\n\
              decode: {:.2} tok/s; acceptance length {:.3}\n\
              accepted depth histogram:",
             self.generated,
             self.prompt_tokens,
+            self.reused_tokens,
             self.steps,
             self.decode_tokens_per_second(),
             self.acceptance_length()

@@ -451,3 +451,40 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
         );
     }
 }
+
+/// A second turn through `Session` on the GPU target (the engine's caches extended by the new
+/// tokens only, in chunks of ≤ 32) generates bitwise the tokens of one fresh prefill of the whole
+/// conversation, in AR and tree modes, for first turns that end at a bonus token and inside an
+/// accepted path; a 70-token continuation crosses chunk boundaries.
+#[test]
+fn gpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
+    let Some(mut e) = engine("gpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation", 512) else {
+        return;
+    };
+    use flashtree::spec::{GenerateConfig, Mode, Session};
+    let t = tiny();
+    let (_, dw) = flashtree::convert::dflash::load_draft(&t.draft).expect("draft loads");
+    let layers = dw.hparams.target_layer_ids.clone();
+    let v = e.cfg.vocab_size;
+    let prompt = tokens(51, 13, v);
+    let cfg = |mode, n| GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    for mode in [Mode::Ar, Mode::Tree] {
+        for (n1, more) in [(12, 5), (31, 70)] {
+            let user = tokens(61 + n1 as u64, more, v);
+            let (g2, reused, conv) = {
+                let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
+                let mut s = Session::new(target, Some(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu)));
+                let (g1, _) = s.generate(&prompt, &cfg(mode, n1), |_| {}).unwrap();
+                let conv: Vec<u32> = prompt.iter().chain(&g1).chain(&user).copied().collect();
+                let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+                (g2, st2.reused_tokens, conv)
+            };
+            assert!(reused >= conv.len() - more - 1, "{mode:?} n1 {n1}: caches not reused ({reused})");
+            let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
+            let mut s = Session::new(target, Some(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu)));
+            let (fresh, st) = s.generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+            assert_eq!(st.reused_tokens, 0);
+            assert_eq!(g2, fresh, "{mode:?} n1 {n1}: the continued turn differs from a fresh prefill");
+        }
+    }
+}

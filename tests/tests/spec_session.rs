@@ -1,0 +1,90 @@
+//! Multi-turn sessions on the toy target: a turn whose prompt continues the conversation runs
+//! only the new tokens (`Target::extend`) and then generates exactly what one fresh prefill of the
+//! whole conversation generates; the draft's context stays aligned across turns (the oracle draft
+//! refuses a bonus that is not the AR token at its context length); any other prompt resets.
+
+use flashtree::spec::{DecodingRule, GenerateConfig, Mode, Session};
+use flashtree_tests::toy::{ar_reference, Corruption, OracleDraft, ToyDraft, ToyModel, ToyTarget};
+
+const L: usize = 15;
+
+fn cfg(mode: Mode, max_tokens: usize) -> GenerateConfig {
+    GenerateConfig { mode, budget: 22, max_tokens, eos: vec![], rule: DecodingRule::Greedy }
+}
+
+/// Turn 1, then turn 2 on `prompt + output + more`, for turn lengths that stop at the bonus and
+/// inside an accepted path: the second turn reuses the caches and equals the AR continuation of
+/// the whole conversation.
+#[test]
+fn a_continued_conversation_extends_the_caches_and_equals_a_fresh_prefill() {
+    let m = ToyModel { seed: 9, vocab: 64 };
+    let p1: Vec<u32> = vec![3, 14, 15, 9, 26];
+    let more: Vec<u32> = vec![5, 35, 8, 9];
+    for mode in [Mode::Ar, Mode::Chain, Mode::Tree] {
+        for n1 in [1, 2, 7, 23, 40] {
+            let mut s = Session::new(ToyTarget::new(m), Some(ToyDraft::new(m, L)));
+            let (g1, st1) = s.generate(&p1, &cfg(mode, n1), |_| {}).unwrap();
+            assert_eq!(g1, ar_reference(&m, &p1, n1), "{mode:?} turn 1");
+            assert_eq!(st1.reused_tokens, 0);
+            // The caches hold the prompt and the output, minus at most a final pending token.
+            let held = s.committed_tokens().to_vec();
+            let conv: Vec<u32> = p1.iter().chain(&g1).copied().collect();
+            assert!(conv.starts_with(&held) && held.len() + 1 >= conv.len(), "{mode:?} n1 {n1}: {held:?}");
+            let turn2: Vec<u32> = conv.iter().chain(&more).copied().collect();
+            let (g2, st2) = s.generate(&turn2, &cfg(mode, 30), |_| {}).unwrap();
+            assert_eq!(st2.reused_tokens, held.len(), "{mode:?} n1 {n1}: caches not reused");
+            assert_eq!(g2, ar_reference(&m, &turn2, 30), "{mode:?} n1 {n1}: turn 2 differs from a fresh prefill");
+        }
+    }
+}
+
+/// The oracle draft counts its context rows and refuses a bonus that is not the AR token at that
+/// position: over three turns (the last after an AR turn whose rows the draft never read) it
+/// keeps accepting deep, so the features the session hands it are exactly the committed rows.
+#[test]
+fn the_drafts_context_follows_the_committed_rows_across_turns() {
+    let m = ToyModel { seed: 4, vocab: 128 };
+    let p1: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7];
+    // The conversation: turn 1's output, a user turn, turn 2's output, another user turn, turn 3.
+    let user = [vec![11u32, 12, 13], vec![21u32, 22]];
+    let lens = [37, 29, 41];
+    let modes = [Mode::Tree, Mode::Ar, Mode::Chain];
+    let mut conv = p1.clone();
+    let mut prompts = Vec::new();
+    for t in 0..3 {
+        prompts.push(conv.clone());
+        conv.extend(ar_reference(&m, &conv, lens[t]));
+        if t < 2 {
+            conv.extend(&user[t]);
+        }
+    }
+    let draft = OracleDraft::new(conv.clone(), m.vocab, L, 0.0, 5, Corruption::Absent);
+    let mut s = Session::new(ToyTarget::new(m), Some(draft));
+    for t in 0..3 {
+        let (out, st) = s.generate(&prompts[t], &cfg(modes[t], lens[t]), |_| {}).unwrap();
+        assert_eq!(out, ar_reference(&m, &prompts[t], lens[t]), "turn {t}");
+        if t > 0 {
+            assert!(st.reused_tokens > 0, "turn {t} did not reuse the caches");
+        }
+        if modes[t] != Mode::Ar {
+            assert!(st.acceptance_length() > 5.0, "turn {t}: AL {}", st.acceptance_length());
+        }
+    }
+}
+
+/// A prompt that does not continue the cached tokens (an edited conversation, a shorter one, the
+/// same one again) resets target and draft and still equals AR.
+#[test]
+fn a_prompt_that_does_not_continue_the_caches_resets_them() {
+    let m = ToyModel { seed: 2, vocab: 64 };
+    let p1: Vec<u32> = vec![9, 8, 7, 6];
+    let mut s = Session::new(ToyTarget::new(m), Some(ToyDraft::new(m, L)));
+    let (g1, _) = s.generate(&p1, &cfg(Mode::Tree, 20), |_| {}).unwrap();
+    let mut edited: Vec<u32> = p1.iter().chain(&g1).copied().collect();
+    edited[2] ^= 1;
+    for prompt in [edited, p1[..2].to_vec(), p1.clone(), s.committed_tokens().to_vec()] {
+        let (out, st) = s.generate(&prompt, &cfg(Mode::Tree, 20), |_| {}).unwrap();
+        assert_eq!(st.reused_tokens, 0, "{prompt:?}");
+        assert_eq!(out, ar_reference(&m, &prompt, 20), "{prompt:?}");
+    }
+}
