@@ -14,6 +14,7 @@ use flashtree_reference::model::dflash::DFlashWeights;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 use flashtree_reference::sample::argmax;
 use flashtree_tests::toy::{mix, Corruption, OracleDraft};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -58,7 +59,7 @@ fn spec(w: &Qwen35Weights, d: &DFlashWeights, mode: Mode, budget: usize, n: usiz
     let mut target = CpuTarget::new(w, d.hparams.target_layer_ids.clone());
     let mut draft = CpuDraft::new(d, w);
     let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
-    generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap()
+    generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| ControlFlow::Continue(())).unwrap()
 }
 
 fn lossless_for_seed(seed: u64) {
@@ -112,7 +113,8 @@ fn cpu_spec_with_oracle_draft_accepts_deep_branches_and_stays_lossless() {
         let mut target = CpuTarget::new(&w, d.hparams.target_layer_ids.clone());
         let mut draft = OracleDraft::new(seq.clone(), vocab, l, rate, 77, how);
         let cfg = GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
-        let (out, stats) = generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap();
+        let (out, stats) =
+            generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(out, want[..n], "{mode:?} rate {rate}");
         assert!(stats.acceptance_length() >= min_al, "{mode:?}: AL {}", stats.acceptance_length());
         if mode == Mode::Tree {
@@ -149,11 +151,11 @@ fn cpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
     for mode in [Mode::Ar, Mode::Tree] {
         for n1 in [12, 31] {
             let mut s = session();
-            let (g1, _) = s.generate(&PROMPT, &cfg(mode, n1), |_| {}).unwrap();
+            let (g1, _) = s.generate(&PROMPT, &cfg(mode, n1), |_| ControlFlow::Continue(())).unwrap();
             let conv: Vec<u32> = PROMPT.iter().chain(&g1).chain(&more).copied().collect();
-            let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+            let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
             assert!(st2.reused_tokens + 1 >= PROMPT.len() + g1.len(), "{mode:?} n1 {n1}: not reused");
-            let (fresh, _) = session().generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+            let (fresh, _) = session().generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
             assert_eq!(g2, fresh, "{mode:?} n1 {n1}: the continued turn differs from a fresh prefill");
         }
     }

@@ -4,6 +4,7 @@
 
 use flashtree::spec::{generate, DecodingRule, GenerateConfig, Mode, SpecError, Stats, VerifyBatch};
 use flashtree_tests::toy::{ar_reference, corrupted, Bug, Corruption, OracleDraft, ToyDraft, ToyModel, ToyTarget};
+use std::ops::ControlFlow;
 
 const L: usize = 15;
 
@@ -17,9 +18,11 @@ fn run(m: ToyModel, mode: Mode, budget: usize, max: usize, bug: Option<Bug>) -> 
     let mut draft = ToyDraft::new(m, L);
     let cfg = GenerateConfig { mode, budget, max_tokens: max, eos: vec![], rule: DecodingRule::Greedy };
     let mut streamed = Vec::new();
-    let (out, stats) =
-        generate(&mut target, Some(&mut draft), &prompt(m.seed, m.vocab), &cfg, |t| streamed.extend_from_slice(t))
-            .unwrap();
+    let (out, stats) = generate(&mut target, Some(&mut draft), &prompt(m.seed, m.vocab), &cfg, |t| {
+        streamed.extend_from_slice(t);
+        ControlFlow::Continue(())
+    })
+    .unwrap();
     assert_eq!(streamed, out, "streamed tokens differ from the result");
     (out, stats)
 }
@@ -74,13 +77,13 @@ fn eos_and_max_tokens_stop_every_mode_at_the_same_token() {
         let mut target = ToyTarget::new(m);
         let mut draft = ToyDraft::new(m, L);
         let cfg = GenerateConfig { mode, budget: 22, max_tokens: 300, eos: vec![eos], rule: DecodingRule::Greedy };
-        let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+        let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(out, ar[..=first], "{mode:?}");
         for max in [1, 2, 3, 17] {
             let cfg = GenerateConfig { mode, budget: 22, max_tokens: max, eos: vec![], rule: DecodingRule::Greedy };
             let mut target = ToyTarget::new(m);
             let mut draft = ToyDraft::new(m, L);
-            let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+            let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
             assert_eq!(out, ar[..max], "{mode:?} max {max}");
         }
     }
@@ -91,10 +94,11 @@ fn eos_and_max_tokens_stop_every_mode_at_the_same_token() {
 fn modes_that_draft_require_a_draft_model() {
     let m = ToyModel { seed: 1, vocab: 64 };
     let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 5, eos: vec![], rule: DecodingRule::Greedy };
-    let r = generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| {});
+    let r = generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| ControlFlow::Continue(()));
     assert!(matches!(r, Err(SpecError::MissingDraft { .. })));
     let cfg = GenerateConfig { mode: Mode::Ar, ..cfg };
-    let (out, _) = generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| {}).unwrap();
+    let (out, _) =
+        generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(out, ar_reference(&m, &[1, 2], 5));
 }
 
@@ -113,7 +117,7 @@ fn oracle_run(seed: u64, vocab: u32, mode: Mode, budget: usize, rate: f64, how: 
     let mut draft = OracleDraft::new(seq, vocab, L, rate, seed ^ 0xABCD, how);
     let mut target = ToyTarget::new(m);
     let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
-    let (out, stats) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+    let (out, stats) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
     OracleRun { out, stats, want }
 }
 
@@ -223,9 +227,10 @@ fn a_budget_over_the_targets_node_limit_is_refused() {
     let mut draft = ToyDraft::new(m, L);
     let mut target = Limited(ToyTarget::new(m));
     let cfg = GenerateConfig { mode: Mode::Tree, budget: 5, max_tokens: 20, eos: vec![], rule: DecodingRule::Greedy };
-    let err = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap_err().to_string();
+    let err = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap_err().to_string();
     assert!(err.contains("budget 5") && err.contains("at most 5"), "{err}");
     let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 40, eos: vec![], rule: DecodingRule::Greedy };
-    let (out, _) = generate(&mut Limited(ToyTarget::new(m)), Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+    let (out, _) =
+        generate(&mut Limited(ToyTarget::new(m)), Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(out, ar_reference(&m, &p, 40));
 }

@@ -3,8 +3,9 @@
 //! whole conversation generates; the draft's context stays aligned across turns (the oracle draft
 //! refuses a bonus that is not the AR token at its context length); any other prompt resets.
 
-use flashtree::spec::{DecodingRule, GenerateConfig, Mode, Session};
+use flashtree::spec::{DecodingRule, GenerateConfig, Mode, Session, StopReason};
 use flashtree_tests::toy::{ar_reference, Corruption, OracleDraft, ToyDraft, ToyModel, ToyTarget};
+use std::ops::ControlFlow;
 
 const L: usize = 15;
 
@@ -23,7 +24,7 @@ fn a_continued_conversation_extends_the_caches_and_equals_a_fresh_prefill() {
     for mode in [Mode::Ar, Mode::Chain, Mode::Tree] {
         for n1 in [1, 2, 7, 23, 40] {
             let mut s = Session::new(ToyTarget::new(m), Some(ToyDraft::new(m, L)));
-            let (g1, st1) = s.generate(&p1, &cfg(mode, n1), |_| {}).unwrap();
+            let (g1, st1) = s.generate(&p1, &cfg(mode, n1), |_| ControlFlow::Continue(())).unwrap();
             assert_eq!(g1, ar_reference(&m, &p1, n1), "{mode:?} turn 1");
             assert_eq!(st1.reused_tokens, 0);
             // The caches hold the prompt and the output, minus at most a final pending token.
@@ -31,7 +32,7 @@ fn a_continued_conversation_extends_the_caches_and_equals_a_fresh_prefill() {
             let conv: Vec<u32> = p1.iter().chain(&g1).copied().collect();
             assert!(conv.starts_with(&held) && held.len() + 1 >= conv.len(), "{mode:?} n1 {n1}: {held:?}");
             let turn2: Vec<u32> = conv.iter().chain(&more).copied().collect();
-            let (g2, st2) = s.generate(&turn2, &cfg(mode, 30), |_| {}).unwrap();
+            let (g2, st2) = s.generate(&turn2, &cfg(mode, 30), |_| ControlFlow::Continue(())).unwrap();
             assert_eq!(st2.reused_tokens, held.len(), "{mode:?} n1 {n1}: caches not reused");
             assert_eq!(g2, ar_reference(&m, &turn2, 30), "{mode:?} n1 {n1}: turn 2 differs from a fresh prefill");
         }
@@ -61,7 +62,7 @@ fn the_drafts_context_follows_the_committed_rows_across_turns() {
     let draft = OracleDraft::new(conv.clone(), m.vocab, L, 0.0, 5, Corruption::Absent);
     let mut s = Session::new(ToyTarget::new(m), Some(draft));
     for t in 0..3 {
-        let (out, st) = s.generate(&prompts[t], &cfg(modes[t], lens[t]), |_| {}).unwrap();
+        let (out, st) = s.generate(&prompts[t], &cfg(modes[t], lens[t]), |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(out, ar_reference(&m, &prompts[t], lens[t]), "turn {t}");
         if t > 0 {
             assert!(st.reused_tokens > 0, "turn {t} did not reuse the caches");
@@ -79,12 +80,59 @@ fn a_prompt_that_does_not_continue_the_caches_resets_them() {
     let m = ToyModel { seed: 2, vocab: 64 };
     let p1: Vec<u32> = vec![9, 8, 7, 6];
     let mut s = Session::new(ToyTarget::new(m), Some(ToyDraft::new(m, L)));
-    let (g1, _) = s.generate(&p1, &cfg(Mode::Tree, 20), |_| {}).unwrap();
+    let (g1, _) = s.generate(&p1, &cfg(Mode::Tree, 20), |_| ControlFlow::Continue(())).unwrap();
     let mut edited: Vec<u32> = p1.iter().chain(&g1).copied().collect();
     edited[2] ^= 1;
     for prompt in [edited, p1[..2].to_vec(), p1.clone(), s.committed_tokens().to_vec()] {
-        let (out, st) = s.generate(&prompt, &cfg(Mode::Tree, 20), |_| {}).unwrap();
+        let (out, st) = s.generate(&prompt, &cfg(Mode::Tree, 20), |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(st.reused_tokens, 0, "{prompt:?}");
         assert_eq!(out, ar_reference(&m, &prompt, 20), "{prompt:?}");
     }
+}
+
+/// `ControlFlow::Break` from `on_tokens` ends generation after that round: no further round runs,
+/// the output is the AR prefix streamed so far, the stats say the caller stopped it, and the next
+/// turn continues from the caches. Breaking at the first token (after the prefill) runs no round.
+#[test]
+fn the_callback_stops_generation_within_one_round() {
+    let m = ToyModel { seed: 6, vocab: 64 };
+    let p: Vec<u32> = vec![4, 40, 44];
+    for mode in [Mode::Ar, Mode::Tree] {
+        for stop_after_calls in [1, 2, 5] {
+            let mut s = Session::new(ToyTarget::new(m), Some(ToyDraft::new(m, L)));
+            let (mut calls, mut streamed) = (0, Vec::new());
+            let (out, st) = s
+                .generate(&p, &cfg(mode, 200), |t| {
+                    calls += 1;
+                    streamed.extend_from_slice(t);
+                    if calls == stop_after_calls {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .unwrap();
+            assert_eq!(calls, stop_after_calls, "{mode:?}: a round ran after Break");
+            assert_eq!(st.steps, stop_after_calls - 1, "{mode:?}: rounds");
+            assert_eq!(st.stop, StopReason::Caller);
+            assert_eq!(out, streamed);
+            assert_eq!(out, ar_reference(&m, &p, out.len()), "{mode:?}");
+            assert!(out.len() < 200);
+            let next: Vec<u32> = p.iter().chain(&out).copied().collect();
+            let (more, st2) = s.generate(&next, &cfg(mode, 10), |_| ControlFlow::Continue(())).unwrap();
+            assert!(st2.reused_tokens > 0 && st2.stop == StopReason::MaxTokens);
+            assert_eq!(more, ar_reference(&m, &next, 10));
+        }
+    }
+    // A stop that max_tokens or EOS would make anyway keeps their reason.
+    let mut s = Session::new(ToyTarget::new(m), None::<ToyDraft>);
+    let (_, st) = s.generate(&p, &cfg(Mode::Ar, 1), |_| ControlFlow::Break(())).unwrap();
+    assert_eq!(st.stop, StopReason::MaxTokens);
+    let eos = ar_reference(&m, &p, 3)[2];
+    let c = GenerateConfig { eos: vec![eos], ..cfg(Mode::Ar, 50) };
+    let (out, st) = s.generate(&p, &c, |_| ControlFlow::Break(())).unwrap();
+    assert_eq!((out.len(), st.stop), (1, StopReason::Caller));
+    let (out, st) = s.generate(&p, &c, |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(*out.last().unwrap(), eos);
+    assert_eq!(st.stop, StopReason::Eos);
 }

@@ -3,6 +3,7 @@
 //! are committed, then print tokens, tok/s, acceptance length and the accepted-depth histogram.
 
 use std::io::{Read, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -241,6 +242,12 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
                 io_err.get_or_insert(e);
             }
         }
+        // A closed output (a pipe whose reader left) stops generation after this round.
+        if io_err.is_some() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     })
     .map_err(|e: SpecError| anyhow::anyhow!(e))?;
     if let Some(p) = progress.take() {
@@ -292,6 +299,12 @@ fn run_gpu(
             if let Err(e) = out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
                 io_err.get_or_insert(e);
             }
+        }
+        // A closed output (a pipe whose reader left) stops generation after this round.
+        if io_err.is_some() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
     })
     .map_err(|e: SpecError| anyhow::anyhow!(e))?;

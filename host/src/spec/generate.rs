@@ -3,12 +3,13 @@
 //! tree with K = 1. [`Session`] runs it turn after turn over the same caches; [`generate`] is
 //! one turn from empty caches.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use super::batch::VerifyBatch;
 use super::ddtree::{self, Tree, TreeOptions};
 use super::rule::DecodingRule;
-use super::stats::Stats;
+use super::stats::{Stats, StopReason};
 use super::traits::{Draft, FeatureSpan, Target};
 use super::walk::walk;
 use super::SpecError;
@@ -73,15 +74,16 @@ fn timed<R>(acc: &mut Duration, f: impl FnOnce() -> R) -> R {
 }
 
 /// Generates up to `cfg.max_tokens` tokens after `prompt` from empty caches, calling
-/// `on_tokens` with each round's newly final tokens. Returns the generated tokens (ending at the
-/// first EOS, if any) and stats. At T = 0 the output equals greedy AR decoding of `target`
+/// `on_tokens` with each round's newly final tokens; `ControlFlow::Break` from it ends
+/// generation after that round (the round's tokens stay emitted and committed). Returns the
+/// generated tokens (ending at the first EOS, if any) and stats, which say why it stopped. At T = 0 the output equals greedy AR decoding of `target`
 /// whatever the draft proposes. A conversation that continues uses a [`Session`].
 pub fn generate<T, D>(
     target: &mut T,
     draft: Option<&mut D>,
     prompt: &[u32],
     cfg: &GenerateConfig,
-    on_tokens: impl FnMut(&[u32]),
+    on_tokens: impl FnMut(&[u32]) -> ControlFlow<()>,
 ) -> Result<(Vec<u32>, Stats), SpecError>
 where
     T: Target,
@@ -181,7 +183,7 @@ where
         &mut self,
         prompt: &[u32],
         cfg: &GenerateConfig,
-        mut on_tokens: impl FnMut(&[u32]),
+        mut on_tokens: impl FnMut(&[u32]) -> ControlFlow<()>,
     ) -> Result<(Vec<u32>, Stats), SpecError> {
         let opts = cfg.tree_options();
         // A DDTree can reach `budget + 1` nodes; a chain is also bounded by the draft's depths,
@@ -209,14 +211,25 @@ where
         let r = self.start_turn(prompt, cfg.rule, &mut stats);
         stats.time.prefill += t.elapsed();
         let mut bonus = r?;
-        // `emit` pushes one token and says whether generation is over.
+        // `emit` pushes one token and says why generation ends there, if it does.
         let emit = |out: &mut Vec<u32>, t: u32| {
             out.push(t);
-            cfg.eos.contains(&t) || out.len() >= cfg.max_tokens
+            if cfg.eos.contains(&t) {
+                Some(StopReason::Eos)
+            } else if out.len() >= cfg.max_tokens {
+                Some(StopReason::MaxTokens)
+            } else {
+                None
+            }
         };
-        let mut done = emit(&mut out, bonus);
-        on_tokens(&out);
-        while !done {
+        // The caller's answer counts only when the tokens did not end generation already.
+        let asked = |flow: ControlFlow<()>, stop: Option<StopReason>| match flow {
+            ControlFlow::Break(()) => stop.or(Some(StopReason::Caller)),
+            ControlFlow::Continue(()) => stop,
+        };
+        let mut stop = emit(&mut out, bonus);
+        stop = asked(on_tokens(&out), stop);
+        while stop.is_none() {
             let tree = match self.draft.as_mut() {
                 Some(d) if opts.budget > 0 => {
                     let k = opts.effective_k(usize::MAX);
@@ -246,8 +259,8 @@ where
             let mut emitted = 0;
             for t in w.path[1..].iter().map(|&i| tree.tokens[i]).chain([w.bonus]) {
                 emitted += 1;
-                done = emit(&mut out, t);
-                if done {
+                stop = emit(&mut out, t);
+                if stop.is_some() {
                     break;
                 }
             }
@@ -256,9 +269,10 @@ where
             self.committed.extend(keep.iter().map(|&i| tree.tokens[i]));
             self.known = true;
             self.absorb(features)?;
-            on_tokens(&out[first_new..]);
+            stop = asked(on_tokens(&out[first_new..]), stop);
             bonus = w.bonus;
         }
+        stats.stop = stop.unwrap_or_default();
         stats.generated = out.len();
         Ok((out, stats))
     }

@@ -14,7 +14,7 @@ pub use batch::VerifyBatch;
 pub use ddtree::{build, topk_logprobs, DraftTopK, Tree, TreeOptions, Visibility};
 pub use generate::{generate, GenerateConfig, Mode, Session};
 pub use rule::DecodingRule;
-pub use stats::{PhaseTimes, Stats};
+pub use stats::{PhaseTimes, Stats, StopReason};
 pub use traits::{Draft, FeatureSpan, Target};
 pub use walk::{walk, Walk};
 

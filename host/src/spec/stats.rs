@@ -26,6 +26,29 @@ impl PhaseTimes {
     }
 }
 
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StopReason {
+    /// `max_tokens` were generated (also for `max_tokens = 0`).
+    #[default]
+    MaxTokens,
+    /// An EOS token was generated (it is the last output token).
+    Eos,
+    /// The caller's `on_tokens` answered `ControlFlow::Break` (after that round).
+    Caller,
+}
+
+impl StopReason {
+    /// For messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::MaxTokens => "max tokens",
+            StopReason::Eos => "end of sequence",
+            StopReason::Caller => "stopped by the caller",
+        }
+    }
+}
+
 /// Counters of one generation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Stats {
@@ -43,6 +66,8 @@ pub struct Stats {
     pub off_spine_rounds: u64,
     /// Time per phase.
     pub time: PhaseTimes,
+    /// Why generation ended.
+    pub stop: StopReason,
 }
 
 impl Stats {
@@ -79,13 +104,14 @@ impl Stats {
     /// A multi-line human summary: tokens, tok/s, AL, histogram, phase times.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "tokens: {} generated ({} prompt, {} reused), {} rounds\n\
+            "tokens: {} generated ({} prompt, {} reused), {} rounds; stopped: {}\n\
              decode: {:.2} tok/s; acceptance length {:.3}\n\
              accepted depth histogram:",
             self.generated,
             self.prompt_tokens,
             self.reused_tokens,
             self.steps,
+            self.stop.name(),
             self.decode_tokens_per_second(),
             self.acceptance_length()
         );

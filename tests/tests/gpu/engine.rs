@@ -27,6 +27,7 @@ pub(crate) fn engine_arithmetic() -> ForwardOptions {
     ForwardOptions { deltanet: DeltaNetMode::Recurrent, ..Default::default() }
 }
 use flashtree_tests::gpu::gpu_or_skip;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -350,8 +351,10 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
     };
     let mut target = flashtree::engine::GpuTarget::new(&mut e);
     let (got, stats) =
-        flashtree::spec::generate(&mut target, None::<&mut flashtree::spec::cpu::CpuDraft>, &prompt, &cfg, |_| {})
-            .unwrap();
+        flashtree::spec::generate(&mut target, None::<&mut flashtree::spec::cpu::CpuDraft>, &prompt, &cfg, |_| {
+            ControlFlow::Continue(())
+        })
+        .unwrap();
     assert_eq!(got, want, "spec::generate on GpuTarget differs from the engine's own AR loop");
     assert_eq!(stats.generated, n);
     // The CLI path.
@@ -429,7 +432,7 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
         None::<&mut flashtree::spec::cpu::CpuDraft>,
         &prompt,
         &cfg(Mode::Ar, 0),
-        |_| {},
+        |_| ControlFlow::Continue(()),
     )
     .unwrap();
     assert_eq!(ar.len(), n);
@@ -443,7 +446,9 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
     ] {
         let mut target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
         let mut draft = flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu);
-        let (out, stats) = generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| {}).unwrap();
+        let (out, stats) =
+            generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| ControlFlow::Continue(()))
+                .unwrap();
         assert_eq!(out, ar, "{mode:?} budget {budget}: GPU speculative output differs from GPU AR");
         eprintln!(
             "{mode:?} budget {budget}: {n} tokens equal to AR, acceptance length {:.3}",
@@ -474,15 +479,15 @@ fn gpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
             let (g2, reused, conv) = {
                 let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
                 let mut s = Session::new(target, Some(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu)));
-                let (g1, _) = s.generate(&prompt, &cfg(mode, n1), |_| {}).unwrap();
+                let (g1, _) = s.generate(&prompt, &cfg(mode, n1), |_| ControlFlow::Continue(())).unwrap();
                 let conv: Vec<u32> = prompt.iter().chain(&g1).chain(&user).copied().collect();
-                let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+                let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
                 (g2, st2.reused_tokens, conv)
             };
             assert!(reused >= conv.len() - more - 1, "{mode:?} n1 {n1}: caches not reused ({reused})");
             let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
             let mut s = Session::new(target, Some(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu)));
-            let (fresh, st) = s.generate(&conv, &cfg(mode, 40), |_| {}).unwrap();
+            let (fresh, st) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
             assert_eq!(st.reused_tokens, 0);
             assert_eq!(g2, fresh, "{mode:?} n1 {n1}: the continued turn differs from a fresh prefill");
         }
