@@ -17,7 +17,7 @@ use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
-use crate::spec::{generate, DecodingRule, GenerateConfig, Mode, SpecError};
+use crate::spec::{generate, DecodingRule, GenerateConfig, HostDraft, Mode, SpecError};
 use crate::tokenizer::gguf::from_gguf;
 use crate::tokenizer::StreamDecoder;
 
@@ -292,7 +292,8 @@ fn run_gpu(
     };
     let mut dec = StreamDecoder::new();
     let mut io_err = None;
-    let (_, stats) = generate(&mut tgt, None::<&mut CpuDraft>, prompt, &cfg, |ids| {
+    let no_draft = None::<&mut HostDraft<CpuDraft, crate::engine::EngineFeatures>>;
+    let (_, stats) = generate(&mut tgt, no_draft, prompt, &cfg, |ids| {
         for &id in ids {
             let bytes = tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD");
             let piece = dec.push(bytes);

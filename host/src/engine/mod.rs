@@ -14,12 +14,14 @@
 //! alone or in any tree, and greedy speculation reproduces greedy AR exactly.
 
 mod batch;
+mod features;
 mod forward;
 mod plan;
 mod target;
 mod weights;
 
 pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
+pub use features::{feature_copies, DeviceFeatures, EngineFeatures, FeatureStore, RowCopy};
 pub use forward::{Engine, Profile};
 pub use plan::MemoryPlan;
 pub use target::GpuTarget;

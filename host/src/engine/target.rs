@@ -1,18 +1,17 @@
 //! [`GpuTarget`]: the spec loop's [`Target`] on the GPU engine.
 //!
-//! `prefill` runs the prompt in chains of ≤ 32 through the one forward; `verify` is one forward
-//! over the flattened tree; `commit` keeps the accepted path. The only host syncs of a round are
-//! reading the argmax tokens of the verify and writing the path.
+//! `extend` (and so `prefill`) runs tokens in chains of ≤ 32 through the one forward; `verify`
+//! is one forward over the round's [`VerifyBatch`]; `commit` keeps the accepted path. The only
+//! host syncs of a round are reading the argmax tokens of the verify and writing the path.
 //!
-//! Draft features: with [`GpuTarget::with_capture`] the engine copies the outputs of the draft's
-//! target layers on the device every forward, and `prefill` / `commit` return the rows of the
-//! committed tokens (one host copy per round; the draft still runs on the CPU, so the CLI keeps
-//! speculative modes on the CPU backend until the draft runs on the GPU). Without capture the
-//! rows are empty (AR).
+//! Draft features stay on the device: with [`GpuTarget::with_capture`] every forward copies the
+//! outputs of the draft's target layers, and every commit appends the kept rows to the engine's
+//! feature store; `extend` / `commit` return a [`DeviceFeatures`] row range. A host draft reads
+//! the rows through [`GpuTarget::feature_source`] (`spec::HostDraft`); without capture the
+//! ranges name rows that are not stored (AR needs none).
 
-use super::batch::{chain_batch, node_batch};
+use super::features::{DeviceFeatures, EngineFeatures};
 use super::forward::Engine;
-use crate::spec::cpu::FeatureRows;
 use crate::spec::{DecodingRule, SpecError, Target, VerifyBatch};
 
 /// The GPU engine as a [`Target`].
@@ -21,30 +20,28 @@ pub struct GpuTarget<'e> {
 }
 
 impl<'e> GpuTarget<'e> {
-    /// AR only: no features.
+    /// The engine as it is (AR: no capture needed).
     pub fn new(engine: &'e mut Engine) -> Self {
         GpuTarget { engine }
     }
 
-    /// Returns as features the concatenated outputs of `layers` (the draft's target layers).
+    /// Captures the outputs of `layers` (the draft's target layers) into the engine's feature
+    /// store from now on.
     pub fn with_capture(engine: &'e mut Engine, layers: &[usize]) -> Result<Self, SpecError> {
         engine.set_capture(layers).map_err(SpecError::backend)?;
         Ok(GpuTarget { engine })
     }
 
-    /// Feature rows of nodes `rows` of the last forward: `concat_c captured[c][i]`.
-    fn rows(&self, n: usize, rows: impl Iterator<Item = usize>) -> Result<FeatureRows, SpecError> {
-        if self.engine.capture_len() == 0 {
-            return Ok(Vec::new());
-        }
-        let d = self.engine.cfg.embedding_length;
-        let cap = self.engine.captured(n).map_err(SpecError::backend)?;
-        Ok(rows.map(|i| cap.iter().flat_map(|c| c[i * d..(i + 1) * d].iter().copied()).collect()).collect())
+    /// The reader a host draft downloads its rows through (an error without capture).
+    pub fn feature_source(&self) -> Result<EngineFeatures, SpecError> {
+        self.engine.feature_source().ok_or_else(|| {
+            SpecError::Config("the GPU target captures no layers for a draft (use GpuTarget::with_capture)".into())
+        })
     }
 }
 
 impl Target for GpuTarget<'_> {
-    type Features = FeatureRows;
+    type Features = DeviceFeatures;
 
     fn max_nodes(&self) -> usize {
         kernel_abi::MAX_NODES as usize
@@ -58,30 +55,21 @@ impl Target for GpuTarget<'_> {
         self.engine.reset().map_err(SpecError::backend)
     }
 
-    /// Chains of at most 32 tokens through the one forward, each committed whole.
-    fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
+    /// Chains of at most 32 tokens through the one forward, each committed whole (which appends
+    /// its feature rows to the store).
+    fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, DeviceFeatures), SpecError> {
         // The engine's only rule is the device argmax.
         let DecodingRule::Greedy = rule;
         if tokens.is_empty() {
             return Err(SpecError::Config("extend: no tokens".into()));
         }
-        // Keeping each chunk's feature rows before its commit.
-        let mut features = Vec::with_capacity(tokens.len());
-        let mut first = None;
-        let chunks = tokens.len().div_ceil(32);
-        for (c, chunk) in tokens.chunks(32).enumerate() {
-            let e = &mut *self.engine;
-            let b = chain_batch(e.n_past(), chunk, e.cfg.vocab_size, e.ctx()).map_err(SpecError::backend)?;
-            e.forward(&b).map_err(SpecError::backend)?;
-            if c + 1 == chunks {
-                first = e.argmax_tokens(chunk.len()).map_err(SpecError::backend)?.last().copied();
-            }
-            features.extend(self.rows(chunk.len(), 0..chunk.len())?);
-            let path: Vec<usize> = (0..chunk.len()).collect();
-            self.engine.commit(&path).map_err(SpecError::backend)?;
+        let e = &mut *self.engine;
+        let first_row = e.n_past();
+        let next = e.prefill(tokens).map_err(SpecError::backend)?;
+        if next == u32::MAX {
+            return Err(SpecError::Config("the target's logits after the last token are all NaN".into()));
         }
-        let t = first.ok_or_else(|| SpecError::Config("extend: no tokens".into()))?;
-        Ok((t, features))
+        Ok((next, DeviceFeatures { first_row, rows: tokens.len() }))
     }
 
     fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
@@ -96,7 +84,7 @@ impl Target for GpuTarget<'_> {
         }
         // The engine's `NodeBatch` (≤ 32 nodes, 32-bit masks) recomputes depths and masks from
         // the parents and checks them against its limits and the context.
-        let b = node_batch(e.n_past(), batch.tokens(), batch.parents(), e.cfg.vocab_size, e.ctx())
+        let b = super::batch::node_batch(e.n_past(), batch.tokens(), batch.parents(), e.cfg.vocab_size, e.ctx())
             .map_err(SpecError::backend)?;
         e.forward(&b).map_err(SpecError::backend)?;
         let out = e.argmax_tokens(batch.len()).map_err(SpecError::backend)?;
@@ -106,9 +94,9 @@ impl Target for GpuTarget<'_> {
         Ok(out)
     }
 
-    fn commit(&mut self, batch: &VerifyBatch, path: &[usize]) -> Result<FeatureRows, SpecError> {
-        let rows = self.rows(batch.len(), path.iter().copied())?;
+    fn commit(&mut self, _batch: &VerifyBatch, path: &[usize]) -> Result<DeviceFeatures, SpecError> {
+        let first_row = self.engine.n_past();
         self.engine.commit(path).map_err(SpecError::backend)?;
-        Ok(rows)
+        Ok(DeviceFeatures { first_row, rows: path.len() })
     }
 }

@@ -19,8 +19,7 @@ use super::rule::DecodingRule;
 use super::traits::{Draft, Target};
 use super::SpecError;
 
-/// One feature row per token: `concat_l h_l` over the draft's target layers, `[k·H]`.
-pub type FeatureRows = Vec<Vec<f32>>;
+pub use super::features::FeatureRows;
 
 /// Checks that `draft` can run on `target`: same hidden size, target layers in range, mask
 /// token inside the vocabulary, a block of at least 2 slots. Names both sides in the error.

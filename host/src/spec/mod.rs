@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod cpu;
 pub mod ddtree;
+pub mod features;
 pub mod generate;
 pub mod rule;
 pub mod stats;
@@ -12,6 +13,7 @@ pub mod walk;
 
 pub use batch::VerifyBatch;
 pub use ddtree::{build, topk_logprobs, DraftTopK, Tree, TreeOptions, Visibility};
+pub use features::{FeatureRows, FeatureSource, HostDraft};
 pub use generate::{generate, GenerateConfig, Mode, Session};
 pub use rule::DecodingRule;
 pub use stats::{PhaseTimes, Stats, StopReason};

@@ -11,10 +11,14 @@
 //! reference the same logits also carry the roundings' own effect (see docs/perf/engine.md),
 //! checked against a looser sanity bound (1e-2) that still catches any real bug.
 
-use flashtree::engine::{chain_batch, node_batch, Engine};
+use flashtree::engine::{chain_batch, node_batch, DeviceFeatures, Engine};
 use flashtree::gguf::Gguf;
 use flashtree::model::Qwen35Config;
-use flashtree::spec::DecodingRule;
+use flashtree::spec::cpu::CpuDraft;
+use flashtree::spec::{DecodingRule, HostDraft};
+
+/// The CPU draft fed from the engine's device feature store.
+type GpuDraft<'w> = HostDraft<CpuDraft<'w>, flashtree::engine::EngineFeatures>;
 use flashtree_reference::model::tensor::with_device_rounding;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 
@@ -351,10 +355,8 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
     };
     let mut target = flashtree::engine::GpuTarget::new(&mut e);
     let (got, stats) =
-        flashtree::spec::generate(&mut target, None::<&mut flashtree::spec::cpu::CpuDraft>, &prompt, &cfg, |_| {
-            ControlFlow::Continue(())
-        })
-        .unwrap();
+        flashtree::spec::generate(&mut target, None::<&mut GpuDraft>, &prompt, &cfg, |_| ControlFlow::Continue(()))
+            .unwrap();
     assert_eq!(got, want, "spec::generate on GpuTarget differs from the engine's own AR loop");
     assert_eq!(stats.generated, n);
     // The CLI path.
@@ -429,7 +431,7 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
     let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
     let (ar, _) = generate(
         &mut flashtree::engine::GpuTarget::new(&mut e),
-        None::<&mut flashtree::spec::cpu::CpuDraft>,
+        None::<&mut GpuDraft>,
         &prompt,
         &cfg(Mode::Ar, 0),
         |_| ControlFlow::Continue(()),
@@ -445,7 +447,8 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
         (Mode::AnchorTree, 22),
     ] {
         let mut target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
-        let mut draft = flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu);
+        let source = target.feature_source().unwrap();
+        let mut draft = HostDraft::new(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu), source);
         let (out, stats) =
             generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| ControlFlow::Continue(()))
                 .unwrap();
@@ -478,7 +481,8 @@ fn gpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
             let user = tokens(61 + n1 as u64, more, v);
             let (g2, reused, conv) = {
                 let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
-                let mut s = Session::new(target, Some(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu)));
+                let draft = HostDraft::new(CpuDraft::new(&dw, &t.cpu), target.feature_source().unwrap());
+                let mut s = Session::new(target, Some(draft));
                 let (g1, _) = s.generate(&prompt, &cfg(mode, n1), |_| ControlFlow::Continue(())).unwrap();
                 let conv: Vec<u32> = prompt.iter().chain(&g1).chain(&user).copied().collect();
                 let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
@@ -486,10 +490,51 @@ fn gpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
             };
             assert!(reused >= conv.len() - more - 1, "{mode:?} n1 {n1}: caches not reused ({reused})");
             let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
-            let mut s = Session::new(target, Some(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu)));
+            let draft = HostDraft::new(CpuDraft::new(&dw, &t.cpu), target.feature_source().unwrap());
+            let mut s = Session::new(target, Some(draft));
             let (fresh, st) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
             assert_eq!(st.reused_tokens, 0);
             assert_eq!(g2, fresh, "{mode:?} n1 {n1}: the continued turn differs from a fresh prefill");
         }
+    }
+}
+
+/// The device feature store holds, for every committed token, the captured layer outputs of the
+/// forward that committed it, concatenated: prefill chunks (70 tokens: chains of 32, 32, 6) and a
+/// tree path with gaps in its node indices, read back through the host draft's download step.
+#[test]
+fn the_feature_store_holds_the_captured_rows_of_every_committed_token() {
+    let Some(mut e) = engine("the_feature_store_holds_the_captured_rows_of_every_committed_token", 512) else {
+        return;
+    };
+    use flashtree::spec::FeatureSource;
+    let layers: Vec<usize> = (0..e.cfg.n_layer()).step_by(2).collect();
+    e.set_capture(&layers).unwrap();
+    let (v, d) = (e.cfg.vocab_size, e.cfg.embedding_length);
+    let row =
+        |cap: &[Vec<f32>], i: usize| -> Vec<f32> { cap.iter().flat_map(|c| c[i * d..(i + 1) * d].to_vec()).collect() };
+    let mut want = Vec::new();
+    for chunk in tokens(71, 70, v).chunks(32) {
+        let b = chain_batch(e.n_past(), chunk, v, e.ctx()).unwrap();
+        e.forward(&b).unwrap();
+        let cap = e.captured(chunk.len()).unwrap();
+        want.extend((0..chunk.len()).map(|i| row(&cap, i)));
+        e.commit(&(0..chunk.len()).collect::<Vec<_>>()).unwrap();
+    }
+    let parents = random_parents(5, 24);
+    let b = node_batch(e.n_past(), &tokens(72, 24, v), &parents, v, e.ctx()).unwrap();
+    e.forward(&b).unwrap();
+    let cap = e.captured(24).unwrap();
+    let mut path = vec![(0..24).max_by_key(|&i| (b.depth[i], i)).unwrap()];
+    while let Some(p) = parents[*path.last().unwrap()] {
+        path.push(p);
+    }
+    path.reverse();
+    want.extend(path.iter().map(|&i| row(&cap, i)));
+    e.commit(&path).unwrap();
+    let got = e.feature_source().unwrap().host_rows(&DeviceFeatures { first_row: 0, rows: want.len() }).unwrap();
+    assert_eq!(got.len(), 70 + path.len());
+    for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(g == w, "store row {r} differs from the captured row (path {path:?})");
     }
 }
