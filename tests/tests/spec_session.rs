@@ -136,3 +136,67 @@ fn the_callback_stops_generation_within_one_round() {
     assert_eq!(*out.last().unwrap(), eos);
     assert_eq!(st.stop, StopReason::Eos);
 }
+
+/// A target and a draft that report device time: the stats carry the sum of both, taken once
+/// per turn (time left from before the turn is dropped), and the summary prints it.
+#[test]
+fn device_times_of_target_and_draft_reach_the_stats() {
+    use flashtree::spec::{Draft, DraftTopK, PhaseTimes, SpecError, Target, VerifyBatch};
+    use std::time::Duration;
+    const MS: Duration = Duration::from_millis(1);
+    /// Reports 1 ms of device verify per verify and 2 ms of commit per commit.
+    struct Timed(ToyTarget, PhaseTimes);
+    impl Target for Timed {
+        type Features = <ToyTarget as Target>::Features;
+        fn committed(&self) -> usize {
+            self.0.committed()
+        }
+        fn reset(&mut self) -> Result<(), SpecError> {
+            self.0.reset()
+        }
+        fn extend(&mut self, t: &[u32], r: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
+            self.1.prefill += 5 * MS;
+            self.0.extend(t, r)
+        }
+        fn verify(&mut self, b: &VerifyBatch, r: DecodingRule) -> Result<Vec<u32>, SpecError> {
+            self.1.verify += MS;
+            self.0.verify(b, r)
+        }
+        fn commit(&mut self, b: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError> {
+            self.1.commit += 2 * MS;
+            self.0.commit(b, path)
+        }
+        fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+            Ok(Some(std::mem::take(&mut self.1)))
+        }
+    }
+    /// Reports 3 ms of device draft time per proposal.
+    struct TimedDraft(ToyDraft, Duration);
+    impl Draft for TimedDraft {
+        type Features = <ToyDraft as Draft>::Features;
+        fn depths(&self) -> usize {
+            self.0.depths()
+        }
+        fn reset(&mut self) -> Result<(), SpecError> {
+            self.0.reset()
+        }
+        fn propose(&mut self, f: &Self::Features, b: u32, k: usize) -> Result<DraftTopK, SpecError> {
+            self.1 += 3 * MS;
+            self.0.propose(f, b, k)
+        }
+        fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+            Ok(Some(PhaseTimes { draft: std::mem::take(&mut self.1), ..Default::default() }))
+        }
+    }
+    let m = ToyModel { seed: 8, vocab: 64 };
+    let mut target = Timed(ToyTarget::new(m), PhaseTimes::default());
+    target.1.verify = 1000 * MS; // left from before: not this turn's
+    let mut s = Session::new(target, Some(TimedDraft(ToyDraft::new(m, L), Duration::ZERO)));
+    let (_, st) = s.generate(&[1, 2, 3], &cfg(Mode::Tree, 60), |_| ControlFlow::Continue(())).unwrap();
+    let d = st.device.expect("device times");
+    let rounds = st.steps as u32;
+    assert_eq!((d.prefill, d.verify, d.commit, d.draft), (5 * MS, rounds * MS, 2 * rounds * MS, 3 * rounds * MS));
+    assert!(st.summary().contains("device time: prefill 0.005s"), "{}", st.summary());
+    let (_, st) = s.generate(&[1, 2, 3], &cfg(Mode::Ar, 5), |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!(st.device.unwrap().verify, st.steps as u32 * MS);
+}

@@ -10,8 +10,12 @@ use anyhow::bail;
 use clap::Args;
 
 use super::backend::{open_engine, resolve, BackendArg};
-use crate::engine::{chain_batch, node_batch, Engine};
+use std::ops::ControlFlow;
+
+use super::generate::GpuDraft;
+use crate::engine::{chain_batch, node_batch, Engine, GpuTarget};
 use crate::gpu::bandwidth;
+use crate::spec::{generate, DecodingRule, GenerateConfig, Mode};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -163,6 +167,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
              {:.3} ms saved by chaining",
             sum - unprofiled
         );
+    }
+    // The same decode through the spec loop: host wall time and device-event time per phase.
+    let cfg =
+        GenerateConfig { mode: Mode::Ar, budget: 0, max_tokens: args.tokens, eos: vec![], rule: DecodingRule::Greedy };
+    let mut target = GpuTarget::new(&mut e);
+    let (_, stats) = generate(&mut target, None::<&mut GpuDraft>, &prompt, &cfg, |_| ControlFlow::Continue(()))?;
+    println!("spec loop, AR through GpuTarget ({} tokens after the {}-token prompt):", args.tokens, prompt.len());
+    for line in stats.summary().lines() {
+        println!("  {line}");
     }
     Ok(())
 }

@@ -21,6 +21,10 @@ use crate::spec::{generate, DecodingRule, GenerateConfig, HostDraft, Mode, SpecE
 use crate::tokenizer::gguf::from_gguf;
 use crate::tokenizer::StreamDecoder;
 
+/// The CPU draft driven by the GPU target: it downloads its rows from the engine's feature store
+/// (until the draft runs on the GPU, issue 23).
+pub type GpuDraft<'w> = HostDraft<CpuDraft<'w>, crate::engine::EngineFeatures>;
+
 /// The largest budget accepted (the verify batch is `budget + 1` tokens).
 pub const MAX_BUDGET: usize = 4096;
 
@@ -292,8 +296,7 @@ fn run_gpu(
     };
     let mut dec = StreamDecoder::new();
     let mut io_err = None;
-    let no_draft = None::<&mut HostDraft<CpuDraft, crate::engine::EngineFeatures>>;
-    let (_, stats) = generate(&mut tgt, no_draft, prompt, &cfg, |ids| {
+    let (_, stats) = generate(&mut tgt, None::<&mut GpuDraft>, prompt, &cfg, |ids| {
         for &id in ids {
             let bytes = tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD");
             let piece = dec.push(bytes);

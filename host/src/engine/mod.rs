@@ -14,6 +14,7 @@
 //! alone or in any tree, and greedy speculation reproduces greedy AR exactly.
 
 mod batch;
+mod clock;
 mod features;
 mod forward;
 mod plan;
@@ -21,6 +22,7 @@ mod target;
 mod weights;
 
 pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
+pub use clock::{Phase, PhaseClock};
 pub use features::{feature_copies, DeviceFeatures, EngineFeatures, FeatureStore, RowCopy};
 pub use forward::{Engine, Profile};
 pub use plan::MemoryPlan;

@@ -10,26 +10,29 @@
 //! the rows through [`GpuTarget::feature_source`] (`spec::HostDraft`); without capture the
 //! ranges name rows that are not stored (AR needs none).
 
+use super::clock::{Phase, PhaseClock};
 use super::features::{DeviceFeatures, EngineFeatures};
 use super::forward::Engine;
-use crate::spec::{DecodingRule, SpecError, Target, VerifyBatch};
+use crate::spec::{DecodingRule, PhaseTimes, SpecError, Target, VerifyBatch};
 
 /// The GPU engine as a [`Target`].
 pub struct GpuTarget<'e> {
     pub engine: &'e mut Engine,
+    /// Device time of prefill / verify / commit ([`Target::device_times`]).
+    clock: PhaseClock,
 }
 
 impl<'e> GpuTarget<'e> {
     /// The engine as it is (AR: no capture needed).
     pub fn new(engine: &'e mut Engine) -> Self {
-        GpuTarget { engine }
+        GpuTarget { engine, clock: PhaseClock::default() }
     }
 
     /// Captures the outputs of `layers` (the draft's target layers) into the engine's feature
     /// store from now on.
     pub fn with_capture(engine: &'e mut Engine, layers: &[usize]) -> Result<Self, SpecError> {
         engine.set_capture(layers).map_err(SpecError::backend)?;
-        Ok(GpuTarget { engine })
+        Ok(GpuTarget::new(engine))
     }
 
     /// The reader a host draft downloads its rows through (an error without capture).
@@ -65,7 +68,9 @@ impl Target for GpuTarget<'_> {
         }
         let e = &mut *self.engine;
         let first_row = e.n_past();
+        self.clock.start(&e.gpu, Phase::Prefill).map_err(SpecError::backend)?;
         let next = e.prefill(tokens).map_err(SpecError::backend)?;
+        self.clock.stop(&e.gpu, Phase::Prefill).map_err(SpecError::backend)?;
         if next == u32::MAX {
             return Err(SpecError::Config("the target's logits after the last token are all NaN".into()));
         }
@@ -86,8 +91,12 @@ impl Target for GpuTarget<'_> {
         // the parents and checks them against its limits and the context.
         let b = super::batch::node_batch(e.n_past(), batch.tokens(), batch.parents(), e.cfg.vocab_size, e.ctx())
             .map_err(SpecError::backend)?;
+        self.clock.start(&e.gpu, Phase::Verify).map_err(SpecError::backend)?;
         e.forward(&b).map_err(SpecError::backend)?;
+        self.clock.stop(&e.gpu, Phase::Verify).map_err(SpecError::backend)?;
+        // The round's sync: everything recorded before it has finished, so reading it is free.
         let out = e.argmax_tokens(batch.len()).map_err(SpecError::backend)?;
+        self.clock.collect().map_err(SpecError::backend)?;
         if let Some(i) = out.iter().position(|&t| t == u32::MAX) {
             return Err(SpecError::Config(format!("node {i}: the target's logits are all NaN")));
         }
@@ -96,7 +105,14 @@ impl Target for GpuTarget<'_> {
 
     fn commit(&mut self, _batch: &VerifyBatch, path: &[usize]) -> Result<DeviceFeatures, SpecError> {
         let first_row = self.engine.n_past();
+        self.clock.start(&self.engine.gpu, Phase::Commit).map_err(SpecError::backend)?;
         self.engine.commit(path).map_err(SpecError::backend)?;
+        self.clock.stop(&self.engine.gpu, Phase::Commit).map_err(SpecError::backend)?;
         Ok(DeviceFeatures { first_row, rows: path.len() })
+    }
+
+    /// The device time since the last call (waits for the last commit's events).
+    fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+        self.clock.take().map(Some).map_err(SpecError::backend)
     }
 }

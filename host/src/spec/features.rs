@@ -7,6 +7,7 @@
 //! so a device draft (issue 23) can read the store directly with no change to the loop.
 
 use super::ddtree::DraftTopK;
+use super::stats::PhaseTimes;
 use super::traits::Draft;
 use super::SpecError;
 
@@ -56,5 +57,9 @@ where
     fn propose(&mut self, new_context: &S::Handle, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         let rows = self.source.host_rows(new_context)?;
         self.draft.propose(&rows, bonus, k)
+    }
+
+    fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+        self.draft.device_times()
     }
 }

@@ -138,6 +138,16 @@ where
         (self.target, self.draft)
     }
 
+    /// The target's and the draft's device time since the last call.
+    fn device_times(&mut self) -> Result<Option<super::stats::PhaseTimes>, SpecError> {
+        let t = self.target.device_times()?;
+        let d = match &mut self.draft {
+            Some(d) => d.device_times()?,
+            None => None,
+        };
+        Ok(super::stats::PhaseTimes::merge(t, d))
+    }
+
     /// Keeps `f` for the draft's next `propose` (dropped when there is no draft).
     fn absorb(&mut self, f: T::Features) -> Result<(), SpecError> {
         if self.draft.is_none() {
@@ -207,6 +217,8 @@ where
         if cfg.max_tokens == 0 {
             return Ok((out, stats));
         }
+        // Device time left from an earlier turn (one that failed) is not this turn's.
+        self.device_times()?;
         let t = Instant::now();
         let r = self.start_turn(prompt, cfg.rule, &mut stats);
         stats.time.prefill += t.elapsed();
@@ -273,6 +285,7 @@ where
             bonus = w.bonus;
         }
         stats.stop = stop.unwrap_or_default();
+        stats.device = self.device_times()?;
         stats.generated = out.len();
         Ok((out, stats))
     }

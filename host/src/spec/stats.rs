@@ -20,6 +20,21 @@ pub struct PhaseTimes {
 }
 
 impl PhaseTimes {
+    /// The sum of `a` and `b` phase by phase (`None` when both are).
+    pub fn merge(a: Option<PhaseTimes>, b: Option<PhaseTimes>) -> Option<PhaseTimes> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(PhaseTimes {
+                prefill: a.prefill + b.prefill,
+                draft: a.draft + b.draft,
+                build: a.build + b.build,
+                verify: a.verify + b.verify,
+                walk: a.walk + b.walk,
+                commit: a.commit + b.commit,
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Sum of all phases.
     pub fn total(&self) -> Duration {
         self.prefill + self.draft + self.build + self.verify + self.walk + self.commit
@@ -68,6 +83,9 @@ pub struct Stats {
     pub time: PhaseTimes,
     /// Why generation ended.
     pub stop: StopReason,
+    /// Device time per phase from the backends' device events (`None` on host-only backends);
+    /// `time` is the host's wall time of the same phases.
+    pub device: Option<PhaseTimes>,
 }
 
 impl Stats {
@@ -130,6 +148,22 @@ impl Stats {
             t.walk.as_secs_f64(),
             t.commit.as_secs_f64()
         ));
+        if let Some(d) = &self.device {
+            let ms = |x: std::time::Duration| x.as_secs_f64() * 1e3;
+            let per_round = |x| if self.steps > 0 { ms(x) / self.steps as f64 } else { 0.0 };
+            s.push_str(&format!(
+                "\ndevice time: prefill {:.3}s draft {:.3}s verify {:.3}s commit {:.3}s \
+                 (per round: verify {:.3} ms, commit {:.3} ms; host: verify {:.3} ms, commit {:.3} ms)",
+                d.prefill.as_secs_f64(),
+                d.draft.as_secs_f64(),
+                d.verify.as_secs_f64(),
+                d.commit.as_secs_f64(),
+                per_round(d.verify),
+                per_round(d.commit),
+                per_round(t.verify),
+                per_round(t.commit)
+            ));
+        }
         s
     }
 }

@@ -13,6 +13,7 @@
 use super::batch::VerifyBatch;
 use super::ddtree::DraftTopK;
 use super::rule::DecodingRule;
+use super::stats::PhaseTimes;
 use super::SpecError;
 
 /// Features of consecutive committed tokens that the loop can join: rows the draft has not
@@ -70,6 +71,13 @@ pub trait Target {
     /// parent of the next, as returned by the walk — or a prefix of that) and drops every other
     /// node. Returns the features of the path rows, in path order.
     fn commit(&mut self, batch: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError>;
+
+    /// Device time of the phases since the last call, taken from device events (prefill,
+    /// verify, commit); `None` for a backend without a device. May wait for the device: the
+    /// loop calls it at the start and the end of a turn, never per round.
+    fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+        Ok(None)
+    }
 }
 
 /// The block drafter: one pass over `[b, MASK × (S−1)]` gives `L = S − 1` distributions.
@@ -87,6 +95,12 @@ pub trait Draft {
     /// draft's context, then drafts the block rooted at `bonus`. Returns the top-`k` log-probs
     /// per position (`k` is clamped to the vocabulary).
     fn propose(&mut self, new_context: &Self::Features, bonus: u32, k: usize) -> Result<DraftTopK, SpecError>;
+
+    /// Device time of its passes since the last call (reported as the `draft` phase); `None`
+    /// for a host draft.
+    fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+        Ok(None)
+    }
 }
 
 /// A borrowed target is a target (so a [`super::Session`] can hold `&mut T`).
@@ -113,6 +127,9 @@ impl<T: Target + ?Sized> Target for &mut T {
     fn commit(&mut self, batch: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError> {
         (**self).commit(batch, path)
     }
+    fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+        (**self).device_times()
+    }
 }
 
 /// A borrowed draft is a draft.
@@ -126,5 +143,8 @@ impl<D: Draft + ?Sized> Draft for &mut D {
     }
     fn propose(&mut self, new_context: &Self::Features, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         (**self).propose(new_context, bonus, k)
+    }
+    fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+        (**self).device_times()
     }
 }

@@ -453,6 +453,11 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
             generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| ControlFlow::Continue(()))
                 .unwrap();
         assert_eq!(out, ar, "{mode:?} budget {budget}: GPU speculative output differs from GPU AR");
+        // Device-event times: every phase ran on the device; the verify forward's events lie
+        // inside the host's wall time of the verify (which also waits for the argmax).
+        let dev = stats.device.expect("the GPU target reports device times");
+        assert!(dev.prefill.as_nanos() > 0 && dev.verify.as_nanos() > 0 && dev.commit.as_nanos() > 0, "{dev:?}");
+        assert!(dev.verify <= stats.time.verify, "device verify {:?} > host {:?}", dev.verify, stats.time.verify);
         eprintln!(
             "{mode:?} budget {budget}: {n} tokens equal to AR, acceptance length {:.3}",
             stats.acceptance_length()
