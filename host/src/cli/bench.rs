@@ -22,7 +22,8 @@ pub struct BenchArgs {
     /// Target model (qwen35 GGUF).
     #[arg(long)]
     pub model: PathBuf,
-    /// Decoding mode (the GPU runs `ar` today; tree modes need the GPU draft).
+    /// Decoding mode: `ar` (speculative modes run through `flashtree generate --backend gpu`,
+    /// with the draft on the CPU until it runs on the GPU).
     #[arg(long, value_enum, default_value_t = super::generate::ModeArg::Ar)]
     pub mode: super::generate::ModeArg,
     #[arg(long, value_enum, default_value_t = BackendArg::Gpu)]
@@ -58,7 +59,11 @@ fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if args.mode != super::generate::ModeArg::Ar {
-        bail!("bench --mode {:?}: the GPU backend runs `ar` until the draft runs on the GPU", args.mode);
+        bail!(
+            "bench --mode {:?}: bench measures AR decoding; run speculative modes with `flashtree generate \
+             --backend gpu --mode tree --draft …` (its stats print host and device phase times)",
+            args.mode
+        );
     }
     if args.prompt_tokens == 0 || args.tokens == 0 || args.tree_nodes == 0 || args.tree_nodes > 32 {
         bail!("--prompt-tokens and --tokens must be ≥ 1 and --tree-nodes in 1..=32");
@@ -70,7 +75,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let ceiling = bw.ceiling_gbps();
     println!("copy bandwidth (ceiling, this run): {ceiling:.1} GB/s");
     let ctx = args.ctx.unwrap_or(args.prompt_tokens + args.tokens + 64);
-    let (mut e, load_s) = open_engine(gpu, &args.model, Some(ctx), false)?;
+    let (mut e, load_s) = open_engine(gpu, &args.model, Some(ctx), &[], false)?;
     let (free, total) = e.gpu.memory_info()?;
     println!("load: {load_s:.1} s; GPU memory in use {:.2} GiB of {:.2} GiB", gib(total - free), gib(total));
     println!("memory plan: {}", e.plan);

@@ -10,6 +10,7 @@
 //! and hands the path's feature rows (target layers `target_layer_ids`, concatenated) to the draft.
 
 use flashtree_reference::model::dflash::DFlashWeights;
+use flashtree_reference::model::tensor::Matrix;
 use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights, TreeOutput};
 use flashtree_reference::sample::argmax;
 
@@ -24,16 +25,23 @@ pub use super::features::FeatureRows;
 /// Checks that `draft` can run on `target`: same hidden size, target layers in range, mask
 /// token inside the vocabulary, a block of at least 2 slots. Names both sides in the error.
 pub fn check_pair(target: &Qwen35Weights, draft: &DFlashWeights) -> Result<(), SpecError> {
-    let (t, d) = (&target.hparams, &draft.hparams);
+    let t = &target.hparams;
+    check_pair_shape(t.n_embd, t.n_layer(), t.n_vocab, draft)
+}
+
+/// [`check_pair`] against a target given by its hidden size, layer count and vocabulary (a
+/// target that is not loaded on the host, e.g. the GPU engine's).
+pub fn check_pair_shape(n_embd: usize, n_layer: usize, n_vocab: usize, draft: &DFlashWeights) -> Result<(), SpecError> {
+    let d = &draft.hparams;
     let bad = |m: String| Err(SpecError::Config(m));
-    if d.n_embd != t.n_embd {
-        return bad(format!("draft hidden size {} differs from the target's {}", d.n_embd, t.n_embd));
+    if d.n_embd != n_embd {
+        return bad(format!("draft hidden size {} differs from the target's {n_embd}", d.n_embd));
     }
-    if let Some(&l) = d.target_layer_ids.iter().find(|&&l| l >= t.n_layer()) {
-        return bad(format!("draft target layer {l} is out of range: the target has {} layers", t.n_layer()));
+    if let Some(&l) = d.target_layer_ids.iter().find(|&&l| l >= n_layer) {
+        return bad(format!("draft target layer {l} is out of range: the target has {n_layer} layers"));
     }
-    if d.mask_token_id as usize >= t.n_vocab {
-        return bad(format!("draft mask token {} is outside the target vocabulary of {}", d.mask_token_id, t.n_vocab));
+    if d.mask_token_id as usize >= n_vocab {
+        return bad(format!("draft mask token {} is outside the target vocabulary of {n_vocab}", d.mask_token_id));
     }
     if d.block_size < 2 {
         return bad(format!("draft block size {} < 2", d.block_size));
@@ -120,7 +128,9 @@ impl Target for CpuTarget<'_> {
 /// The reference DFlash draft, using the target's embedding and LM head.
 pub struct CpuDraft<'w> {
     d: &'w DFlashWeights,
-    target: &'w Qwen35Weights,
+    /// The target's `[n_vocab, H]` token embedding and LM head.
+    embd: &'w Matrix,
+    head: &'w Matrix,
     ctx: FeatureRows,
     /// At most this many most recent context rows are attended (the trained context, e.g. 4096).
     pub window: usize,
@@ -129,7 +139,14 @@ pub struct CpuDraft<'w> {
 impl<'w> CpuDraft<'w> {
     /// A draft with an empty context. Call [`check_pair`] first.
     pub fn new(d: &'w DFlashWeights, target: &'w Qwen35Weights) -> Self {
-        Self { d, target, ctx: Vec::new(), window: 4096 }
+        Self::with_target_matrices(d, &target.token_embd, target.lm_head())
+    }
+
+    /// A draft with an empty context over the target's token embedding and LM head alone (both
+    /// `[n_vocab, H]`; the draft checks their shapes on every pass). Call [`check_pair_shape`]
+    /// first.
+    pub fn with_target_matrices(d: &'w DFlashWeights, embd: &'w Matrix, head: &'w Matrix) -> Self {
+        Self { d, embd, head, ctx: Vec::new(), window: 4096 }
     }
 }
 
@@ -152,11 +169,9 @@ impl Draft for CpuDraft<'_> {
         let from = start.saturating_sub(self.window);
         let mut block = vec![hp.mask_token_id; hp.block_size];
         block[0] = bonus;
-        let out = self
-            .d
-            .forward(&self.target.token_embd, self.target.lm_head(), &self.ctx[from..], from, &block, start)
-            .map_err(SpecError::backend)?;
-        let vocab = self.target.hparams.n_vocab;
+        let out =
+            self.d.forward(self.embd, self.head, &self.ctx[from..], from, &block, start).map_err(SpecError::backend)?;
+        let vocab = self.head.rows;
         let flat: Vec<f32> = out.logits.concat();
         topk_logprobs(&flat, vocab, k)
     }

@@ -543,3 +543,42 @@ fn the_feature_store_holds_the_captured_rows_of_every_committed_token() {
         assert!(g == w, "store row {r} differs from the captured row (path {path:?})");
     }
 }
+
+/// `flashtree generate --backend gpu --mode tree|chain|anchor-tree` on the tiny pair (the GPU
+/// target, the CPU draft reading the engine's feature store) prints the text of
+/// `--backend gpu --mode ar`, with device phase times in its stats.
+#[test]
+fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
+    if gpu_or_skip("generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar").is_none() {
+        return;
+    }
+    use flashtree::cli::generate::{run_to, GenerateArgs, ModeArg};
+    let t = tiny();
+    let run = |mode| {
+        let args = GenerateArgs {
+            model: t.path.clone(),
+            draft: Some(t.draft.clone()),
+            mode,
+            budget: 22,
+            max_tokens: 64,
+            prompt: Some("The quick brown fox".into()),
+            chat: false,
+            system: None,
+            no_think: false,
+            ctx: None,
+            verbose: true,
+            backend: flashtree::cli::backend::BackendArg::Gpu,
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        run_to(&args, &mut out, &mut err).unwrap();
+        (String::from_utf8(out).unwrap(), String::from_utf8_lossy(&err).into_owned())
+    };
+    let (ar, ar_err) = run(ModeArg::Ar);
+    assert!(ar_err.contains("mode ar budget 0 backend gpu"), "{ar_err}");
+    assert!(!ar.trim().is_empty());
+    for mode in [ModeArg::Tree, ModeArg::Chain, ModeArg::AnchorTree] {
+        let (text, err) = run(mode);
+        assert_eq!(text, ar, "{mode:?} on the GPU differs from AR on the GPU");
+        assert!(err.contains("backend gpu") && err.contains("device time:"), "{err}");
+    }
+}
