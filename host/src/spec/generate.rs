@@ -76,8 +76,9 @@ fn timed<R>(acc: &mut Duration, f: impl FnOnce() -> R) -> R {
 /// Generates up to `cfg.max_tokens` tokens after `prompt` from empty caches, calling
 /// `on_tokens` with each round's newly final tokens; `ControlFlow::Break` from it ends
 /// generation after that round (the round's tokens stay emitted and committed). Returns the
-/// generated tokens (ending at the first EOS, if any) and stats, which say why it stopped. At T = 0 the output equals greedy AR decoding of `target`
-/// whatever the draft proposes. A conversation that continues uses a [`Session`].
+/// generated tokens (ending at the first EOS, if any) and stats, which say why it stopped. At
+/// T = 0 the output equals greedy AR decoding of `target` whatever the draft proposes. A
+/// conversation that continues uses a [`Session`].
 pub fn generate<T, D>(
     target: &mut T,
     draft: Option<&mut D>,
@@ -95,9 +96,10 @@ where
 /// A target and its draft across the turns of a conversation, with the tokens the target's
 /// caches hold. [`Session::generate`] reuses them when the new prompt starts with them: only
 /// the rest is run (`Target::extend`, reported as `Stats::reused_tokens`); any other prompt
-/// resets both models first. The caches hold exactly the prompt and the tokens emitted so far
-/// minus a final pending token (a round that stops mid-path commits only the emitted prefix),
-/// so a next prompt of `prompt + output + more` always reuses them.
+/// resets both models first. After a turn the caches hold exactly the prompt and the output,
+/// except the output's last token when it is the pending one (the target's pick after the
+/// caches, not yet run): a round that stops inside its accepted path commits only the emitted
+/// prefix. So a next prompt of `prompt + output + more` always reuses them.
 pub struct Session<T: Target, D> {
     target: T,
     draft: Option<D>,
