@@ -88,6 +88,12 @@ fn a_prompt_that_does_not_continue_the_caches_resets_them() {
         assert_eq!(st.reused_tokens, 0, "{prompt:?}");
         assert_eq!(out, ar_reference(&m, &prompt, 20), "{prompt:?}");
     }
+    // An explicit reset empties the caches: nothing is reused, the output is still AR's.
+    let next: Vec<u32> = s.committed_tokens().iter().chain(&[1, 2]).copied().collect();
+    s.reset().unwrap();
+    assert!(s.committed_tokens().is_empty());
+    let (out, st) = s.generate(&next, &cfg(Mode::Tree, 20), |_| ControlFlow::Continue(())).unwrap();
+    assert_eq!((st.reused_tokens, out), (0, ar_reference(&m, &next, 20)));
 }
 
 /// `ControlFlow::Break` from `on_tokens` ends generation after that round: no further round runs,

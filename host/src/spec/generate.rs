@@ -135,6 +135,19 @@ where
         &mut self.target
     }
 
+    /// Empties the caches of target and draft (a new conversation).
+    pub fn reset(&mut self) -> Result<(), SpecError> {
+        self.known = false;
+        self.committed.clear();
+        self.unread = None;
+        self.target.reset()?;
+        if let Some(d) = &mut self.draft {
+            d.reset()?;
+        }
+        self.known = true;
+        Ok(())
+    }
+
     /// The target and the draft back.
     pub fn into_parts(self) -> (T, Option<D>) {
         (self.target, self.draft)
