@@ -12,12 +12,12 @@
 //! h   = mix(s ^ rotl(a, 7))
 //! next = bigram[tok] if h % 4 != 0 else (h >> 8) % V
 //! ```
-//! [`ToyTarget`] implements [`Target`] with tree verify (state from the parent, conv window along
-//! ancestors, KV written at `start + flat index`, ancestor-only attention) and a real commit
+//! [`ToyTarget`] implements [`Target`] with tree verify over the flat batch (state from the parent,
+//! conv window along ancestors, KV written at `start + flat index`, attention over the ancestor mask) and a real commit
 //! (KV rows of the path compacted in order, state and window of the last path node).
 //! [`ar_reference`] is an independent sequential implementation used as the oracle.
 
-use flashtree::spec::{topk_logprobs, Draft, DraftTopK, SpecError, Target, Tree};
+use flashtree::spec::{topk_logprobs, DecodingRule, Draft, DraftTopK, SpecError, Target, VerifyBatch};
 
 const A: u64 = 0x9E37_79B9_7F4A_7C15;
 const P: u64 = 0xD1B5_4A32_D192_ED03;
@@ -146,47 +146,67 @@ impl ToyTarget {
 impl Target for ToyTarget {
     type Features = Vec<ToyFeature>;
 
-    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, Self::Features), SpecError> {
+    fn committed(&self) -> usize {
+        self.committed
+    }
+
+    fn reset(&mut self) -> Result<(), SpecError> {
+        *self = Self { verifies: self.verifies, bug: self.bug, ..Self::new(self.m) };
+        Ok(())
+    }
+
+    fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
+        greedy_only(rule)?;
+        if tokens.is_empty() {
+            return Err(SpecError::Config("extend: no tokens".into()));
+        }
+        self.kv.truncate(self.committed);
         let mut feats = Vec::new();
         let mut next = 0;
-        for (pos, &tok) in prompt.iter().enumerate() {
+        for (i, &tok) in tokens.iter().enumerate() {
+            let pos = self.committed + i;
             let (s, w, key) = self.m.step(tok, pos, self.state, self.window);
             (self.state, self.window) = (s, w);
             self.kv.push(key);
             next = self.m.next(tok, s, self.kv.iter().copied());
             feats.push(ToyFeature { pos, token: tok, state: s });
         }
-        self.committed = prompt.len();
+        self.committed += tokens.len();
         Ok((next, feats))
     }
 
-    fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError> {
+    fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
+        greedy_only(rule)?;
         self.verifies += 1;
         let start = self.committed;
+        if batch.committed() != start {
+            return Err(SpecError::Config(format!("batch on {} tokens, {start} committed", batch.committed())));
+        }
         self.kv.truncate(start);
         self.nodes.clear();
-        let mut posterior = Vec::with_capacity(tree.len());
+        let mut posterior = Vec::with_capacity(batch.len());
         let past = fold_keys(0, self.kv[..start].iter().copied());
-        for i in 0..tree.len() {
-            let (state, mut window) = match tree.parents[i] {
+        for i in 0..batch.len() {
+            let (state, mut window) = match batch.parents()[i] {
                 None => (self.state, self.window),
-                Some(p) => (self.nodes[p as usize].0, self.nodes[p as usize].1),
+                Some(p) => (self.nodes[p].0, self.nodes[p].1),
             };
             if self.bug == Some(Bug::ConvWindowFlatOrder) && i > 0 {
                 window = self.nodes[i - 1].1;
             }
-            let pos = start + tree.depths[i] as usize;
-            let tok = tree.tokens[i];
+            let pos = batch.positions()[i];
+            let tok = batch.tokens()[i];
             let (s, w, key) = self.m.step(tok, pos, state, window);
             self.kv.push(key); // slot start + i
-            let visible = tree.ancestors_path(i).into_iter().map(|j| self.kv[start + j]);
+                               // The ancestor mask, in index order (= root to node).
+            let visible = batch.visible(i).map(|j| self.kv[start + j]);
             posterior.push(self.m.next_from(tok, s, fold_keys(past, visible)));
             self.nodes.push((s, w, ToyFeature { pos, token: tok, state: s }));
         }
         Ok(posterior)
     }
 
-    fn commit(&mut self, _tree: &Tree, path: &[usize]) -> Result<Self::Features, SpecError> {
+    fn commit(&mut self, _batch: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError> {
         let start = self.committed;
         if self.bug != Some(Bug::KvFlatOrder) {
             for (d, &i) in path.iter().enumerate() {
@@ -202,6 +222,14 @@ impl Target for ToyTarget {
         (self.state, self.window) = (last.0, last.1);
         self.committed += path.len();
         Ok(path.iter().map(|&i| self.nodes[i].2).collect())
+    }
+}
+
+/// The toy's `next` is its greedy pick; any other rule is refused by name.
+fn greedy_only(rule: DecodingRule) -> Result<(), SpecError> {
+    match rule {
+        DecodingRule::Greedy => Ok(()),
+        other => Err(SpecError::unsupported(other, "the toy target")),
     }
 }
 
@@ -240,6 +268,10 @@ impl Draft for ToyDraft {
     type Features = Vec<ToyFeature>;
     fn depths(&self) -> usize {
         self.depths
+    }
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.ctx.clear();
+        Ok(())
     }
     fn propose(&mut self, new: &Vec<ToyFeature>, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         append_context(&mut self.ctx, new)?;
@@ -300,6 +332,10 @@ impl<T> Draft for OracleDraft<T> {
     type Features = Vec<T>;
     fn depths(&self) -> usize {
         self.depths
+    }
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.ctx_len = 0;
+        Ok(())
     }
     fn propose(&mut self, new: &Vec<T>, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         self.ctx_len += new.len();

@@ -1,7 +1,7 @@
 //! DDTree builder, flattening and walk: the worked example of ddtree.md §9 and properties
 //! against brute force (prefix-closed, exactly min(B, #prefixes) nodes, optimal, deterministic).
 
-use flashtree::spec::{build, topk_logprobs, walk, DraftTopK, Tree, TreeOptions};
+use flashtree::spec::{build, topk_logprobs, walk, DraftTopK, Tree, TreeOptions, VerifyBatch};
 use proptest::prelude::*;
 
 /// All prefixes of ranks over `l` depths × `k` ranks with their exact scores, sorted by the
@@ -59,7 +59,47 @@ fn check_structure(tree: &Tree, topk: &DraftTopK) {
     }
 }
 
+/// A tree of `parents.len() + 1` nodes: node `i + 1` hangs under `parents[i] % (i + 1)`.
+fn random_tree(parents: &[usize]) -> Tree {
+    let mut t = Tree::root_only(0);
+    for (i, &p) in parents.iter().enumerate() {
+        let (id, p) = (i + 1, p % (i + 1));
+        t.tokens.push(id as u32);
+        t.parents.push(Some(p as u32));
+        t.depths.push(t.depths[p] + 1);
+        t.ranks.push(Vec::new());
+        t.scores.push(0.0);
+        t.children.push(Vec::new());
+        t.children[p].push((id as u32, id as u32));
+    }
+    t
+}
+
 proptest! {
+    /// The flat verify batch of a random tree (1–150 nodes: masks of one to three words) agrees
+    /// with the tree: tokens, parents, positions `committed + depth`, and each node's ancestor
+    /// mask equals `Tree::visibility()`'s row and lists `ancestors_path` in order.
+    #[test]
+    fn verify_batch_agrees_with_the_tree(parents in proptest::collection::vec(0usize..1000, 0..150),
+                                         committed in 0usize..5000) {
+        let tree = random_tree(&parents);
+        let b = VerifyBatch::from_tree(&tree, committed).unwrap();
+        let n = tree.len();
+        prop_assert_eq!(b.len(), n);
+        prop_assert_eq!(b.words(), n.div_ceil(64));
+        prop_assert_eq!(b.tokens(), &tree.tokens[..]);
+        prop_assert_eq!(b.positions(), &tree.positions(committed)[..]);
+        let vis = tree.visibility();
+        for i in 0..n {
+            prop_assert_eq!(b.parents()[i], tree.parents[i].map(|p| p as usize));
+            prop_assert_eq!(b.ancestor_mask(i).len(), b.words());
+            for j in 0..n {
+                prop_assert_eq!(b.sees(i, j), vis.sees(i, j), "node {} column {}", i, j);
+            }
+            prop_assert_eq!(b.visible(i).collect::<Vec<_>>(), tree.ancestors_path(i));
+        }
+    }
+
     /// With exact arithmetic the pop order equals the brute-force top-B order, ties included:
     /// prefix-closed, exactly min(B, #prefixes) nodes, optimal, and the documented tie-break.
     #[test]

@@ -185,3 +185,23 @@ fn the_cpu_memory_plan_counts_f32_weights_and_is_checked_against_ram() {
     assert!(e.contains("RAM is available") && e.contains("GiB"), "{e}");
     check_memory(&plan, Some(plan.total())).unwrap();
 }
+
+/// `--backend auto` runs every mode where the target can run (the GPU when present, else the
+/// CPU), and `--backend gpu` with a speculative mode is no longer refused for the mode: without
+/// a GPU it fails only for the missing driver.
+#[test]
+fn backend_flags_run_speculative_modes_on_the_gpu_when_present() {
+    use flashtree::cli::backend::BackendArg;
+    let gpu = flashtree::gpu::Gpu::try_new().is_ok();
+    let mut a = args(ModeArg::Tree);
+    a.backend = BackendArg::Auto;
+    let (text, stats) = run(&a).unwrap();
+    let want = if gpu { "mode tree budget 22 backend gpu" } else { "mode tree budget 22 backend cpu" };
+    assert!(stats.contains(want), "{stats}");
+    if !gpu {
+        assert_eq!(text, run(&args(ModeArg::Ar)).unwrap().0);
+        a.backend = BackendArg::Gpu;
+        let e = format!("{:#}", run(&a).unwrap_err());
+        assert!(e.contains("no CUDA driver") && !e.contains("not built yet"), "{e}");
+    }
+}

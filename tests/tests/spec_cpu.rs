@@ -9,11 +9,12 @@
 use flashtree::convert::dflash::load_draft;
 use flashtree::convert::qwen35::load_hf;
 use flashtree::spec::cpu::{check_pair, CpuDraft, CpuTarget};
-use flashtree::spec::{generate, GenerateConfig, Mode, Stats};
+use flashtree::spec::{generate, DecodingRule, GenerateConfig, Mode, Session, Stats};
 use flashtree_reference::model::dflash::DFlashWeights;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 use flashtree_reference::sample::argmax;
 use flashtree_tests::toy::{mix, Corruption, OracleDraft};
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
@@ -57,8 +58,8 @@ const PROMPT: [u32; 7] = [3, 141, 59, 26, 53, 58, 97];
 fn spec(w: &Qwen35Weights, d: &DFlashWeights, mode: Mode, budget: usize, n: usize) -> (Vec<u32>, Stats) {
     let mut target = CpuTarget::new(w, d.hparams.target_layer_ids.clone());
     let mut draft = CpuDraft::new(d, w);
-    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
-    generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap()
+    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| ControlFlow::Continue(())).unwrap()
 }
 
 fn lossless_for_seed(seed: u64) {
@@ -111,8 +112,9 @@ fn cpu_spec_with_oracle_draft_accepts_deep_branches_and_stays_lossless() {
     {
         let mut target = CpuTarget::new(&w, d.hparams.target_layer_ids.clone());
         let mut draft = OracleDraft::new(seq.clone(), vocab, l, rate, 77, how);
-        let cfg = GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![] };
-        let (out, stats) = generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| {}).unwrap();
+        let cfg = GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+        let (out, stats) =
+            generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(out, want[..n], "{mode:?} rate {rate}");
         assert!(stats.acceptance_length() >= min_al, "{mode:?}: AL {}", stats.acceptance_length());
         if mode == Mode::Tree {
@@ -135,4 +137,26 @@ fn mismatched_model_and_draft_are_rejected() {
     let mut bad = d;
     bad.hparams.n_embd = 32;
     assert!(check_pair(&w, &bad).unwrap_err().to_string().contains("hidden size"));
+}
+
+/// A second turn through `Session` (the caches extended by the new tokens only) generates
+/// bitwise the tokens of one fresh prefill of the whole conversation, in AR and tree modes, for
+/// a first turn that ends at a bonus token and one that ends inside an accepted path.
+#[test]
+fn cpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
+    let (w, d) = models(1);
+    let more = [17u32, 230, 4, 99, 61];
+    let cfg = |mode, n| GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    let session = || Session::new(CpuTarget::new(&w, d.hparams.target_layer_ids.clone()), Some(CpuDraft::new(&d, &w)));
+    for mode in [Mode::Ar, Mode::Tree] {
+        for n1 in [12, 31] {
+            let mut s = session();
+            let (g1, _) = s.generate(&PROMPT, &cfg(mode, n1), |_| ControlFlow::Continue(())).unwrap();
+            let conv: Vec<u32> = PROMPT.iter().chain(&g1).chain(&more).copied().collect();
+            let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
+            assert!(st2.reused_tokens + 1 >= PROMPT.len() + g1.len(), "{mode:?} n1 {n1}: not reused");
+            let (fresh, _) = session().generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
+            assert_eq!(g2, fresh, "{mode:?} n1 {n1}: the continued turn differs from a fresh prefill");
+        }
+    }
 }

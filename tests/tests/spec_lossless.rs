@@ -2,8 +2,9 @@
 //! on a toy target with real KV / recurrent / conv state to roll back (tests/src/toy.rs), with a
 //! model-like draft and with an oracle draft whose corruption rate controls the acceptance length.
 
-use flashtree::spec::{generate, GenerateConfig, Mode, SpecError, Stats};
+use flashtree::spec::{generate, DecodingRule, GenerateConfig, Mode, SpecError, Stats, VerifyBatch};
 use flashtree_tests::toy::{ar_reference, corrupted, Bug, Corruption, OracleDraft, ToyDraft, ToyModel, ToyTarget};
+use std::ops::ControlFlow;
 
 const L: usize = 15;
 
@@ -15,11 +16,13 @@ fn run(m: ToyModel, mode: Mode, budget: usize, max: usize, bug: Option<Bug>) -> 
     let mut target = ToyTarget::new(m);
     target.bug = bug;
     let mut draft = ToyDraft::new(m, L);
-    let cfg = GenerateConfig { mode, budget, max_tokens: max, eos: vec![] };
+    let cfg = GenerateConfig { mode, budget, max_tokens: max, eos: vec![], rule: DecodingRule::Greedy };
     let mut streamed = Vec::new();
-    let (out, stats) =
-        generate(&mut target, Some(&mut draft), &prompt(m.seed, m.vocab), &cfg, |t| streamed.extend_from_slice(t))
-            .unwrap();
+    let (out, stats) = generate(&mut target, Some(&mut draft), &prompt(m.seed, m.vocab), &cfg, |t| {
+        streamed.extend_from_slice(t);
+        ControlFlow::Continue(())
+    })
+    .unwrap();
     assert_eq!(streamed, out, "streamed tokens differ from the result");
     (out, stats)
 }
@@ -73,14 +76,14 @@ fn eos_and_max_tokens_stop_every_mode_at_the_same_token() {
     for mode in [Mode::Ar, Mode::Chain, Mode::Tree] {
         let mut target = ToyTarget::new(m);
         let mut draft = ToyDraft::new(m, L);
-        let cfg = GenerateConfig { mode, budget: 22, max_tokens: 300, eos: vec![eos] };
-        let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+        let cfg = GenerateConfig { mode, budget: 22, max_tokens: 300, eos: vec![eos], rule: DecodingRule::Greedy };
+        let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
         assert_eq!(out, ar[..=first], "{mode:?}");
         for max in [1, 2, 3, 17] {
-            let cfg = GenerateConfig { mode, budget: 22, max_tokens: max, eos: vec![] };
+            let cfg = GenerateConfig { mode, budget: 22, max_tokens: max, eos: vec![], rule: DecodingRule::Greedy };
             let mut target = ToyTarget::new(m);
             let mut draft = ToyDraft::new(m, L);
-            let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+            let (out, _) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
             assert_eq!(out, ar[..max], "{mode:?} max {max}");
         }
     }
@@ -90,11 +93,12 @@ fn eos_and_max_tokens_stop_every_mode_at_the_same_token() {
 #[test]
 fn modes_that_draft_require_a_draft_model() {
     let m = ToyModel { seed: 1, vocab: 64 };
-    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 5, eos: vec![] };
-    let r = generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| {});
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 5, eos: vec![], rule: DecodingRule::Greedy };
+    let r = generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| ControlFlow::Continue(()));
     assert!(matches!(r, Err(SpecError::MissingDraft { .. })));
     let cfg = GenerateConfig { mode: Mode::Ar, ..cfg };
-    let (out, _) = generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| {}).unwrap();
+    let (out, _) =
+        generate::<_, ToyDraft>(&mut ToyTarget::new(m), None, &[1, 2], &cfg, |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(out, ar_reference(&m, &[1, 2], 5));
 }
 
@@ -112,8 +116,8 @@ fn oracle_run(seed: u64, vocab: u32, mode: Mode, budget: usize, rate: f64, how: 
     seq.extend(ar_reference(&m, &p, n + L + 2));
     let mut draft = OracleDraft::new(seq, vocab, L, rate, seed ^ 0xABCD, how);
     let mut target = ToyTarget::new(m);
-    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
-    let (out, stats) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+    let cfg = GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    let (out, stats) = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
     OracleRun { out, stats, want }
 }
 
@@ -202,24 +206,31 @@ fn a_budget_over_the_targets_node_limit_is_refused() {
         fn max_nodes(&self) -> usize {
             5
         }
-        fn prefill(&mut self, p: &[u32]) -> Result<(u32, Self::Features), SpecError> {
-            self.0.prefill(p)
+        fn committed(&self) -> usize {
+            self.0.committed()
         }
-        fn verify(&mut self, t: &flashtree::spec::Tree) -> Result<Vec<u32>, SpecError> {
-            self.0.verify(t)
+        fn reset(&mut self) -> Result<(), SpecError> {
+            self.0.reset()
         }
-        fn commit(&mut self, t: &flashtree::spec::Tree, path: &[usize]) -> Result<Self::Features, SpecError> {
-            self.0.commit(t, path)
+        fn extend(&mut self, t: &[u32], r: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
+            self.0.extend(t, r)
+        }
+        fn verify(&mut self, b: &VerifyBatch, r: DecodingRule) -> Result<Vec<u32>, SpecError> {
+            self.0.verify(b, r)
+        }
+        fn commit(&mut self, b: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError> {
+            self.0.commit(b, path)
         }
     }
     let m = ToyModel { seed: 3, vocab: 64 };
     let p = prompt(3, 64);
     let mut draft = ToyDraft::new(m, L);
     let mut target = Limited(ToyTarget::new(m));
-    let cfg = GenerateConfig { mode: Mode::Tree, budget: 5, max_tokens: 20, eos: vec![] };
-    let err = generate(&mut target, Some(&mut draft), &p, &cfg, |_| {}).unwrap_err().to_string();
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 5, max_tokens: 20, eos: vec![], rule: DecodingRule::Greedy };
+    let err = generate(&mut target, Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap_err().to_string();
     assert!(err.contains("budget 5") && err.contains("at most 5"), "{err}");
-    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 40, eos: vec![] };
-    let (out, _) = generate(&mut Limited(ToyTarget::new(m)), Some(&mut draft), &p, &cfg, |_| {}).unwrap();
+    let cfg = GenerateConfig { mode: Mode::Tree, budget: 4, max_tokens: 40, eos: vec![], rule: DecodingRule::Greedy };
+    let (out, _) =
+        generate(&mut Limited(ToyTarget::new(m)), Some(&mut draft), &p, &cfg, |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(out, ar_reference(&m, &p, 40));
 }

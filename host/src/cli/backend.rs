@@ -42,14 +42,22 @@ pub fn resolve(b: BackendArg) -> anyhow::Result<Option<Gpu>> {
     }
 }
 
-/// Opens `model` on `gpu` with context `ctx` (default: min(model's context, 8192)), printing
-/// the memory plan and load progress to stderr.
-pub fn open_engine(gpu: Gpu, model: &Path, ctx: Option<usize>, quiet: bool) -> anyhow::Result<(Engine, f64)> {
+/// Opens `model` on `gpu` with context `ctx` (default: min(model's context, 8192)), capturing
+/// the outputs of layers `capture` for a draft (none: empty), printing the memory plan and load
+/// progress to stderr.
+pub fn open_engine(
+    gpu: Gpu,
+    model: &Path,
+    ctx: Option<usize>,
+    capture: &[usize],
+    quiet: bool,
+) -> anyhow::Result<(Engine, f64)> {
     let g = Gguf::open(model).with_context(|| format!("opening {}", model.display()))?;
     let cfg = Qwen35Config::from_gguf(&g).with_context(|| format!("reading {}", model.display()))?;
     cfg.validate(&g)?;
     let ctx = ctx.unwrap_or(cfg.context_length.min(8192));
-    let plan = Engine::plan_for(&cfg, &g, ctx).with_context(|| format!("planning {}", model.display()))?;
+    let plan = Engine::plan_with_capture(&cfg, &g, ctx, capture.len())
+        .with_context(|| format!("planning {}", model.display()))?;
     if !quiet {
         eprintln!("memory plan: {plan}");
     }
@@ -64,7 +72,7 @@ pub fn open_engine(gpu: Gpu, model: &Path, ctx: Option<usize>, quiet: bool) -> a
         b
     };
     let t = Instant::now();
-    let e = Engine::load(gpu, &g, cfg, ctx, |done, _| bar.set_position(done))
+    let e = Engine::load_with_capture(gpu, &g, cfg, ctx, capture, |done, _| bar.set_position(done))
         .with_context(|| format!("loading {} onto the GPU", model.display()))?;
     bar.finish_and_clear();
     let secs = t.elapsed().as_secs_f64();

@@ -1,24 +1,34 @@
 //! `flashtree generate`: tokenise a prompt (optionally through the chat template), run the
-//! speculative loop (AR, DFlash chain or DDTree) on the CPU backend, stream the text as tokens
-//! are committed, then print tokens, tok/s, acceptance length and the accepted-depth histogram.
+//! speculative loop (AR, DFlash chain or DDTree) with the target on the GPU engine or the CPU
+//! reference, stream the text as tokens are committed, then print tokens, tok/s, acceptance
+//! length, the accepted-depth histogram and the phase times (host, and device where measured).
+//! The draft runs on the CPU reference in both cases; with the GPU target it reads its feature
+//! rows from the engine's device store (`spec::HostDraft`) until the draft runs on the GPU.
 
 use std::io::{Read, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use flashtree_reference::model::dflash::DFlashWeights;
+use flashtree_reference::model::Matrix;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
 use crate::cli::limits;
 use crate::convert::dflash::load_draft as load_draft_weights;
 use crate::convert::gguf_load::load_qwen35;
+use crate::convert::gguf_load::read_tensor;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
-use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
-use crate::spec::{generate, GenerateConfig, Mode, SpecError};
-use crate::tokenizer::gguf::from_gguf;
+use crate::spec::cpu::{check_pair, check_pair_shape, CpuDraft, CpuTarget};
+use crate::spec::{generate, DecodingRule, Draft, GenerateConfig, HostDraft, Mode, SpecError, Stats, Target};
+use crate::tokenizer::gguf::{from_gguf, GgufTokenizer};
 use crate::tokenizer::StreamDecoder;
+
+/// The CPU draft driven by the GPU target: it downloads its rows from the engine's feature store
+/// (until the draft runs on the GPU, issue 23).
+pub type GpuDraft<'w> = HostDraft<CpuDraft<'w>, crate::engine::EngineFeatures>;
 
 /// The largest budget accepted (the verify batch is `budget + 1` tokens).
 pub const MAX_BUDGET: usize = 4096;
@@ -74,9 +84,8 @@ pub struct GenerateArgs {
     /// Print each load step (a spinner shows them anyway when stderr is a terminal).
     #[arg(long)]
     pub verbose: bool,
-    /// Where the target runs: `auto` = the GPU when one is present (for `--mode ar`; the
-    /// speculative modes run on the CPU until the draft runs on the GPU), `gpu` = the GPU or an
-    /// error, `cpu` = the CPU reference.
+    /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an
+    /// error, `cpu` = the CPU reference. The draft runs on the CPU either way (for now).
     #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
     pub backend: super::backend::BackendArg,
 }
@@ -173,14 +182,8 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         bail!("the prompt is empty");
     }
     limits::check_prompt_fits(prompt.len(), args.max_tokens, ctx)?;
-    // `auto` runs speculative modes on the CPU until the draft runs on the GPU; `gpu` refuses them.
-    let backend = match (args.backend, mode) {
-        (super::backend::BackendArg::Auto, m) if m != Mode::Ar => super::backend::BackendArg::Cpu,
-        (b, _) => b,
-    };
-    if let Some(gpu) = super::backend::resolve(backend)? {
-        drop(file);
-        return run_gpu(args, gpu, mode, &tk, &prompt, out, err);
+    if let Some(gpu) = super::backend::resolve(args.backend)? {
+        return run_gpu(args, gpu, mode, (&file, &cfg, ctx), &tk, &prompt, out, err);
     }
     let draft_f32 = match &args.draft {
         Some(p) => limits::draft_f32_bytes(p)?,
@@ -220,11 +223,38 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.hparams.target_layer_ids.clone());
     let mut tgt = CpuTarget::new(&target, capture);
     let mut dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
-    let cfg = GenerateConfig { mode, budget: args.budget, max_tokens: args.max_tokens, eos: tk.stop_ids.clone() };
+    let cfg = GenerateConfig {
+        mode,
+        budget: args.budget,
+        max_tokens: args.max_tokens,
+        eos: tk.stop_ids.clone(),
+        rule: DecodingRule::Greedy,
+    };
+    let stats = stream_generate(&mut tgt, dft.as_mut(), &prompt, &cfg, &tk, out, progress)?;
+    writeln!(err, "mode {} budget {} backend cpu", mode.name(), if mode == Mode::Ar { 0 } else { args.budget })?;
+    writeln!(err, "{}", stats.summary())?;
+    Ok(())
+}
+
+/// Runs the loop, streaming the text of each round's tokens to `out` (a failed write stops
+/// generation after that round and is returned); clears `progress` at the first tokens.
+fn stream_generate<T, D>(
+    target: &mut T,
+    draft: Option<&mut D>,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+    tk: &GgufTokenizer,
+    out: &mut dyn Write,
+    progress: limits::LoadProgress,
+) -> anyhow::Result<Stats>
+where
+    T: Target,
+    D: Draft<Features = T::Features>,
+{
     let mut dec = StreamDecoder::new();
     let mut io_err = None;
     let mut progress = Some(progress);
-    let (_, stats) = generate(&mut tgt, dft.as_mut(), &prompt, &cfg, |ids| {
+    let (_, stats) = generate(target, draft, prompt, cfg, |ids| {
         if let Some(p) = progress.take() {
             p.finish();
         }
@@ -234,6 +264,12 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
             if let Err(e) = out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
                 io_err.get_or_insert(e);
             }
+        }
+        // A closed output (a pipe whose reader left) stops generation after this round.
+        if io_err.is_some() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
     })
     .map_err(|e: SpecError| anyhow::anyhow!(e))?;
@@ -245,52 +281,103 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     if let Some(e) = io_err {
         return Err(e).context("writing the generated text");
     }
-    writeln!(err, "mode {} budget {}", mode.name(), if mode == Mode::Ar { 0 } else { args.budget })?;
-    writeln!(err, "{}", stats.summary())?;
-    Ok(())
+    Ok(stats)
 }
 
-/// Greedy AR decoding of the target on the GPU engine (context: prompt + `--max-tokens`).
+/// The target's token embedding and LM head as f32 (the CPU draft's), read from the GGUF alone:
+/// `[n_vocab, n_embd]` each; `None` for the head when it is tied to the embedding.
+fn draft_matrices(file: &Gguf, cfg: &Qwen35Config, model: &Path) -> anyhow::Result<(Matrix, Option<Matrix>)> {
+    let read = |name: &str| -> anyhow::Result<Option<Matrix>> {
+        let Some(t) = read_tensor(file, name).with_context(|| format!("{}: reading {name}", model.display()))? else {
+            return Ok(None);
+        };
+        let want = [cfg.vocab_size, cfg.embedding_length];
+        if t.shape != want {
+            bail!("{}: {name} has shape {:?}, expected {want:?}", model.display(), t.shape);
+        }
+        Ok(Some(Matrix::new(name, want[0], want[1], t.data)?))
+    };
+    let embd = read("token_embd.weight")?
+        .ok_or_else(|| anyhow::anyhow!("{}: token_embd.weight is missing", model.display()))?;
+    Ok((embd, read("output.weight")?))
+}
+
+/// The target on the GPU engine (context: prompt + `--max-tokens` + one verify batch, at most
+/// `ctx_limit`); for the speculative modes the draft on the CPU, reading the engine's feature
+/// store.
+#[allow(clippy::too_many_arguments)]
 fn run_gpu(
     args: &GenerateArgs,
     gpu: crate::gpu::Gpu,
     mode: Mode,
-    tk: &crate::tokenizer::gguf::GgufTokenizer,
+    (file, cfg, ctx_limit): (&Gguf, &Qwen35Config, usize),
+    tk: &GgufTokenizer,
     prompt: &[u32],
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    if mode != Mode::Ar {
-        bail!(
-            "--mode {} on the GPU backend needs the draft on the GPU, which is not built yet: use --mode ar, \
-             or --backend cpu for speculative decoding on the CPU reference",
-            mode.name()
-        );
-    }
-    let ctx = prompt.len() + args.max_tokens + 1;
-    let (mut engine, _) = super::backend::open_engine(gpu, &args.model, Some(ctx), !args.verbose)?;
-    let mut tgt = crate::engine::GpuTarget::new(&mut engine);
-    let cfg = GenerateConfig { mode, budget: 0, max_tokens: args.max_tokens, eos: tk.stop_ids.clone() };
-    let mut dec = StreamDecoder::new();
-    let mut io_err = None;
-    let (_, stats) = generate(&mut tgt, None::<&mut CpuDraft>, prompt, &cfg, |ids| {
-        for &id in ids {
-            let bytes = tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD");
-            let piece = dec.push(bytes);
-            if let Err(e) = out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
-                io_err.get_or_insert(e);
-            }
+    let progress = limits::LoadProgress::new(args.verbose);
+    // The draft first: its target layers decide what the engine captures.
+    let draft = match (&args.draft, mode) {
+        (_, Mode::Ar) => None,
+        (Some(p), _) => {
+            let draft_f32 = limits::draft_f32_bytes(p)?;
+            let heads = if file.tensor("output.weight").is_some() { 2 } else { 1 };
+            let matrices = (heads * cfg.vocab_size as u64).saturating_mul(cfg.embedding_length as u64 * 4);
+            check_host_memory(draft_f32.saturating_add(matrices), limits::mem_available())?;
+            progress.step(format!("loading the draft {}", p.display()));
+            let d = load_draft(p)?;
+            check_pair_shape(cfg.embedding_length, cfg.n_layer(), cfg.vocab_size, &d)
+                .map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
+            progress.step(format!(
+                "the draft runs on the CPU (each round downloads its new feature rows from the GPU) until the \
+                 GPU draft lands (issue 23); loading the target's embedding and LM head for it ({})",
+                limits::format_gib(matrices)
+            ));
+            let (embd, head) = draft_matrices(file, cfg, &args.model)?;
+            Some((d, embd, head))
         }
-    })
-    .map_err(|e: SpecError| anyhow::anyhow!(e))?;
-    out.write_all(dec.finish().as_bytes())?;
-    writeln!(out)?;
-    if let Some(e) = io_err {
-        return Err(e).context("writing the generated text");
-    }
-    writeln!(err, "mode ar budget 0 backend gpu")?;
+        (None, _) => bail!("--mode {} needs --draft", mode.name()),
+    };
+    progress.finish();
+    let capture = draft.as_ref().map_or_else(Vec::new, |(d, _, _)| d.hparams.target_layer_ids.clone());
+    let nodes = if mode == Mode::Ar { 1 } else { kernel_abi::MAX_NODES as usize };
+    let ctx = (prompt.len() + args.max_tokens + nodes).min(ctx_limit);
+    let (mut engine, _) = super::backend::open_engine(gpu, &args.model, Some(ctx), &capture, !args.verbose)?;
+    let mut tgt = crate::engine::GpuTarget::new(&mut engine);
+    let mut dft = match &draft {
+        Some((d, embd, head)) => {
+            let cpu = CpuDraft::with_target_matrices(d, embd, head.as_ref().unwrap_or(embd));
+            Some(HostDraft::new(cpu, tgt.feature_source()?))
+        }
+        None => None,
+    };
+    let cfg = GenerateConfig {
+        mode,
+        budget: if mode == Mode::Ar { 0 } else { args.budget },
+        max_tokens: args.max_tokens,
+        eos: tk.stop_ids.clone(),
+        rule: DecodingRule::Greedy,
+    };
+    let progress = limits::LoadProgress::new(args.verbose);
+    progress.step(format!("prefill of {} prompt tokens on the GPU", prompt.len()));
+    let stats = stream_generate(&mut tgt, dft.as_mut(), prompt, &cfg, tk, out, progress)?;
+    writeln!(err, "mode {} budget {} backend gpu", mode.name(), cfg.budget)?;
     writeln!(err, "{}", stats.summary())?;
     Ok(())
+}
+
+/// Refuses a host allocation of `need` bytes larger than `available` (unknown passes).
+fn check_host_memory(need: u64, available: Option<u64>) -> anyhow::Result<()> {
+    match available {
+        Some(avail) if need > avail => bail!(
+            "the CPU draft needs about {} of RAM (its weights and the target's embedding and LM head as f32) but \
+             only {} is available (MemAvailable)",
+            limits::format_gib(need),
+            limits::format_gib(avail)
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Runs the command on stdout/stderr.

@@ -118,7 +118,7 @@ pub fn render(args: &LogitsArgs) -> anyhow::Result<String> {
 
 /// The logits (and layer outputs) of `tokens` from the GPU engine, in chains of ≤ 32.
 fn gpu_forward(gpu: crate::gpu::Gpu, model: &Path, tokens: &[u32], layers: &[usize]) -> anyhow::Result<ForwardOutput> {
-    let (mut e, _) = super::backend::open_engine(gpu, model, Some(tokens.len().max(1)), true)?;
+    let (mut e, _) = super::backend::open_engine(gpu, model, Some(tokens.len().max(1)), &[], true)?;
     e.set_capture(layers)?;
     let (v, d) = (e.cfg.vocab_size, e.cfg.embedding_length);
     let mut out = ForwardOutput { logits: Vec::new(), captured: vec![Vec::new(); layers.len()] };

@@ -299,6 +299,11 @@ impl DraftEngine {
         })
     }
 
+    /// The GPU (the target engine's).
+    pub fn gpu(&self) -> Arc<Gpu> {
+        Arc::clone(&self.gpu)
+    }
+
     /// Context rows held (committed tokens whose features have been appended).
     pub fn context_len(&self) -> usize {
         self.n_ctx
@@ -349,13 +354,31 @@ impl DraftEngine {
             let m = chunk.len() / fl;
             let gpu = Arc::clone(&self.gpu);
             gpu.write_prefix(chunk, &mut self.feat)?;
-            self.context_chunk(m)?;
+            let feat = DevSpan::of(&gpu, &self.feat);
+            self.context_chunk(feat, m)?;
         }
         Ok(())
     }
 
-    /// The context pass over the first `m` rows of `feat`.
-    fn context_chunk(&mut self, m: usize) -> Result<(), EngineError> {
+    /// Appends `rows` context rows read from the device (`rows · feature_len()` f32 at `features`,
+    /// token-major: the target engine's feature store, [`super::FeatureStore`]); no host copy.
+    pub fn extend_context_device(&mut self, features: DevSpan<f32>, rows: usize) -> Result<(), EngineError> {
+        let fl = self.feature_len();
+        features.need(rows * fl, "draft context", "features")?;
+        if self.n_ctx + rows > self.max_context() {
+            return Err(EngineError::Context { need: self.n_ctx + rows, ctx: self.max_context() });
+        }
+        let mut at = 0;
+        while at < rows {
+            let m = (rows - at).min(N);
+            self.context_chunk(features.sub(at * fl, m * fl, "feature rows")?, m)?;
+            at += m;
+        }
+        Ok(())
+    }
+
+    /// The context pass over the `m` feature rows at `feat`.
+    fn context_chunk(&mut self, feat: DevSpan<f32>, m: usize) -> Result<(), EngineError> {
         let (h, eps) = (self.cfg.hidden_size, self.cfg.rms_norm_eps);
         let mut b = NodeBatch { n: m as u32, ..NodeBatch::empty(self.n_ctx as u32) };
         for i in 0..m {
@@ -367,7 +390,7 @@ impl DraftEngine {
         let gpu = &*self.gpu;
         let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
         let kh = self.feature_len();
-        qmm_prepare_span(gpu, s(&self.feat), m, kh, self.ws.pairs_needed, &mut self.ws)?;
+        qmm_prepare_span(gpu, feat, m, kh, self.ws.pairs_needed, &mut self.ws)?;
         matmul(gpu, &self.fc, m, s(&self.c), &mut self.ws)?;
         rms_norm_rows_span(gpu, s(&self.c), s(&self.hidden_norm), s(&self.x), m, h, eps)?;
         qmm_prepare_span(gpu, s(&self.x), m, h, self.ws.pairs_needed, &mut self.ws)?;

@@ -6,6 +6,7 @@ use cudarc::driver::{CudaEvent, CudaSlice};
 use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
 
 use super::batch::bytes_of;
+use super::features::{enqueue_copy, feature_copies, EngineFeatures, FeatureStore};
 use super::plan::MemoryPlan;
 use super::weights::{self, GdnProj, MixerWeights, QWeight, TargetWeights};
 use super::EngineError;
@@ -89,6 +90,9 @@ pub struct Engine {
     /// every forward copies into `features` (`[capture.len()][32][n_embd]`): the draft's taps.
     capture: Vec<usize>,
     features: CudaSlice<f32>,
+    /// The committed tokens' captured rows `[ctx][capture.len() · n_embd]`, appended by every
+    /// commit (`super::features`); `None` without capture.
+    store: Option<Arc<FeatureStore>>,
     /// When set, [`Engine::forward`] records an event after each kernel group (serialising the
     /// chain): the per-family breakdown of `flashtree bench`.
     profile: Option<Profile>,
@@ -149,19 +153,47 @@ impl Engine {
         ctx: usize,
         progress: impl FnMut(u64, u64),
     ) -> Result<Engine, EngineError> {
-        let plan = Self::plan_for(&cfg, g, ctx)?;
+        Self::load_with_capture(gpu, g, cfg, ctx, &[], progress)
+    }
+
+    /// [`Engine::load`], capturing the outputs of `capture` (the draft's target layers) into the
+    /// feature store, which the plan counts ([`Engine::set_capture`]).
+    pub fn load_with_capture(
+        gpu: Gpu,
+        g: &Gguf,
+        cfg: Qwen35Config,
+        ctx: usize,
+        capture: &[usize],
+        progress: impl FnMut(u64, u64),
+    ) -> Result<Engine, EngineError> {
+        let plan = Self::plan_with_capture(&cfg, g, ctx, capture.len())?;
         let (free, _total) = gpu.memory_info()?;
         plan.check(free, 512 << 20)?;
         let w = weights::load(&gpu, &cfg, g, progress)?;
-        Self::with_weights(Arc::new(gpu), cfg, ctx, plan, Arc::new(w))
+        let mut e = Self::with_weights(Arc::new(gpu), cfg, ctx, plan, Arc::new(w))?;
+        if !capture.is_empty() {
+            e.set_capture(capture)?;
+        }
+        Ok(e)
     }
 
     /// The memory plan of `cfg` from `g` at context `ctx` (nothing allocated).
     pub fn plan_for(cfg: &Qwen35Config, g: &Gguf, ctx: usize) -> Result<MemoryPlan, EngineError> {
+        Self::plan_with_capture(cfg, g, ctx, 0)
+    }
+
+    /// The memory plan with a feature store for `capture_layers` layers.
+    pub fn plan_with_capture(
+        cfg: &Qwen35Config,
+        g: &Gguf,
+        ctx: usize,
+        capture_layers: usize,
+    ) -> Result<MemoryPlan, EngineError> {
         check_supported(cfg, ctx)?;
         let gdn = gdn_shape(cfg);
         let mixed_stride = weights::gdn_mixed_stride(cfg, g);
-        MemoryPlan::new(cfg, ctx, weights::weight_bytes(cfg, g)?, gdn::gdn_scratch_len(&gdn), mixed_stride)
+        let wb = weights::weight_bytes(cfg, g)?;
+        MemoryPlan::new(cfg, ctx, wb, gdn::gdn_scratch_len(&gdn), mixed_stride, capture_layers)
     }
 
     fn with_weights(
@@ -246,6 +278,7 @@ impl Engine {
             profile: None,
             capture: Vec::new(),
             features: z(1)?,
+            store: None,
             graphs: (0..N).map(|_| None).collect(),
             eager_runs: [0; N],
             gpu,
@@ -280,12 +313,27 @@ impl Engine {
     }
 
     /// Makes every later forward copy the outputs of `layers` (each `< n_layer`) into the
-    /// feature buffer ([`Engine::captured`]). Drops the captured graphs (they record the copies).
+    /// per-forward buffer ([`Engine::captured`]) and every later commit append them to the
+    /// feature store ([`Engine::feature_source`]; rows of tokens committed before are not
+    /// captured). Drops the captured graphs (they record the copies). The plan's feature line
+    /// becomes this store's size.
     pub fn set_capture(&mut self, layers: &[usize]) -> Result<(), EngineError> {
         if let Some(&l) = layers.iter().find(|&&l| l >= self.cfg.n_layer()) {
             return Err(EngineError::Batch(format!("capture layer {l}: the model has {} layers", self.cfg.n_layer())));
         }
-        self.features = self.gpu.zeros::<f32>((layers.len() * N * self.cfg.embedding_length).max(1))?;
+        let d = self.cfg.embedding_length;
+        if layers != self.capture.as_slice() {
+            // Free the old buffers first.
+            self.store = None;
+            self.features = self.gpu.zeros::<f32>(1)?;
+            self.features = self.gpu.zeros::<f32>((layers.len() * N * d).max(1))?;
+            self.store = match layers.len() {
+                0 => None,
+                k => Some(Arc::new(FeatureStore::new(&self.gpu, self.ctx(), k, d)?)),
+            };
+        }
+        self.plan.features = MemoryPlan::feature_bytes(self.ctx(), layers.len(), d)?;
+        self.plan.capture_layers = layers.len();
         self.capture = layers.to_vec();
         self.graphs.iter_mut().for_each(|g| *g = None);
         self.eager_runs = [0; N];
@@ -300,6 +348,12 @@ impl Engine {
     /// How many layers every forward captures.
     pub fn capture_len(&self) -> usize {
         self.capture.len()
+    }
+
+    /// A reader of the feature store (`None` without capture): row `r` is the committed token
+    /// at position `r` (valid for the rows committed since the capture was set).
+    pub fn feature_source(&self) -> Option<EngineFeatures> {
+        self.store.clone().map(EngineFeatures)
     }
 
     /// The captured layer outputs of the last forward: `[capture.len()][n][n_embd]` (waits).
@@ -653,6 +707,13 @@ impl Engine {
                 DevSpan::of(gpu, &self.state),
                 DevSpan::of(gpu, &self.conv),
             )?;
+        }
+        if let Some(store) = &self.store {
+            // The path's captured rows → store rows n_past.. (device to device).
+            let (src, dst) = (DevSpan::of(gpu, &self.features), store.span(gpu));
+            for c in feature_copies(path, self.n_past, self.capture.len(), N, self.cfg.embedding_length) {
+                enqueue_copy(gpu, &c, src, dst)?;
+            }
         }
         self.n_past += path.len();
         Ok(())

@@ -1,43 +1,62 @@
-//! [`GpuDraft`]: the spec loop's [`Draft`] on the GPU ([`DraftEngine`]).
+//! [`GpuDraft`]: the spec loop's [`Draft`] on the GPU ([`DraftEngine`]), reading its context rows
+//! straight from the target engine's feature store.
 //!
-//! Features arrive as host rows (what [`super::GpuTarget::with_capture`] returns today: one
-//! upload per round of the accepted path's rows); the context pass, the block forward and the
-//! top-K run on the device, and the `(B−1)·K` top-K entries are the round's only download.
+//! Each round: the accepted path's rows (a [`DeviceFeatures`] range of the store, written by the
+//! target's commit) go through the draft's context pass on the device, then the block forward
+//! and the top-K; the `(B−1)·K` top-K entries are the round's only download.
 
 use super::draft::DraftEngine;
-use crate::spec::cpu::FeatureRows;
+use super::features::{DeviceFeatures, EngineFeatures};
 use crate::spec::{Draft, DraftTopK, SpecError};
 
-/// The GPU draft as a [`Draft`].
+/// The GPU draft as a [`Draft`] of a GPU target (features = rows of its store).
 pub struct GpuDraft {
     pub engine: DraftEngine,
+    store: EngineFeatures,
 }
 
 impl GpuDraft {
-    /// A draft with an empty context.
-    pub fn new(mut engine: DraftEngine) -> Self {
+    /// A draft with an empty context reading `store` (from [`super::GpuTarget::feature_source`]:
+    /// the target must capture the draft's `target_layer_ids`, in order).
+    pub fn new(mut engine: DraftEngine, store: EngineFeatures) -> Result<Self, SpecError> {
+        if store.0.width() != engine.feature_len() {
+            return Err(SpecError::Config(format!(
+                "the target's feature rows hold {} values, the draft takes {} (capture its target_layer_ids)",
+                store.0.width(),
+                engine.feature_len()
+            )));
+        }
         engine.reset();
-        GpuDraft { engine }
+        Ok(GpuDraft { engine, store })
     }
 }
 
 impl Draft for GpuDraft {
-    type Features = FeatureRows;
+    type Features = DeviceFeatures;
 
     fn depths(&self) -> usize {
         self.engine.cfg.block_size - 1
     }
 
-    fn propose(&mut self, new_context: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
-        let fl = self.engine.feature_len();
-        if let Some((i, r)) = new_context.iter().enumerate().find(|(_, r)| r.len() != fl) {
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.engine.reset();
+        Ok(())
+    }
+
+    fn propose(&mut self, new: &DeviceFeatures, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
+        if new.rows > 0 && new.first_row != self.engine.context_len() {
             return Err(SpecError::Config(format!(
-                "feature row {i} has {} values, the draft takes {fl} (the target's layer taps)",
-                r.len()
+                "feature rows {}..+{}: the draft holds {} context rows (rows must follow them)",
+                new.first_row,
+                new.rows,
+                self.engine.context_len()
             )));
         }
-        let flat: Vec<f32> = new_context.concat();
-        self.engine.extend_context(&flat).map_err(SpecError::backend)?;
+        let w = self.store.0.width();
+        let gpu = self.engine.gpu();
+        let rows =
+            self.store.0.span(&gpu).sub(new.first_row * w, new.rows * w, "feature rows").map_err(SpecError::backend)?;
+        self.engine.extend_context_device(rows, new.rows).map_err(SpecError::backend)?;
         let k = k.clamp(1, super::DRAFT_MAX_K);
         let (tokens, logprobs) = self.engine.propose(bonus, k).map_err(SpecError::backend)?;
         DraftTopK::new(self.depths(), k, tokens, logprobs)

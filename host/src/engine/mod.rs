@@ -14,7 +14,9 @@
 //! alone or in any tree, and greedy speculation reproduces greedy AR exactly.
 
 mod batch;
+mod clock;
 mod draft;
+mod features;
 mod forward;
 mod gpu_draft;
 mod plan;
@@ -22,7 +24,9 @@ mod target;
 mod weights;
 
 pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
+pub use clock::{Phase, PhaseClock};
 pub use draft::{DraftEngine, DRAFT_MAX_K};
+pub use features::{feature_copies, DeviceFeatures, EngineFeatures, FeatureStore, RowCopy};
 pub use forward::{Engine, Profile};
 pub use gpu_draft::GpuDraft;
 pub use plan::MemoryPlan;

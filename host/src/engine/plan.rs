@@ -19,23 +19,40 @@ pub struct MemoryPlan {
     pub tree_scratch: u64,
     /// Activations, logits, the matmul workspace, the RoPE table.
     pub workspace: u64,
+    /// The draft's features: the device store of every committed token's captured layer
+    /// outputs (`ctx × layers × d` f32) and the per-forward scratch (`layers × 32 × d` f32).
+    pub features: u64,
+    /// Layers captured for the draft (0: no store).
+    pub capture_layers: usize,
 }
 
 impl MemoryPlan {
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.recurrent + self.tree_scratch + self.workspace
+        self.weights + self.kv_cache + self.recurrent + self.tree_scratch + self.workspace + self.features
+    }
+
+    /// Bytes of the feature store and scratch of `layers` captured layers of width `d` at
+    /// context `ctx` (checked arithmetic).
+    pub fn feature_bytes(ctx: usize, layers: usize, d: usize) -> Result<u64, EngineError> {
+        let rows = (ctx as u64).checked_add(32).ok_or_else(|| EngineError::Plan("memory plan overflows".into()))?;
+        rows.checked_mul(layers as u64)
+            .and_then(|x| x.checked_mul(d as u64))
+            .and_then(|x| x.checked_mul(4))
+            .ok_or_else(|| EngineError::Plan("memory plan overflows".into()))
     }
 
     /// The plan for `cfg` at context `ctx` with `weights` bytes of packed weights,
     /// `gdn_scratch` f32 values of per-layer DeltaNet scratch and `mixed_stride` f32 values per
     /// node row of the DeltaNet `mixed` arena (`conv_ch`, or more when the layer's projections
-    /// are one product). All arithmetic is checked.
+    /// are one product), capturing `capture_layers` layers for the draft. All arithmetic is
+    /// checked.
     pub fn new(
         cfg: &Qwen35Config,
         ctx: usize,
         weights: u64,
         gdn_scratch: usize,
         mixed_stride: usize,
+        capture_layers: usize,
     ) -> Result<Self, EngineError> {
         let over = || EngineError::Plan("memory plan overflows".into());
         let m = |a: u64, b: u64| a.checked_mul(b).ok_or_else(over);
@@ -64,7 +81,8 @@ impl MemoryPlan {
         // The attention split-K partials: up to 64 splits × 32 nodes × heads × (head_dim + 2).
         let attn_split = 64 * 32 * nh * (hd + 2) * 4;
         let workspace = acts + logits + qmm_ws + rope + attn_split;
-        Ok(MemoryPlan { ctx, weights, kv_cache, recurrent, tree_scratch, workspace })
+        let features = Self::feature_bytes(ctx, capture_layers, cfg.embedding_length)?;
+        Ok(MemoryPlan { ctx, weights, kv_cache, recurrent, tree_scratch, workspace, features, capture_layers })
     }
 
     /// Refuses the plan unless it fits `free` bytes, keeping `reserve` for the driver.
@@ -91,13 +109,15 @@ impl fmt::Display for MemoryPlan {
         write!(
             f,
             "weights {:.2} GiB, KV cache {:.2} GiB (context {}), recurrent state {:.3} GiB, tree scratch {:.3} GiB, \
-             workspace {:.3} GiB: total {:.2} GiB",
+             workspace {:.3} GiB, draft features {:.3} GiB ({} layers): total {:.2} GiB",
             gib(self.weights),
             gib(self.kv_cache),
             self.ctx,
             gib(self.recurrent),
             gib(self.tree_scratch),
             gib(self.workspace),
+            gib(self.features),
+            self.capture_layers,
             gib(self.total())
         )
     }

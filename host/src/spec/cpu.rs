@@ -10,29 +10,38 @@
 //! and hands the path's feature rows (target layers `target_layer_ids`, concatenated) to the draft.
 
 use flashtree_reference::model::dflash::DFlashWeights;
+use flashtree_reference::model::tensor::Matrix;
 use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights, TreeOutput};
 use flashtree_reference::sample::argmax;
 
-use super::ddtree::{topk_logprobs, DraftTopK, Tree};
+use super::batch::VerifyBatch;
+use super::ddtree::{topk_logprobs, DraftTopK};
+use super::rule::DecodingRule;
 use super::traits::{Draft, Target};
 use super::SpecError;
 
-/// One feature row per token: `concat_l h_l` over the draft's target layers, `[k·H]`.
-pub type FeatureRows = Vec<Vec<f32>>;
+pub use super::features::FeatureRows;
 
 /// Checks that `draft` can run on `target`: same hidden size, target layers in range, mask
 /// token inside the vocabulary, a block of at least 2 slots. Names both sides in the error.
 pub fn check_pair(target: &Qwen35Weights, draft: &DFlashWeights) -> Result<(), SpecError> {
-    let (t, d) = (&target.hparams, &draft.hparams);
+    let t = &target.hparams;
+    check_pair_shape(t.n_embd, t.n_layer(), t.n_vocab, draft)
+}
+
+/// [`check_pair`] against a target given by its hidden size, layer count and vocabulary (a
+/// target that is not loaded on the host, e.g. the GPU engine's).
+pub fn check_pair_shape(n_embd: usize, n_layer: usize, n_vocab: usize, draft: &DFlashWeights) -> Result<(), SpecError> {
+    let d = &draft.hparams;
     let bad = |m: String| Err(SpecError::Config(m));
-    if d.n_embd != t.n_embd {
-        return bad(format!("draft hidden size {} differs from the target's {}", d.n_embd, t.n_embd));
+    if d.n_embd != n_embd {
+        return bad(format!("draft hidden size {} differs from the target's {n_embd}", d.n_embd));
     }
-    if let Some(&l) = d.target_layer_ids.iter().find(|&&l| l >= t.n_layer()) {
-        return bad(format!("draft target layer {l} is out of range: the target has {} layers", t.n_layer()));
+    if let Some(&l) = d.target_layer_ids.iter().find(|&&l| l >= n_layer) {
+        return bad(format!("draft target layer {l} is out of range: the target has {n_layer} layers"));
     }
-    if d.mask_token_id as usize >= t.n_vocab {
-        return bad(format!("draft mask token {} is outside the target vocabulary of {}", d.mask_token_id, t.n_vocab));
+    if d.mask_token_id as usize >= n_vocab {
+        return bad(format!("draft mask token {} is outside the target vocabulary of {n_vocab}", d.mask_token_id));
     }
     if d.block_size < 2 {
         return bad(format!("draft block size {} < 2", d.block_size));
@@ -54,44 +63,62 @@ impl<'w> CpuTarget<'w> {
         Self { w, state: Qwen35State::new(&w.hparams), capture, last: None }
     }
 
-    /// Committed tokens.
-    pub fn committed(&self) -> usize {
-        self.state.n_past
-    }
-
     fn rows(&self, captured: &[Vec<Vec<f32>>], nodes: impl Iterator<Item = usize>) -> FeatureRows {
         nodes.map(|i| captured.iter().flat_map(|c| c[i].iter().copied()).collect()).collect()
     }
 }
 
-fn greedy(logits: &[f32]) -> Result<u32, SpecError> {
-    match argmax(logits).0 {
-        u32::MAX => Err(SpecError::Config("target logits are all NaN".into())),
-        t => Ok(t),
+/// The token `rule` picks from `logits`.
+fn pick(rule: DecodingRule, logits: &[f32]) -> Result<u32, SpecError> {
+    match rule {
+        DecodingRule::Greedy => match argmax(logits).0 {
+            u32::MAX => Err(SpecError::Config("target logits are all NaN".into())),
+            t => Ok(t),
+        },
     }
 }
 
 impl Target for CpuTarget<'_> {
     type Features = FeatureRows;
 
-    fn prefill(&mut self, prompt: &[u32]) -> Result<(u32, FeatureRows), SpecError> {
-        self.state = Qwen35State::new(&self.w.hparams);
-        let opts = ForwardOptions { capture_layers: self.capture.clone(), ..Default::default() };
-        let out = self.w.forward(&mut self.state, prompt, &opts).map_err(SpecError::backend)?;
-        let last = out.logits.last().ok_or_else(|| SpecError::Config("empty prompt".into()))?;
-        Ok((greedy(last)?, self.rows(&out.captured, 0..prompt.len())))
+    fn committed(&self) -> usize {
+        self.state.n_past
     }
 
-    fn verify(&mut self, tree: &Tree) -> Result<Vec<u32>, SpecError> {
-        let parents: Vec<Option<usize>> = tree.parents.iter().map(|p| p.map(|p| p as usize)).collect();
-        let out =
-            self.w.forward_tree(&self.state, &tree.tokens, &parents, &self.capture).map_err(SpecError::backend)?;
-        let posterior = out.logits.iter().map(|l| greedy(l)).collect();
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.state = Qwen35State::new(&self.w.hparams);
+        self.last = None;
+        Ok(())
+    }
+
+    /// One chain forward over `tokens` (the reference's default, chunked DeltaNet form, as a
+    /// prompt has always run), appended to the committed state.
+    fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, FeatureRows), SpecError> {
+        self.last = None;
+        let opts = ForwardOptions { capture_layers: self.capture.clone(), ..Default::default() };
+        let out = self.w.forward(&mut self.state, tokens, &opts).map_err(SpecError::backend)?;
+        let last = out.logits.last().ok_or_else(|| SpecError::Config("extend: no tokens".into()))?;
+        Ok((pick(rule, last)?, self.rows(&out.captured, 0..tokens.len())))
+    }
+
+    fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
+        if batch.committed() != self.state.n_past {
+            return Err(SpecError::Config(format!(
+                "verify batch on {} committed tokens, the target holds {}",
+                batch.committed(),
+                self.state.n_past
+            )));
+        }
+        let out = self
+            .w
+            .forward_tree(&self.state, batch.tokens(), batch.parents(), &self.capture)
+            .map_err(SpecError::backend)?;
+        let posterior = out.logits.iter().map(|l| pick(rule, l)).collect();
         self.last = Some(out);
         posterior
     }
 
-    fn commit(&mut self, _tree: &Tree, path: &[usize]) -> Result<FeatureRows, SpecError> {
+    fn commit(&mut self, _batch: &VerifyBatch, path: &[usize]) -> Result<FeatureRows, SpecError> {
         let out = self.last.take().ok_or_else(|| SpecError::Config("commit without a verify".into()))?;
         self.state.commit_path(&out, path).map_err(SpecError::backend)?;
         Ok(self.rows(&out.captured, path.iter().copied()))
@@ -101,7 +128,9 @@ impl Target for CpuTarget<'_> {
 /// The reference DFlash draft, using the target's embedding and LM head.
 pub struct CpuDraft<'w> {
     d: &'w DFlashWeights,
-    target: &'w Qwen35Weights,
+    /// The target's `[n_vocab, H]` token embedding and LM head.
+    embd: &'w Matrix,
+    head: &'w Matrix,
     ctx: FeatureRows,
     /// At most this many most recent context rows are attended (the trained context, e.g. 4096).
     pub window: usize,
@@ -110,7 +139,14 @@ pub struct CpuDraft<'w> {
 impl<'w> CpuDraft<'w> {
     /// A draft with an empty context. Call [`check_pair`] first.
     pub fn new(d: &'w DFlashWeights, target: &'w Qwen35Weights) -> Self {
-        Self { d, target, ctx: Vec::new(), window: 4096 }
+        Self::with_target_matrices(d, &target.token_embd, target.lm_head())
+    }
+
+    /// A draft with an empty context over the target's token embedding and LM head alone (both
+    /// `[n_vocab, H]`; the draft checks their shapes on every pass). Call [`check_pair_shape`]
+    /// first.
+    pub fn with_target_matrices(d: &'w DFlashWeights, embd: &'w Matrix, head: &'w Matrix) -> Self {
+        Self { d, embd, head, ctx: Vec::new(), window: 4096 }
     }
 }
 
@@ -121,6 +157,11 @@ impl Draft for CpuDraft<'_> {
         self.d.hparams.block_size - 1
     }
 
+    fn reset(&mut self) -> Result<(), SpecError> {
+        self.ctx.clear();
+        Ok(())
+    }
+
     fn propose(&mut self, new: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         self.ctx.extend(new.iter().cloned());
         let hp = &self.d.hparams;
@@ -128,11 +169,9 @@ impl Draft for CpuDraft<'_> {
         let from = start.saturating_sub(self.window);
         let mut block = vec![hp.mask_token_id; hp.block_size];
         block[0] = bonus;
-        let out = self
-            .d
-            .forward(&self.target.token_embd, self.target.lm_head(), &self.ctx[from..], from, &block, start)
-            .map_err(SpecError::backend)?;
-        let vocab = self.target.hparams.n_vocab;
+        let out =
+            self.d.forward(self.embd, self.head, &self.ctx[from..], from, &block, start).map_err(SpecError::backend)?;
+        let vocab = self.head.rows;
         let flat: Vec<f32> = out.logits.concat();
         topk_logprobs(&flat, vocab, k)
     }

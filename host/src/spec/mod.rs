@@ -1,17 +1,23 @@
 //! Speculative decoding: the DDTree builder, the greedy walk, the `Target`/`Draft` traits and one
 //! generic loop that runs AR (budget 0), DFlash chain (K = 1) and DDTree (design.md §1).
 
+pub mod batch;
 pub mod cpu;
 pub mod ddtree;
+pub mod features;
 pub mod generate;
+pub mod rule;
 pub mod stats;
 pub mod traits;
 pub mod walk;
 
+pub use batch::VerifyBatch;
 pub use ddtree::{build, topk_logprobs, DraftTopK, Tree, TreeOptions, Visibility};
-pub use generate::{generate, GenerateConfig, Mode};
-pub use stats::{PhaseTimes, Stats};
-pub use traits::{Draft, Target};
+pub use features::{FeatureRows, FeatureSource, HostDraft};
+pub use generate::{generate, GenerateConfig, Mode, Session};
+pub use rule::DecodingRule;
+pub use stats::{PhaseTimes, Stats, StopReason};
+pub use traits::{Draft, FeatureSpan, Target};
 pub use walk::{walk, Walk};
 
 /// Errors of the speculative loop and its pieces.
@@ -37,6 +43,14 @@ pub enum SpecError {
         /// The mode's name.
         mode: &'static str,
     },
+    /// A decoding rule the backend does not implement.
+    #[error("{backend} does not implement the {rule} decoding rule")]
+    Unsupported {
+        /// The rule's name ([`DecodingRule::name`]).
+        rule: &'static str,
+        /// The backend that refused it.
+        backend: &'static str,
+    },
     /// A bad configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -46,6 +60,11 @@ pub enum SpecError {
 }
 
 impl SpecError {
+    /// `backend` does not implement `rule`.
+    pub fn unsupported(rule: DecodingRule, backend: &'static str) -> Self {
+        Self::Unsupported { rule: rule.name(), backend }
+    }
+
     /// Wraps any backend error.
     pub fn backend(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Self::Backend(e.into())

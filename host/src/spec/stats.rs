@@ -20,9 +20,47 @@ pub struct PhaseTimes {
 }
 
 impl PhaseTimes {
+    /// The sum of `a` and `b` phase by phase (`None` when both are).
+    pub fn merge(a: Option<PhaseTimes>, b: Option<PhaseTimes>) -> Option<PhaseTimes> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(PhaseTimes {
+                prefill: a.prefill + b.prefill,
+                draft: a.draft + b.draft,
+                build: a.build + b.build,
+                verify: a.verify + b.verify,
+                walk: a.walk + b.walk,
+                commit: a.commit + b.commit,
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Sum of all phases.
     pub fn total(&self) -> Duration {
         self.prefill + self.draft + self.build + self.verify + self.walk + self.commit
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StopReason {
+    /// `max_tokens` were generated (also for `max_tokens = 0`).
+    #[default]
+    MaxTokens,
+    /// An EOS token was generated (it is the last output token).
+    Eos,
+    /// The caller's `on_tokens` answered `ControlFlow::Break` (after that round).
+    Caller,
+}
+
+impl StopReason {
+    /// For messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::MaxTokens => "max tokens",
+            StopReason::Eos => "end of sequence",
+            StopReason::Caller => "stopped by the caller",
+        }
     }
 }
 
@@ -31,6 +69,8 @@ impl PhaseTimes {
 pub struct Stats {
     /// Prompt length.
     pub prompt_tokens: usize,
+    /// Prompt tokens already in the target's caches from the previous turn (not run again).
+    pub reused_tokens: usize,
     /// Generated tokens (including a final EOS).
     pub generated: usize,
     /// Verify rounds.
@@ -41,6 +81,11 @@ pub struct Stats {
     pub off_spine_rounds: u64,
     /// Time per phase.
     pub time: PhaseTimes,
+    /// Why generation ended.
+    pub stop: StopReason,
+    /// Device time per phase from the backends' device events (`None` on host-only backends);
+    /// `time` is the host's wall time of the same phases.
+    pub device: Option<PhaseTimes>,
 }
 
 impl Stats {
@@ -77,12 +122,14 @@ impl Stats {
     /// A multi-line human summary: tokens, tok/s, AL, histogram, phase times.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "tokens: {} generated ({} prompt), {} rounds\n\
+            "tokens: {} generated ({} prompt, {} reused), {} rounds; stopped: {}\n\
              decode: {:.2} tok/s; acceptance length {:.3}\n\
              accepted depth histogram:",
             self.generated,
             self.prompt_tokens,
+            self.reused_tokens,
             self.steps,
+            self.stop.name(),
             self.decode_tokens_per_second(),
             self.acceptance_length()
         );
@@ -101,6 +148,22 @@ impl Stats {
             t.walk.as_secs_f64(),
             t.commit.as_secs_f64()
         ));
+        if let Some(d) = &self.device {
+            let ms = |x: std::time::Duration| x.as_secs_f64() * 1e3;
+            let per_round = |x| if self.steps > 0 { ms(x) / self.steps as f64 } else { 0.0 };
+            s.push_str(&format!(
+                "\ndevice time: prefill {:.3}s draft {:.3}s verify {:.3}s commit {:.3}s \
+                 (per round: verify {:.3} ms, commit {:.3} ms; host: verify {:.3} ms, commit {:.3} ms)",
+                d.prefill.as_secs_f64(),
+                d.draft.as_secs_f64(),
+                d.verify.as_secs_f64(),
+                d.commit.as_secs_f64(),
+                per_round(d.verify),
+                per_round(d.commit),
+                per_round(t.verify),
+                per_round(t.commit)
+            ));
+        }
         s
     }
 }

@@ -11,8 +11,9 @@
 use super::engine::{engine, rel_err, tiny, tokens};
 use flashtree::engine::{DraftEngine, GpuDraft, GpuTarget};
 use flashtree::model::DraftModel;
-use flashtree::spec::{generate, GenerateConfig, Mode, Target};
+use flashtree::spec::{generate, DecodingRule, FeatureSource, GenerateConfig, HostDraft, Mode, Target};
 use flashtree_reference::model::tensor::with_device_rounding;
+use std::ops::ControlFlow;
 
 /// The tiny pair: the GPU engine (context `ctx`), the GPU draft over it, the reference draft.
 fn pair(
@@ -43,7 +44,8 @@ fn gpu_draft_logits_match_the_reference_draft() {
         let prompt = tokens(900 + case as u64, len, vocab);
         let (bonus, features) = {
             let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
-            target.prefill(&prompt).unwrap()
+            let (bonus, h) = target.prefill(&prompt, DecodingRule::Greedy).unwrap();
+            (bonus, target.feature_source().unwrap().host_rows(&h).unwrap())
         };
         assert_eq!(features.len(), len);
         let mut block = vec![dw.hparams.mask_token_id; bs];
@@ -104,11 +106,12 @@ fn gpu_spec_with_the_gpu_draft_equals_gpu_ar() {
     let layers = dw.hparams.target_layer_ids.clone();
     let prompt = tokens(41, 11, e.cfg.vocab_size);
     let n = 210;
-    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
-    let (ar, _) =
-        generate(&mut GpuTarget::new(&mut e), None::<&mut GpuDraft>, &prompt, &cfg(Mode::Ar, 0), |_| {}).unwrap();
+    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    let go = |_: &[u32]| ControlFlow::Continue(());
+    let (ar, _) = generate(&mut GpuTarget::new(&mut e), None::<&mut GpuDraft>, &prompt, &cfg(Mode::Ar, 0), go).unwrap();
     assert_eq!(ar.len(), n);
-    let mut draft = GpuDraft::new(d);
+    let source = GpuTarget::with_capture(&mut e, &layers).unwrap().feature_source().unwrap();
+    let mut draft = GpuDraft::new(d, source).unwrap();
     for (mode, budget) in [
         (Mode::Tree, 1),
         (Mode::Tree, 4),
@@ -117,13 +120,13 @@ fn gpu_spec_with_the_gpu_draft_equals_gpu_ar() {
         (Mode::Chain, 22),
         (Mode::AnchorTree, 22),
     ] {
-        draft.engine.reset();
         let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
-        let (out, stats) = generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| {}).unwrap();
+        let (out, stats) = generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), go).unwrap();
         assert_eq!(out, ar, "{mode:?} budget {budget}: output with the GPU draft differs from GPU AR");
         let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
-        let mut cpu = flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu);
-        let (_, cpu_stats) = generate(&mut target, Some(&mut cpu), &prompt, &cfg(mode, budget), |_| {}).unwrap();
+        let mut cpu =
+            HostDraft::new(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu), target.feature_source().unwrap());
+        let (_, cpu_stats) = generate(&mut target, Some(&mut cpu), &prompt, &cfg(mode, budget), go).unwrap();
         eprintln!(
             "{mode:?} budget {budget}: {n} tokens equal to AR; acceptance length {:.3} (GPU draft), {:.3} (CPU draft)",
             stats.acceptance_length(),

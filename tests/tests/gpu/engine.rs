@@ -11,9 +11,14 @@
 //! reference the same logits also carry the roundings' own effect (see docs/perf/engine.md),
 //! checked against a looser sanity bound (1e-2) that still catches any real bug.
 
-use flashtree::engine::{chain_batch, node_batch, Engine};
+use flashtree::engine::{chain_batch, node_batch, DeviceFeatures, Engine};
 use flashtree::gguf::Gguf;
 use flashtree::model::Qwen35Config;
+use flashtree::spec::cpu::CpuDraft;
+use flashtree::spec::{DecodingRule, HostDraft};
+
+/// The CPU draft fed from the engine's device feature store.
+type GpuDraft<'w> = HostDraft<CpuDraft<'w>, flashtree::engine::EngineFeatures>;
 use flashtree_reference::model::tensor::with_device_rounding;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 
@@ -26,6 +31,7 @@ pub(crate) fn engine_arithmetic() -> ForwardOptions {
     ForwardOptions { deltanet: DeltaNetMode::Recurrent, ..Default::default() }
 }
 use flashtree_tests::gpu::gpu_or_skip;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -340,11 +346,16 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
         want.push(tok);
     }
     // The generic loop.
-    let cfg =
-        flashtree::spec::GenerateConfig { mode: flashtree::spec::Mode::Ar, budget: 0, max_tokens: n, eos: vec![] };
+    let cfg = flashtree::spec::GenerateConfig {
+        mode: flashtree::spec::Mode::Ar,
+        budget: 0,
+        max_tokens: n,
+        eos: vec![],
+        rule: DecodingRule::Greedy,
+    };
     let mut target = flashtree::engine::GpuTarget::new(&mut e);
     let (got, stats) =
-        flashtree::spec::generate(&mut target, None::<&mut flashtree::spec::cpu::CpuDraft>, &prompt, &cfg, |_| {})
+        flashtree::spec::generate(&mut target, None::<&mut GpuDraft>, &prompt, &cfg, |_| ControlFlow::Continue(()))
             .unwrap();
     assert_eq!(got, want, "spec::generate on GpuTarget differs from the engine's own AR loop");
     assert_eq!(stats.generated, n);
@@ -417,13 +428,13 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
     let layers = dw.hparams.target_layer_ids.clone();
     let prompt = tokens(41, 11, e.cfg.vocab_size);
     let n = 210;
-    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![] };
+    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
     let (ar, _) = generate(
         &mut flashtree::engine::GpuTarget::new(&mut e),
-        None::<&mut flashtree::spec::cpu::CpuDraft>,
+        None::<&mut GpuDraft>,
         &prompt,
         &cfg(Mode::Ar, 0),
-        |_| {},
+        |_| ControlFlow::Continue(()),
     )
     .unwrap();
     assert_eq!(ar.len(), n);
@@ -436,12 +447,138 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
         (Mode::AnchorTree, 22),
     ] {
         let mut target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
-        let mut draft = flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu);
-        let (out, stats) = generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| {}).unwrap();
+        let source = target.feature_source().unwrap();
+        let mut draft = HostDraft::new(flashtree::spec::cpu::CpuDraft::new(&dw, &t.cpu), source);
+        let (out, stats) =
+            generate(&mut target, Some(&mut draft), &prompt, &cfg(mode, budget), |_| ControlFlow::Continue(()))
+                .unwrap();
         assert_eq!(out, ar, "{mode:?} budget {budget}: GPU speculative output differs from GPU AR");
+        // Device-event times: every phase ran on the device; the verify forward's events lie
+        // inside the host's wall time of the verify (which also waits for the argmax).
+        let dev = stats.device.expect("the GPU target reports device times");
+        assert!(dev.prefill.as_nanos() > 0 && dev.verify.as_nanos() > 0 && dev.commit.as_nanos() > 0, "{dev:?}");
+        assert!(dev.verify <= stats.time.verify, "device verify {:?} > host {:?}", dev.verify, stats.time.verify);
         eprintln!(
             "{mode:?} budget {budget}: {n} tokens equal to AR, acceptance length {:.3}",
             stats.acceptance_length()
         );
+    }
+}
+
+/// A second turn through `Session` on the GPU target (the engine's caches extended by the new
+/// tokens only, in chunks of ≤ 32) generates bitwise the tokens of one fresh prefill of the whole
+/// conversation, in AR and tree modes, for first turns that end at a bonus token and inside an
+/// accepted path; a 70-token continuation crosses chunk boundaries.
+#[test]
+fn gpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
+    let Some(mut e) = engine("gpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation", 512) else {
+        return;
+    };
+    use flashtree::spec::{GenerateConfig, Mode, Session};
+    let t = tiny();
+    let (_, dw) = flashtree::convert::dflash::load_draft(&t.draft).expect("draft loads");
+    let layers = dw.hparams.target_layer_ids.clone();
+    let v = e.cfg.vocab_size;
+    let prompt = tokens(51, 13, v);
+    let cfg = |mode, n| GenerateConfig { mode, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    for mode in [Mode::Ar, Mode::Tree] {
+        for (n1, more) in [(12, 5), (31, 70)] {
+            let user = tokens(61 + n1 as u64, more, v);
+            let (g2, reused, conv) = {
+                let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
+                let draft = HostDraft::new(CpuDraft::new(&dw, &t.cpu), target.feature_source().unwrap());
+                let mut s = Session::new(target, Some(draft));
+                let (g1, _) = s.generate(&prompt, &cfg(mode, n1), |_| ControlFlow::Continue(())).unwrap();
+                let conv: Vec<u32> = prompt.iter().chain(&g1).chain(&user).copied().collect();
+                let (g2, st2) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
+                (g2, st2.reused_tokens, conv)
+            };
+            assert!(reused >= conv.len() - more - 1, "{mode:?} n1 {n1}: caches not reused ({reused})");
+            let target = flashtree::engine::GpuTarget::with_capture(&mut e, &layers).unwrap();
+            let draft = HostDraft::new(CpuDraft::new(&dw, &t.cpu), target.feature_source().unwrap());
+            let mut s = Session::new(target, Some(draft));
+            let (fresh, st) = s.generate(&conv, &cfg(mode, 40), |_| ControlFlow::Continue(())).unwrap();
+            assert_eq!(st.reused_tokens, 0);
+            assert_eq!(g2, fresh, "{mode:?} n1 {n1}: the continued turn differs from a fresh prefill");
+        }
+    }
+}
+
+/// The device feature store holds, for every committed token, the captured layer outputs of the
+/// forward that committed it, concatenated: prefill chunks (70 tokens: chains of 32, 32, 6) and a
+/// tree path with gaps in its node indices, read back through the host draft's download step.
+#[test]
+fn the_feature_store_holds_the_captured_rows_of_every_committed_token() {
+    let Some(mut e) = engine("the_feature_store_holds_the_captured_rows_of_every_committed_token", 512) else {
+        return;
+    };
+    use flashtree::spec::FeatureSource;
+    let layers: Vec<usize> = (0..e.cfg.n_layer()).step_by(2).collect();
+    e.set_capture(&layers).unwrap();
+    let (v, d) = (e.cfg.vocab_size, e.cfg.embedding_length);
+    let row =
+        |cap: &[Vec<f32>], i: usize| -> Vec<f32> { cap.iter().flat_map(|c| c[i * d..(i + 1) * d].to_vec()).collect() };
+    let mut want = Vec::new();
+    for chunk in tokens(71, 70, v).chunks(32) {
+        let b = chain_batch(e.n_past(), chunk, v, e.ctx()).unwrap();
+        e.forward(&b).unwrap();
+        let cap = e.captured(chunk.len()).unwrap();
+        want.extend((0..chunk.len()).map(|i| row(&cap, i)));
+        e.commit(&(0..chunk.len()).collect::<Vec<_>>()).unwrap();
+    }
+    let parents = random_parents(5, 24);
+    let b = node_batch(e.n_past(), &tokens(72, 24, v), &parents, v, e.ctx()).unwrap();
+    e.forward(&b).unwrap();
+    let cap = e.captured(24).unwrap();
+    let mut path = vec![(0..24).max_by_key(|&i| (b.depth[i], i)).unwrap()];
+    while let Some(p) = parents[*path.last().unwrap()] {
+        path.push(p);
+    }
+    path.reverse();
+    want.extend(path.iter().map(|&i| row(&cap, i)));
+    e.commit(&path).unwrap();
+    let got = e.feature_source().unwrap().host_rows(&DeviceFeatures { first_row: 0, rows: want.len() }).unwrap();
+    assert_eq!(got.len(), 70 + path.len());
+    for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(g == w, "store row {r} differs from the captured row (path {path:?})");
+    }
+}
+
+/// `flashtree generate --backend gpu --mode tree|chain|anchor-tree` on the tiny pair (the GPU
+/// target, the CPU draft reading the engine's feature store) prints the text of
+/// `--backend gpu --mode ar`, with device phase times in its stats.
+#[test]
+fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
+    if gpu_or_skip("generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar").is_none() {
+        return;
+    }
+    use flashtree::cli::generate::{run_to, GenerateArgs, ModeArg};
+    let t = tiny();
+    let run = |mode| {
+        let args = GenerateArgs {
+            model: t.path.clone(),
+            draft: Some(t.draft.clone()),
+            mode,
+            budget: 22,
+            max_tokens: 64,
+            prompt: Some("The quick brown fox".into()),
+            chat: false,
+            system: None,
+            no_think: false,
+            ctx: None,
+            verbose: true,
+            backend: flashtree::cli::backend::BackendArg::Gpu,
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        run_to(&args, &mut out, &mut err).unwrap();
+        (String::from_utf8(out).unwrap(), String::from_utf8_lossy(&err).into_owned())
+    };
+    let (ar, ar_err) = run(ModeArg::Ar);
+    assert!(ar_err.contains("mode ar budget 0 backend gpu"), "{ar_err}");
+    assert!(!ar.trim().is_empty());
+    for mode in [ModeArg::Tree, ModeArg::Chain, ModeArg::AnchorTree] {
+        let (text, err) = run(mode);
+        assert_eq!(text, ar, "{mode:?} on the GPU differs from AR on the GPU");
+        assert!(err.contains("backend gpu") && err.contains("device time:"), "{err}");
     }
 }
