@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use cudarc::driver::CudaSlice;
-use flashtree_reference::quant::dequantize;
+use flashtree_quants::dequantize;
 
 use super::EngineError;
 use crate::gguf::{GgmlType, Gguf};

@@ -82,7 +82,7 @@ pub fn gemv_f32(
 // ---------------------------------------------------------------------------------------------
 // Tensor-core path: 1…32 tokens, every weight type (`qmm_*` kernels).
 
-use flashtree_reference::quant::GgmlType;
+use flashtree_quants::GgmlType;
 use kernel_abi::{
     qmm_block_bytes, qmm_is_wgmma, qmm_ksplit, qmm_ksplit_pow2, qmm_lanes, qmm_row_scaled, qmm_xs_smem_bytes,
     QmmParams, QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_ROWS_PER_BLOCK, QMM_WARPS,
