@@ -23,9 +23,7 @@ pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
 pub use forward::{Engine, Profile};
 pub use plan::MemoryPlan;
 pub use target::GpuTarget;
-pub use weights::{
-    gdn_mixed_stride, weight_bytes, GateUp, GdnProj, LayerWeights, MixerWeights, QWeight, TargetWeights,
-};
+pub use weights::{gdn_mixed_stride, weight_bytes, GdnProj, LayerWeights, MixerWeights, TargetWeights};
 
 use crate::gpu::GpuError;
 
