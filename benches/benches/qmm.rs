@@ -5,10 +5,8 @@
 //! 2× L2 are rotated over several copies so every call streams from device memory.
 
 use criterion::Throughput;
-use flashtree::gpu::qmatmul::{
-    qmm, qmm_needs_pairs, qmm_pack_gate_up, qmm_pack_weights, qmm_prepare, qmm_prepared, qmm_swiglu_prepared,
-    qmm_swiglu_rows, QmmWorkspace,
-};
+use flashtree::gpu::qmatmul::{qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
+use flashtree::gpu::{DevSpan, Gpu, GpuError};
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 use flashtree_reference::quant::GgmlType;
 
@@ -47,6 +45,19 @@ fn weights(ty: GgmlType, out: usize, inp: usize, seed: u64) -> Vec<u8> {
     v
 }
 
+/// The whole call: activation prep of `x [n, in]`, then the product into `y [n, out]`.
+fn qmm(
+    gpu: &Gpu,
+    w: &QWeight,
+    x: DevSpan<f32>,
+    n: usize,
+    y: DevSpan<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    w.prepare_x(gpu, x, n, ws)?;
+    w.matmul(gpu, n, y, ws)
+}
+
 fn main() {
     let Some(gpu) = gpu_or_skip("qmm") else { return };
     let ceiling = ceiling_gbps(&gpu);
@@ -80,25 +91,23 @@ fn main() {
         let host = weights(ty, out, inp, (inp * 31 + out) as u64);
         let bytes = host.len();
         let copies = (2 * l2).div_ceil(bytes).max(1);
-        let packed = qmm_pack_weights(ty, &host, out, inp).unwrap();
-        let ws_bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&packed).unwrap()).collect();
+        let packed = PackedWeight::pack(ty, &host, out, inp).unwrap();
+        let ws_bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(&gpu).unwrap()).collect();
         drop(packed);
         drop(host);
         let x: Vec<f32> = (0..32 * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
         let dx = gpu.upload(&x).unwrap();
-        let mut dy = gpu.zeros::<f32>(32 * out).unwrap();
+        let dy = gpu.zeros::<f32>(32 * out).unwrap();
+        let (xs, ys) = (DevSpan::of(&gpu, &dx), DevSpan::of(&gpu, &dy));
         let note_l2 = if bytes < 2 * l2 { format!("{copies} copies rotated") } else { String::new() };
         let (mut t1, mut m1) = (0.0, 0.0);
-        let pairs = qmm_needs_pairs(ty);
         for n in NS {
             // Whole call: activation prep + matmul.
-            let secs =
-                median_secs(&gpu, 20, |i| qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws));
+            let secs = median_secs(&gpu, 20, |i| qmm(&gpu, &ws_bufs[i % copies], xs, n, ys, &mut ws));
             // Matmul alone on prepared activations (the prep is shared by every matmul that reads
             // the same input: q/k/v, gate/up).
-            qmm_prepare(&gpu, &dx, n, inp, pairs, &mut ws).unwrap();
-            let mm =
-                median_secs(&gpu, 20, |i| qmm_prepared(&gpu, ty, &ws_bufs[i % copies], out, inp, n, &mut dy, &mut ws));
+            ws_bufs[0].prepare_x(&gpu, xs, n, &mut ws).unwrap();
+            let mm = median_secs(&gpu, 20, |i| ws_bufs[i % copies].matmul(&gpu, n, ys, &mut ws));
             if n == 1 {
                 t1 = secs;
                 m1 = mm;
@@ -112,9 +121,7 @@ fn main() {
                 g.throughput(Throughput::Bytes(bytes as u64));
                 g.bench_function(format!("{inp}->{out} n={n}"), |b| {
                     b.iter_custom(|iters| {
-                        event_duration(&gpu, iters, |i| {
-                            qmm(&gpu, ty, &ws_bufs[i % copies], out, inp, &dx, n, &mut dy, &mut ws)
-                        })
+                        event_duration(&gpu, iters, |i| qmm(&gpu, &ws_bufs[i % copies], xs, n, ys, &mut ws))
                     })
                 });
                 g.finish();
@@ -130,19 +137,13 @@ fn main() {
 /// on the same packed bytes as one `[34816, 5120]` matrix (`qmm-gateup`, output `[n, 34816]`),
 /// measured back to back. The fused kernel saves the second pass the plain one needs (reading
 /// both products and writing `silu(g)·u`) and a launch; the ratio shows what the epilogue costs.
-fn swiglu_cases(
-    gpu: &flashtree::gpu::Gpu,
-    c: &mut criterion::Criterion,
-    ceiling: f64,
-    l2: usize,
-    filter: &str,
-    ws: &mut QmmWorkspace,
-) {
+fn swiglu_cases(gpu: &Gpu, c: &mut criterion::Criterion, ceiling: f64, l2: usize, filter: &str, ws: &mut QmmWorkspace) {
     let (inp, ff) = (5120usize, 17408usize);
     let rows = qmm_swiglu_rows(ff);
-    let mut dy = gpu.zeros::<f32>(32 * rows).unwrap();
+    let dy = gpu.zeros::<f32>(32 * rows).unwrap();
     let x: Vec<f32> = (0..32 * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
     let dx = gpu.upload(&x).unwrap();
+    let (xs, ys) = (DevSpan::of(gpu, &dx), DevSpan::of(gpu, &dy));
     for ty in
         [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::BF16, GgmlType::F16, GgmlType::F32]
     {
@@ -153,17 +154,17 @@ fn swiglu_cases(
         let gate = weights(ty, ff, inp, 11);
         let up = weights(ty, ff, inp, 12);
         let bytes = gate.len() + up.len();
-        let packed = qmm_pack_gate_up(ty, &gate, &up, ff, inp).unwrap();
+        let packed = PackedWeight::pack_gate_up(ty, &gate, &up, ff, inp).unwrap();
         drop((gate, up));
         let copies = (2 * l2).div_ceil(bytes).max(1);
-        let bufs: Vec<_> = (0..copies).map(|_| gpu.upload(&packed).unwrap()).collect();
+        let bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
         drop(packed);
         let (mut f1, mut p1) = (0.0, 0.0);
         for n in NS {
-            qmm_prepare(gpu, &dx, n, inp, qmm_needs_pairs(ty), ws).unwrap();
-            let fused =
-                median_secs(gpu, 20, |i| qmm_swiglu_prepared(gpu, ty, &bufs[i % copies], ff, inp, n, &mut dy, ws));
-            let plain = median_secs(gpu, 20, |i| qmm_prepared(gpu, ty, &bufs[i % copies], rows, inp, n, &mut dy, ws));
+            bufs[0].prepare_x(gpu, xs, n, ws).unwrap();
+            let fused = median_secs(gpu, 20, |i| bufs[i % copies].swiglu(gpu, n, ys, ws));
+            // The plain kernel over the same interleaved rows (`out() = rows`).
+            let plain = median_secs(gpu, 20, |i| bufs[i % copies].matmul(gpu, n, ys, ws));
             if n == 1 {
                 (f1, p1) = (fused, plain);
             }
@@ -175,11 +176,7 @@ fn swiglu_cases(
                 let mut g = c.benchmark_group("qmm_swiglu/q4_k");
                 g.throughput(Throughput::Bytes(bytes as u64));
                 g.bench_function(format!("{inp}->2x{ff} n={n}"), |b| {
-                    b.iter_custom(|iters| {
-                        event_duration(gpu, iters, |i| {
-                            qmm_swiglu_prepared(gpu, ty, &bufs[i % copies], ff, inp, n, &mut dy, ws)
-                        })
-                    })
+                    b.iter_custom(|iters| event_duration(gpu, iters, |i| bufs[i % copies].swiglu(gpu, n, ys, ws)))
                 });
                 g.finish();
             }

@@ -240,7 +240,7 @@ pub mod qmm_format {
 }
 
 /// Where each byte of a 16-row group's weight block sits in the packed layout of the `qmm_*`
-/// kernels (`host::gpu::qmatmul::qmm_pack_weights`), so that lane `l = 4g + t` of a warp loads
+/// kernels (`host::gpu::qmatmul::PackedWeight::pack`), so that lane `l = 4g + t` of a warp loads
 /// exactly the bytes it multiplies, with coalesced 16-byte loads:
 ///
 /// * **Private bytes** — the listed pieces of rows `g` and `g + 8`, concatenated in list order

@@ -3,7 +3,7 @@
 //! type (random blocks with extreme scales), quantization bit-exact for the types whose gguf-py
 //! quantizer is ggml's reference one (F16, BF16, Q8_0, Q4_0).
 
-use flashtree_reference::quant::{dequantize, quantize, GgmlType};
+use flashtree_quants::{dequantize, quantize, GgmlType};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> Vec<u8> {

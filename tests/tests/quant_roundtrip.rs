@@ -1,7 +1,7 @@
 //! Round-trip error bounds of every quantizer (proptest over random blocks and magnitudes).
-//! Each bound is the one stated in the format's module doc in `reference/src/quant/`.
+//! Each bound is the one stated in the format's module doc in `quants/src/`.
 
-use flashtree_reference::quant::{dequantize, quantize, GgmlType};
+use flashtree_quants::{dequantize, quantize, GgmlType};
 use proptest::prelude::*;
 
 /// Blocks of `n` values `scale · u`, `u ∈ [−1, 1]`, with `scale = 10^e`, `e ∈ exps`, and every

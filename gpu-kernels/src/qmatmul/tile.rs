@@ -5,7 +5,7 @@
 //! Geometry: 256-thread blocks of 8 warps; warp `w` of block `(bx, s)` owns output rows
 //! `16·(8·bx + w) .. +16` and the weight blocks of K split `s` (`blockIdx.y`, `ksplit` splits
 //! fixed by the shape). W is packed per 16-row group in lane order
-//! (`host::gpu::qmatmul::qmm_pack_weights`, layout in `kernel_abi::qmm_lanes`): lane `(g, t)`
+//! (`host::gpu::qmatmul::PackedWeight::pack`, layout in `kernel_abi::qmm_lanes`): lane `(g, t)`
 //! loads exactly the bytes it multiplies — its private 16-byte chunks, which the 32 lanes read
 //! as 512 contiguous bytes per load, and the per-row headers of rows `g` and `g + 8` — with
 //! plain `ld.global.nc` straight into registers. The loads of the next stage (`PER_STAGE`
@@ -38,7 +38,7 @@
 //!
 //! Results go to `y` through [`super::epilogue`]: directly, or with `ksplit > 1` through
 //! per-split partial sums that the last block of each row group adds in split order; fused
-//! SwiGLU kernels (`qmm_<format>_swiglu_nt<T>`, W from `host::gpu::qmatmul::qmm_pack_gate_up`)
+//! SwiGLU kernels (`qmm_<format>_swiglu_nt<T>`, W from `host::gpu::qmatmul::PackedWeight::pack_gate_up`)
 //! write `silu(gate)·up` there instead of both products.
 //!
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),

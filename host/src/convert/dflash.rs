@@ -4,10 +4,10 @@
 
 use super::{ConvertError, TensorF32};
 use crate::model::{DraftConfig, DraftModel};
+use flashtree_quants::dequantize;
 use flashtree_reference::model::dflash::{DFlashLayer, DFlashWeights};
 use flashtree_reference::model::mlp::MlpWeights;
 use flashtree_reference::model::Matrix;
-use flashtree_reference::quant::dequantize;
 use std::path::Path;
 
 /// Builds draft weights from tensors named as in the z-lab safetensors (`fc.weight`, `layers.i.…`).

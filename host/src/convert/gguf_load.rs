@@ -6,8 +6,8 @@ use super::qwen35::weights_from_gguf_tensors;
 use super::{ConvertError, TensorF32};
 use crate::gguf::{Gguf, GgufError};
 use crate::model::Qwen35Config;
+use flashtree_quants::dequantize;
 use flashtree_reference::model::Qwen35Weights;
-use flashtree_reference::quant::dequantize;
 use std::path::Path;
 
 fn g(e: GgufError) -> ConvertError {

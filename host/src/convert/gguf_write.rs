@@ -10,7 +10,7 @@ use super::ConvertError;
 use crate::gguf::{GgufWriter, Value};
 use crate::model::draft::zlab_gguf_name;
 use crate::model::DraftConfig;
-use flashtree_reference::quant::{quantize, GgmlType};
+use flashtree_quants::{quantize, GgmlType};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Output types of `flashtree convert` and the per-tensor type rules (gguf-format-and-quants.md §5.1).
 
-use flashtree_reference::quant::GgmlType;
+use flashtree_quants::GgmlType;
 
 /// The `--outtype` of a conversion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,19 +24,16 @@ use cudarc::driver::CudaSlice;
 use kernel_abi::{NodeBatch, MAX_NODES};
 
 use super::batch::bytes_of;
-use super::weights::{GateUp, QWeight, TargetWeights};
+use super::weights::TargetWeights;
 use super::EngineError;
 use crate::gpu::attention::{self as attn, AttnDims};
 use crate::gpu::embed::embed_rows;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
-use crate::gpu::qmatmul::{
-    qmm_format, qmm_needs_pairs, qmm_pack_gate_up, qmm_pack_weights, qmm_prepare_span, qmm_prepared_span,
-    qmm_swiglu_prepared_span, qmm_swiglu_rows, QmmWorkspace,
-};
+use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
 use crate::gpu::{DevSpan, Gpu};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
-use flashtree_reference::quant::{dequantize, GgmlType};
+use flashtree_quants::dequantize;
 
 const N: usize = MAX_NODES as usize;
 
@@ -50,7 +47,7 @@ struct DraftLayer {
     o: QWeight,
     q_norm: CudaSlice<f32>,
     k_norm: CudaSlice<f32>,
-    gate_up: GateUp,
+    gate_up: QWeight,
     down: QWeight,
 }
 
@@ -110,8 +107,8 @@ impl PackJob {
         PackJob { name, up: None, out, inp }
     }
 
-    /// Packs on the host: `(type, lane-layout bytes)`.
-    fn pack(&self, d: &DraftModel) -> Result<(GgmlType, Vec<u8>), EngineError> {
+    /// Packs on the host.
+    fn pack(&self, d: &DraftModel) -> Result<PackedWeight, EngineError> {
         let t = tensor(d, &self.name)?;
         if qmm_format(t.ty).is_none() {
             return Err(EngineError::Weights(format!(
@@ -121,29 +118,28 @@ impl PackJob {
             )));
         }
         let err = |e: crate::gpu::GpuError| EngineError::Weights(format!("{}: {e}", self.name));
-        let bytes = match &self.up {
-            None => qmm_pack_weights(t.ty, t.data, self.out, self.inp).map_err(err)?,
+        match &self.up {
+            None => PackedWeight::pack(t.ty, t.data, self.out, self.inp).map_err(err),
             Some(up) => {
                 let u = tensor(d, up)?;
                 if u.ty != t.ty {
                     return Err(EngineError::Weights(format!("{} is {} but {up} is {}", self.name, t.ty, u.ty)));
                 }
-                qmm_pack_gate_up(t.ty, t.data, u.data, self.out, self.inp).map_err(err)?
+                PackedWeight::pack_gate_up(t.ty, t.data, u.data, self.out, self.inp).map_err(err)
             }
-        };
-        Ok((t.ty, bytes))
+        }
     }
 }
 
 /// Packs `jobs` on all host cores, uploading each result in job order as it is ready.
-fn pack_all(gpu: &Gpu, d: &DraftModel, jobs: &[PackJob]) -> Result<Vec<(GgmlType, CudaSlice<u8>)>, EngineError> {
+fn pack_all(gpu: &Gpu, d: &DraftModel, jobs: &[PackJob]) -> Result<Vec<QWeight>, EngineError> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 16);
     let next = AtomicUsize::new(0);
-    let mut done: Vec<Option<(GgmlType, CudaSlice<u8>)>> = (0..jobs.len()).map(|_| None).collect();
+    let mut done: Vec<Option<QWeight>> = (0..jobs.len()).map(|_| None).collect();
     std::thread::scope(|s| -> Result<(), EngineError> {
-        let (tx, rx) = mpsc::sync_channel::<(usize, Result<(GgmlType, Vec<u8>), EngineError>)>(threads);
+        let (tx, rx) = mpsc::sync_channel::<(usize, Result<PackedWeight, EngineError>)>(threads);
         for _ in 0..threads.min(jobs.len()) {
             let (tx, next) = (tx.clone(), &next);
             s.spawn(move || loop {
@@ -155,8 +151,7 @@ fn pack_all(gpu: &Gpu, d: &DraftModel, jobs: &[PackJob]) -> Result<Vec<(GgmlType
         }
         drop(tx);
         for (i, r) in rx {
-            let (ty, bytes) = r?;
-            done[i] = Some((ty, gpu.upload(&bytes)?));
+            done[i] = Some(r?.upload(gpu)?);
         }
         Ok(())
     })?;
@@ -221,11 +216,8 @@ impl DraftEngine {
             jobs.push(PackJob { name: n("mlp.gate_proj.weight"), up: Some(n("mlp.up_proj.weight")), out: ff, inp: h });
             jobs.push(PackJob::matrix(n("mlp.down_proj.weight"), h, ff));
         }
-        let mut packed = pack_all(g, draft, &jobs)?.into_iter().zip(&jobs);
-        let mut take = || -> Result<QWeight, EngineError> {
-            let ((ty, buf), j) = packed.next().ok_or_else(|| EngineError::Weights("draft matrices".into()))?;
-            Ok(QWeight { ty, out: j.out, inp: j.inp, buf })
-        };
+        let mut packed = pack_all(g, draft, &jobs)?.into_iter();
+        let mut take = || packed.next().ok_or_else(|| EngineError::Weights("draft matrices".into()));
         let fc = take()?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
@@ -241,7 +233,7 @@ impl DraftEngine {
                 o,
                 q_norm: upload_vector(g, draft, &n("self_attn.q_norm.weight"), hd)?,
                 k_norm: upload_vector(g, draft, &n("self_attn.k_norm.weight"), hd)?,
-                gate_up: GateUp { ty: gu.ty, ff, inp: h, buf: gu.buf },
+                gate_up: gu,
                 down: take()?,
             });
         }
@@ -253,11 +245,9 @@ impl DraftEngine {
         let max_in = [kh, h, ff, nh * hd].into_iter().max().unwrap_or(h);
         let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, h].into_iter().max().unwrap_or(h);
         let mut ws = QmmWorkspace::new(g, max_in, max_out)?;
-        ws.pairs_needed = qmm_needs_pairs(target.head.ty)
-            || qmm_needs_pairs(fc.ty)
-            || layers.iter().any(|l| {
-                [&l.q, &l.k, &l.v, &l.o, &l.down].iter().any(|w| qmm_needs_pairs(w.ty)) || qmm_needs_pairs(l.gate_up.ty)
-            });
+        ws.pairs_needed = target.head.needs_pairs()
+            || fc.needs_pairs()
+            || layers.iter().any(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.down].iter().any(|w| w.needs_pairs()));
         let kv_len = cfg
             .num_layers
             .checked_mul(2 * rows * dims.row())
@@ -390,10 +380,10 @@ impl DraftEngine {
         let gpu = &*self.gpu;
         let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
         let kh = self.feature_len();
-        qmm_prepare_span(gpu, feat, m, kh, self.ws.pairs_needed, &mut self.ws)?;
+        self.ws.prepare(gpu, feat, m, kh, self.ws.pairs_needed)?;
         matmul(gpu, &self.fc, m, s(&self.c), &mut self.ws)?;
         rms_norm_rows_span(gpu, s(&self.c), s(&self.hidden_norm), s(&self.x), m, h, eps)?;
-        qmm_prepare_span(gpu, s(&self.x), m, h, self.ws.pairs_needed, &mut self.ws)?;
+        self.ws.prepare(gpu, s(&self.x), m, h, self.ws.pairs_needed)?;
         let kv_dims = AttnDims { n_head: 0, ..self.dims };
         for (li, l) in self.layers.iter().enumerate() {
             matmul(gpu, &l.k, m, s(&self.kb), &mut self.ws)?;
@@ -458,7 +448,7 @@ impl DraftEngine {
             } else {
                 add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&l.attn_norm), s(&self.x), bs, h, eps)?;
             }
-            qmm_prepare_span(gpu, s(&self.x), bs, h, self.ws.pairs_needed, &mut self.ws)?;
+            self.ws.prepare(gpu, s(&self.x), bs, h, self.ws.pairs_needed)?;
             matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
             matmul(gpu, &l.k, bs, s(&self.kb), &mut self.ws)?;
             matmul(gpu, &l.v, bs, s(&self.vb), &mut self.ws)?;
@@ -496,26 +486,19 @@ impl DraftEngine {
                 s(&self.attn_scratch),
                 s(&self.ao),
             )?;
-            qmm_prepare_span(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed, &mut self.ws)?;
+            self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
             matmul(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?;
             add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&l.post_norm), s(&self.x), bs, h, eps)?;
-            qmm_prepare_span(gpu, s(&self.x), bs, h, self.ws.pairs_needed, &mut self.ws)?;
-            let gu = &l.gate_up;
-            qmm_swiglu_prepared_span(gpu, gu.ty, &gu.buf, gu.ff, gu.inp, bs, s(&self.wide), &mut self.ws)?;
-            qmm_prepare_span(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed, &mut self.ws)?;
+            self.ws.prepare(gpu, s(&self.x), bs, h, self.ws.pairs_needed)?;
+            l.gate_up.swiglu(gpu, bs, s(&self.wide), &mut self.ws)?;
+            self.ws.prepare(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed)?;
             matmul(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
         }
         add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&self.output_norm), s(&self.x), bs, h, eps)?;
         // Slots 1 … B−1 predict the drafted positions; slot 0's output is not used.
         let rows = bs - 1;
-        qmm_prepare_span(
-            gpu,
-            s(&self.x).sub(h, rows * h, "draft outputs")?,
-            rows,
-            h,
-            self.ws.pairs_needed,
-            &mut self.ws,
-        )?;
+        let pairs = self.ws.pairs_needed;
+        self.ws.prepare(gpu, s(&self.x).sub(h, rows * h, "draft outputs")?, rows, h, pairs)?;
         matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
         topk_logprobs_rows(
             gpu,
@@ -541,6 +524,6 @@ impl DraftEngine {
 }
 
 fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
-    qmm_prepared_span(gpu, w.ty, &w.buf, w.out, w.inp, n, y, ws)?;
+    w.matmul(gpu, n, y, ws)?;
     Ok(())
 }

@@ -8,7 +8,7 @@ use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
 use super::batch::bytes_of;
 use super::features::{enqueue_copy, feature_copies, EngineFeatures, FeatureStore};
 use super::plan::MemoryPlan;
-use super::weights::{self, GdnProj, MixerWeights, QWeight, TargetWeights};
+use super::weights::{self, GdnProj, MixerWeights, TargetWeights};
 use super::EngineError;
 use crate::gguf::Gguf;
 use crate::gpu::attention::{self as attn, AttnDims};
@@ -16,10 +16,7 @@ use crate::gpu::deltanet::{self as gdn, GdnIo, GdnLayerState, GdnShape, GdnWeigh
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
-use crate::gpu::qmatmul::{
-    qmm_needs_pairs, qmm_prepare_norm_span, qmm_prepare_span, qmm_prepared_span, qmm_swiglu_prepared_span,
-    qmm_swiglu_rows, QmmWorkspace,
-};
+use crate::gpu::qmatmul::{qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmWorkspace};
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len};
 use crate::gpu::{DevSpan, Gpu, GpuError};
 use crate::model::Qwen35Config;
@@ -263,7 +260,7 @@ impl Engine {
             am_val: z(N)?,
             ws: {
                 let mut ws = QmmWorkspace::new(&gpu, max_in, max_out)?;
-                ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || qmm_needs_pairs(w.head.ty);
+                ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || w.head.needs_pairs();
                 ws
             },
             rope,
@@ -298,15 +295,15 @@ impl Engine {
     /// the vectors.
     pub fn step_weight_bytes(&self) -> u64 {
         let w = &self.w;
-        let mut b = w.head.buf.num_bytes() as u64 + 4 * w.output_norm.len() as u64;
+        let mut b = w.head.device_bytes() as u64 + 4 * w.output_norm.len() as u64;
         for l in &w.layers {
-            b += (l.gate_up.buf.num_bytes() + l.down.buf.num_bytes()) as u64;
+            b += (l.gate_up.device_bytes() + l.down.device_bytes()) as u64;
             b += 4 * (l.attn_norm.len() + l.post_norm.len()) as u64;
             b += match &l.mixer {
                 MixerWeights::Attention { q, k, v, o, .. } => {
-                    q.buf.num_bytes() + k.buf.num_bytes() + v.buf.num_bytes() + o.buf.num_bytes()
+                    q.device_bytes() + k.device_bytes() + v.device_bytes() + o.device_bytes()
                 }
-                MixerWeights::DeltaNet { proj, out, conv, .. } => proj.bytes() + out.buf.num_bytes() + 4 * conv.len(),
+                MixerWeights::DeltaNet { proj, out, conv, .. } => proj.bytes() + out.device_bytes() + 4 * conv.len(),
             } as u64;
         }
         b
@@ -475,7 +472,8 @@ impl Engine {
          -> Result<DevSpan<f32>, EngineError> {
             if fused {
                 let add = if first { None } else { Some((mix, hb[1 - cur])) };
-                qmm_prepare_norm_span(gpu, hb[cur], add, w, n, d, eps, ws.pairs_needed, ws)?;
+                let pairs = ws.pairs_needed;
+                ws.prepare_norm(gpu, hb[cur], add, w, n, d, eps, pairs)?;
                 if !first {
                     cur = 1 - cur;
                 }
@@ -556,7 +554,7 @@ impl Engine {
                         s(&self.ao),
                     )?;
                     mark(gpu, prof, "attention")?;
-                    prepare(gpu, s(&self.ao), n, o.inp, &mut self.ws)?;
+                    prepare(gpu, s(&self.ao), n, o.inp(), &mut self.ws)?;
                     mark(gpu, prof, "prep")?;
                     matmul(gpu, o, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
@@ -626,17 +624,16 @@ impl Engine {
                     };
                     gdn::gdn_forward(gpu, &self.gdn, n, nodes, &w, &io, &st)?;
                     mark(gpu, prof, "deltanet")?;
-                    prepare(gpu, s(&self.go), n, out.inp, &mut self.ws)?;
+                    prepare(gpu, s(&self.go), n, out.inp(), &mut self.ws)?;
                     mark(gpu, prof, "prep")?;
                     matmul(gpu, out, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
             }
             norm_site(s(&lw.post_norm), false, &mut self.ws, prof)?;
-            let gu = &lw.gate_up;
-            qmm_swiglu_prepared_span(gpu, gu.ty, &gu.buf, gu.ff, gu.inp, n, s(&self.wide), &mut self.ws)?;
+            lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
-            prepare(gpu, s(&self.wide), n, gu.ff, &mut self.ws)?;
+            prepare(gpu, s(&self.wide), n, lw.down.inp(), &mut self.ws)?;
             mark(gpu, prof, "prep")?;
             matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
@@ -758,12 +755,13 @@ impl Profile {
 /// Converts the activations `x [n, inp]` for the matmuls that follow (with the bf16 pair only
 /// when some matrix of the model is F32: [`qmm_needs_pairs`]).
 fn prepare(gpu: &Gpu, x: DevSpan<f32>, n: usize, inp: usize, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
-    qmm_prepare_span(gpu, x, n, inp, ws.pairs_needed, ws)?;
+    let pairs = ws.pairs_needed;
+    ws.prepare(gpu, x, n, inp, pairs)?;
     Ok(())
 }
 
 fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
-    qmm_prepared_span(gpu, w.ty, &w.buf, w.out, w.inp, n, y, ws)?;
+    w.matmul(gpu, n, y, ws)?;
     Ok(())
 }
 

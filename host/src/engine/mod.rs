@@ -31,9 +31,7 @@ pub use forward::{Engine, Profile};
 pub use gpu_draft::GpuDraft;
 pub use plan::MemoryPlan;
 pub use target::GpuTarget;
-pub use weights::{
-    gdn_mixed_stride, weight_bytes, GateUp, GdnProj, LayerWeights, MixerWeights, QWeight, TargetWeights,
-};
+pub use weights::{gdn_mixed_stride, weight_bytes, GdnProj, LayerWeights, MixerWeights, TargetWeights};
 
 use crate::gpu::GpuError;
 

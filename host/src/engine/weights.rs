@@ -1,5 +1,6 @@
 //! The target's weights on the device, each matrix in its GGUF type packed for `qmm`
-//! ([`QWeight`]), the MLP's gate and up interleaved for the fused SwiGLU product, vectors as f32.
+//! ([`QWeight`]), the MLP's gate and up interleaved for the fused SwiGLU product (a gate/up
+//! [`QWeight`]), vectors as f32.
 //!
 //! A DeltaNet layer's input projections share matrices when they share a type ([`GdnProj`]):
 //! qkv, gate, beta and alpha as one product when all four have one type in every DeltaNet layer
@@ -14,29 +15,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use cudarc::driver::CudaSlice;
-use flashtree_reference::quant::dequantize;
+use flashtree_quants::dequantize;
 
 use super::EngineError;
 use crate::gguf::{GgmlType, Gguf};
-use crate::gpu::qmatmul::{qmm_format, qmm_pack_gate_up, qmm_pack_weights, qmm_packed_bytes, qmm_swiglu_rows};
+use crate::gpu::qmatmul::{qmm_format, qmm_packed_bytes, qmm_swiglu_rows, PackedWeight, QWeight};
 use crate::gpu::Gpu;
 use crate::model::Qwen35Config;
-
-/// A matrix `[out, in]` on the device in its GGUF type, packed for `qmm`.
-pub struct QWeight {
-    pub ty: GgmlType,
-    pub out: usize,
-    pub inp: usize,
-    pub buf: CudaSlice<u8>,
-}
-
-/// The interleaved gate/up matrix of an MLP with `ff` features (`qmm_swiglu`).
-pub struct GateUp {
-    pub ty: GgmlType,
-    pub ff: usize,
-    pub inp: usize,
-    pub buf: CudaSlice<u8>,
-}
 
 /// The input projections of a DeltaNet layer: qkv (`[conv_ch, in]`, the conv inputs `mixed`),
 /// gate (`[inner, in]`, `z`), beta and alpha (`[n_v, in]` each). Merged matrices stack the raw
@@ -64,7 +49,7 @@ impl GdnProj {
 
     /// Device bytes of the packed matrices.
     pub fn bytes(&self) -> usize {
-        self.matrices().iter().map(|w| w.buf.num_bytes()).sum()
+        self.matrices().iter().map(|w| w.device_bytes()).sum()
     }
 }
 
@@ -131,19 +116,20 @@ pub struct LayerWeights {
     pub attn_norm: CudaSlice<f32>,
     pub post_norm: CudaSlice<f32>,
     pub mixer: MixerWeights,
-    pub gate_up: GateUp,
+    /// Gate and up interleaved (`QWeight::swiglu`).
+    pub gate_up: QWeight,
     pub down: QWeight,
 }
 
 impl LayerWeights {
     /// Whether any matrix of the layer has a type for which `pred` holds.
     pub fn uses_type(&self, pred: impl Fn(GgmlType) -> bool) -> bool {
-        let mut tys = vec![self.gate_up.ty, self.down.ty];
+        let mut tys = vec![self.gate_up.ty(), self.down.ty()];
         match &self.mixer {
-            MixerWeights::Attention { q, k, v, o, .. } => tys.extend([q.ty, k.ty, v.ty, o.ty]),
+            MixerWeights::Attention { q, k, v, o, .. } => tys.extend([q.ty(), k.ty(), v.ty(), o.ty()]),
             MixerWeights::DeltaNet { proj, out, .. } => {
-                tys.push(out.ty);
-                tys.extend(proj.matrices().iter().map(|w| w.ty));
+                tys.push(out.ty());
+                tys.extend(proj.matrices().iter().map(|w| w.ty()));
             }
         }
         tys.into_iter().any(pred)
@@ -176,6 +162,7 @@ enum Job {
 }
 
 enum Packed {
+    Matrix(PackedWeight),
     Bytes(Vec<u8>),
     Floats(Vec<f32>),
 }
@@ -270,7 +257,7 @@ fn run_job(g: &Gguf, job: &Job) -> Result<Packed, EngineError> {
         Job::Matrix(name, out, inp) => {
             let (ty, raw) = tensor(g, name)?;
             supported(name, ty)?;
-            Packed::Bytes(qmm_pack_weights(ty, raw, *out, *inp).map_err(|e| err(name, &e))?)
+            Packed::Matrix(PackedWeight::pack(ty, raw, *out, *inp).map_err(|e| err(name, &e))?)
         }
         Job::Stack(parts, inp) => {
             let (first, _) = &parts[0];
@@ -285,7 +272,7 @@ fn run_job(g: &Gguf, job: &Job) -> Result<Packed, EngineError> {
                 raw.extend_from_slice(r);
             }
             let out = parts.iter().map(|(_, o)| o).sum();
-            Packed::Bytes(qmm_pack_weights(ty, &raw, out, *inp).map_err(|e| err(first, &e))?)
+            Packed::Matrix(PackedWeight::pack(ty, &raw, out, *inp).map_err(|e| err(first, &e))?)
         }
         Job::GateUp(gate, up, ff, inp) => {
             let (tg, rg) = tensor(g, gate)?;
@@ -297,7 +284,7 @@ fn run_job(g: &Gguf, job: &Job) -> Result<Packed, EngineError> {
                     tu.name()
                 )));
             }
-            Packed::Bytes(qmm_pack_gate_up(tg, rg, ru, *ff, *inp).map_err(|e| err(gate, &e))?)
+            Packed::Matrix(PackedWeight::pack_gate_up(tg, rg, ru, *ff, *inp).map_err(|e| err(gate, &e))?)
         }
         Job::Raw(name) => Packed::Bytes(tensor(g, name)?.1.to_vec()),
         Job::Vector(name) => {
@@ -308,6 +295,7 @@ fn run_job(g: &Gguf, job: &Job) -> Result<Packed, EngineError> {
 }
 
 enum Slot {
+    Matrix(QWeight),
     Bytes(CudaSlice<u8>),
     Floats(CudaSlice<f32>),
 }
@@ -354,6 +342,10 @@ pub fn load(
                 }
             };
             let up = match packed {
+                Packed::Matrix(m) => {
+                    done += m.bytes().len() as u64;
+                    Slot::Matrix(m.upload(gpu)?)
+                }
                 Packed::Bytes(b) => {
                     done += b.len() as u64;
                     Slot::Bytes(gpu.upload(&b)?)
@@ -371,60 +363,46 @@ pub fn load(
     let mut next_slot = Slots { it: slots.into_iter(), jobs: jobs.iter().map(|(j, _)| j) };
     let embd = next_slot.bytes()?;
     let output_norm = next_slot.floats()?;
-    let ty_of = |name: &str| g.tensor(name).map(|t| t.ty).unwrap_or(GgmlType::F32);
-    let head_name = if cfg.has_output { "output.weight" } else { "token_embd.weight" };
-    let d = cfg.embedding_length;
-    let head = QWeight { ty: ty_of(head_name), out: cfg.vocab_size, inp: d, buf: next_slot.bytes()? };
-    let ff = cfg.feed_forward_length;
+    // Matrices come back with their type and shape from the packing; the slots are taken in
+    // job order ([`jobs`]).
+    let head = next_slot.matrix()?;
     let mut layers = Vec::with_capacity(cfg.n_layer());
     for l in 0..cfg.n_layer() {
-        let t = |s: &str| ty_of(&format!("blk.{l}.{s}"));
         let attn_norm = next_slot.floats()?;
         let post_norm = next_slot.floats()?;
-        let gate_up = GateUp { ty: t("ffn_gate.weight"), ff, inp: d, buf: next_slot.bytes()? };
-        let down = QWeight { ty: t("ffn_down.weight"), out: d, inp: ff, buf: next_slot.bytes()? };
+        let gate_up = next_slot.matrix()?;
+        let down = next_slot.matrix()?;
         let mixer = if cfg.is_recurrent(l) {
-            let (inner, vh) = (cfg.ssm_inner_size, cfg.ssm_time_step_rank);
             MixerWeights::DeltaNet {
-                proj: {
-                    let ch = cfg.ssm_conv_channels();
-                    let mut m = |name: &str, out: usize| -> Result<QWeight, EngineError> {
-                        Ok(QWeight { ty: t(name), out, inp: d, buf: next_slot.bytes()? })
-                    };
-                    match merge_of(cfg, g, l) {
-                        Merge::All => GdnProj::All(m("attn_qkv.weight", ch + inner + 2 * vh)?),
-                        Merge::Zba => {
-                            GdnProj::Zba { qkv: m("attn_qkv.weight", ch)?, zba: m("attn_gate.weight", inner + 2 * vh)? }
-                        }
-                        Merge::Split => GdnProj::Split {
-                            qkv: m("attn_qkv.weight", ch)?,
-                            gate: m("attn_gate.weight", inner)?,
-                            beta: m("ssm_beta.weight", vh)?,
-                            alpha: m("ssm_alpha.weight", vh)?,
-                        },
-                    }
+                proj: match merge_of(cfg, g, l) {
+                    Merge::All => GdnProj::All(next_slot.matrix()?),
+                    Merge::Zba => GdnProj::Zba { qkv: next_slot.matrix()?, zba: next_slot.matrix()? },
+                    Merge::Split => GdnProj::Split {
+                        qkv: next_slot.matrix()?,
+                        gate: next_slot.matrix()?,
+                        beta: next_slot.matrix()?,
+                        alpha: next_slot.matrix()?,
+                    },
                 },
-                out: QWeight { ty: t("ssm_out.weight"), out: d, inp: inner, buf: next_slot.bytes()? },
+                out: next_slot.matrix()?,
                 conv: next_slot.floats()?,
                 dt_bias: next_slot.floats()?,
                 ssm_a: next_slot.floats()?,
                 norm: next_slot.floats()?,
             }
         } else {
-            let hd = cfg.key_length;
-            let (nh, nkv) = (cfg.head_count, cfg.head_count_kv);
             MixerWeights::Attention {
-                q: QWeight { ty: t("attn_q.weight"), out: 2 * nh * hd, inp: d, buf: next_slot.bytes()? },
-                k: QWeight { ty: t("attn_k.weight"), out: nkv * hd, inp: d, buf: next_slot.bytes()? },
-                v: QWeight { ty: t("attn_v.weight"), out: nkv * cfg.value_length, inp: d, buf: next_slot.bytes()? },
-                o: QWeight { ty: t("attn_output.weight"), out: d, inp: nh * cfg.value_length, buf: next_slot.bytes()? },
+                q: next_slot.matrix()?,
+                k: next_slot.matrix()?,
+                v: next_slot.matrix()?,
+                o: next_slot.matrix()?,
                 q_norm: next_slot.floats()?,
                 k_norm: next_slot.floats()?,
             }
         };
         layers.push(LayerWeights { attn_norm, post_norm, mixer, gate_up, down });
     }
-    let embd_ty = ty_of("token_embd.weight");
+    let embd_ty = g.tensor("token_embd.weight").map(|t| t.ty).unwrap_or(GgmlType::F32);
     Ok(TargetWeights { embd_ty, embd, output_norm, head, layers })
 }
 
@@ -440,6 +418,13 @@ impl<'j, I: Iterator<Item = &'j Job>> Slots<'j, I> {
             Some(Job::Matrix(n, ..) | Job::GateUp(n, ..) | Job::Raw(n) | Job::Vector(n)) => n.clone(),
             Some(Job::Stack(parts, _)) => parts.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" + "),
             None => "a tensor".into(),
+        }
+    }
+    fn matrix(&mut self) -> Result<QWeight, EngineError> {
+        let name = self.name();
+        match self.it.next().flatten() {
+            Some(Slot::Matrix(m)) => Ok(m),
+            _ => Err(EngineError::Weights(format!("{name} was not loaded as a matrix"))),
         }
     }
     fn bytes(&mut self) -> Result<CudaSlice<u8>, EngineError> {

@@ -19,7 +19,7 @@ pub use split::Gguf;
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriter, TensorSpec};
 
-pub use flashtree_reference::quant::GgmlType;
+pub use flashtree_quants::GgmlType;
 
 /// `"GGUF"` as the first four bytes.
 pub const MAGIC: [u8; 4] = *b"GGUF";

@@ -1,9 +1,9 @@
 //! Launcher of `embed` (`gpu-kernels/src/embed.rs`): token embedding rows gathered from the
 //! GGUF `token_embd` table as stored (any of F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K),
-//! dequantized to f32 bit for bit as `flashtree_reference::quant` does.
+//! dequantized to f32 bit for bit as `flashtree_quants` does.
 
 use cudarc::driver::LaunchConfig;
-use flashtree_reference::quant::GgmlType;
+use flashtree_quants::GgmlType;
 use kernel_abi::{EmbedParams, EMBED_CHUNK, ROW_BLOCK_THREADS};
 
 use super::error::GpuError;

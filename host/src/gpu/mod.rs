@@ -1,8 +1,8 @@
 //! GPU runtime over `cudarc` (the driver API, loaded at run time: nothing CUDA-specific is
 //! needed to build, and a machine without the driver gets [`GpuError::NoDriver`], not a panic).
 //!
-//! One context, one stream, one module made from the embedded PTX. Typed launchers, one file per
-//! kernel family (`norm`, `qmatmul`, `sample`, `copy`, `embed`), check shapes and pick the grid.
+//! One context, one stream, one module made from the embedded PTX. Typed launchers, one module per
+//! kernel family (`norm`, `qmatmul/`, `sample`, `copy`, `embed`, …), check shapes and pick the grid.
 
 mod chain;
 mod context;

@@ -29,7 +29,7 @@ pub fn random_blocks(ty: GgmlType, sigma: f32, rng: &mut Rng, out: &mut [u8]) {
                     sc[j] = rng.range(24, 40) as u8;
                     m[j] = rng.range(24, 40) as u8;
                 }
-                flashtree_reference::quant::k_scales::pack(&sc, &m, &mut b[4..16]);
+                flashtree_quants::k_scales::pack(&sc, &m, &mut b[4..16]);
             }
             GgmlType::Q6_K => {
                 // d·sc·32 ≈ √3σ with sc ∈ [48, 80].
@@ -42,7 +42,7 @@ pub fn random_blocks(ty: GgmlType, sigma: f32, rng: &mut Rng, out: &mut [u8]) {
             GgmlType::Q4_0 => put_f16(&mut b[0..2], SQRT3 * sigma / 8.0),
             GgmlType::BF16 => {
                 let v = rng.normal() * sigma;
-                b.copy_from_slice(&flashtree_reference::quant::bf16::f32_to_bf16_bits(v).to_le_bytes());
+                b.copy_from_slice(&flashtree_quants::bf16::f32_to_bf16_bits(v).to_le_bytes());
             }
             GgmlType::F16 => put_f16(b, rng.normal() * sigma),
             GgmlType::F32 => b.copy_from_slice(&(rng.normal() * sigma).to_le_bytes()),

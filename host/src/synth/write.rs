@@ -245,7 +245,7 @@ fn write_tensor_data(
         let n = left.min(chunk);
         x.clear();
         x.extend((0..n).map(|_| draw(init, &mut rng)));
-        let q = flashtree_reference::quant::quantize(ty, &x).map_err(std::io::Error::other)?;
+        let q = flashtree_quants::quantize(ty, &x).map_err(std::io::Error::other)?;
         sink.write_all(&q)?;
         left -= n;
     }
@@ -319,7 +319,7 @@ fn write_draft(dir: &Path, s: &SynthShape, ds: &DraftShape, vocab: &Vocab, seed:
             let n = left.min(CHUNK);
             buf.clear();
             for _ in 0..n {
-                let bits = flashtree_reference::quant::bf16::f32_to_bf16_bits(draw(init, &mut rng));
+                let bits = flashtree_quants::bf16::f32_to_bf16_bits(draw(init, &mut rng));
                 buf.extend_from_slice(&bits.to_le_bytes());
             }
             sink.write_all(&buf)?;

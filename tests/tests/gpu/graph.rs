@@ -5,7 +5,7 @@ use std::io::Write;
 
 use flashtree::gpu::graph::Graph;
 use flashtree::gpu::norm::rms_norm_rows;
-use flashtree::gpu::qmatmul::{qmm_prepare_span, qmm_prepared_span, qmm_upload_weights, QmmWorkspace};
+use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
 use flashtree::gpu::{chaining_enabled, CudaSlice, DevSpan, Gpu, GpuError, GpuTimer};
 use flashtree_reference::quant::GgmlType;
 use flashtree_tests::gpu::gpu_or_skip;
@@ -50,16 +50,13 @@ fn timer_measures_positive_device_time() {
     assert!(t > 0.0 && t < 1.0, "{t}");
 }
 
-/// A product of the chain: W `[out, in]` of type `ty` (packed), writing buffer `dst`.
+/// A product of the chain: W (packed, with its type and shape), writing buffer `dst`.
 struct Product {
-    ty: GgmlType,
-    out: usize,
-    inp: usize,
-    w: CudaSlice<u8>,
+    w: QWeight,
     dst: usize,
 }
 
-/// One stage: `qmm_prepare` of the first `n` rows of buffer `src` (`[32, inp]`), then its products.
+/// One stage: `QmmWorkspace::prepare` of the first `n` rows of buffer `src` (`[32, inp]`), then its products.
 struct Stage {
     src: usize,
     n: usize,
@@ -85,7 +82,7 @@ fn qmm_chain(gpu: &Gpu) -> QmmChain {
     let product = |ty: GgmlType, out: usize, inp: usize, dst: usize, seed: u64| {
         let c = qmm_case(ty, out, inp / qmm_block(ty), seed);
         assert_eq!(c.inp, inp);
-        Product { ty, out, inp, w: qmm_upload_weights(gpu, ty, &c.raw, out, inp).unwrap(), dst }
+        Product { w: QWeight::upload(gpu, ty, &c.raw, out, inp).unwrap(), dst }
     };
     let widths = [CHAIN_IN, 512, 256, 96, 288, 256, 200, 130];
     let stages = vec![
@@ -119,12 +116,12 @@ fn qmm_chain(gpu: &Gpu) -> QmmChain {
 fn enqueue_chain(gpu: &Gpu, c: &mut QmmChain, serialize: bool) -> Result<(), GpuError> {
     let QmmChain { bufs, stages, ws } = c;
     for s in stages.iter() {
-        qmm_prepare_span(gpu, DevSpan::of(gpu, &bufs[s.src]), s.n, s.inp, s.pairs, ws)?;
+        ws.prepare(gpu, DevSpan::of(gpu, &bufs[s.src]), s.n, s.inp, s.pairs)?;
         if serialize {
             gpu.synchronize()?;
         }
         for p in &s.products {
-            qmm_prepared_span(gpu, p.ty, &p.w, p.out, p.inp, s.n, DevSpan::of(gpu, &bufs[p.dst]), ws)?;
+            p.w.matmul(gpu, s.n, DevSpan::of(gpu, &bufs[p.dst]), ws)?;
             if serialize {
                 gpu.synchronize()?;
             }
@@ -147,13 +144,13 @@ fn chain_outputs(gpu: &Gpu, c: &QmmChain) -> Vec<Vec<u32>> {
         c.bufs.iter().skip(1).map(|b| gpu.download(b).unwrap().iter().map(|v| v.to_bits()).collect()).collect();
     for s in &c.stages {
         for p in &s.products {
-            let written = &outs[p.dst - 1][..s.n * p.out];
+            let written = &outs[p.dst - 1][..s.n * p.w.out()];
             assert!(
                 written.iter().all(|&b| f32::from_bits(b).is_finite()),
                 "{:?} [{}, {}] n={}: some output not written (NaN) or not finite",
-                p.ty,
-                p.out,
-                p.inp,
+                p.w.ty(),
+                p.w.out(),
+                p.w.inp(),
                 s.n
             );
         }

@@ -14,8 +14,8 @@
 //!
 //! So `|y − y_ref| ≤ Σ_i (|x_i| ε_w M_i + |w_i| |Δx_i|) · 1.01 + γ · Σ_i |w_i x_i|`.
 
-use flashtree::gpu::qmatmul::{qmm, qmm_prepare, qmm_prepared, qmm_upload_weights, QmmWorkspace};
-use flashtree::gpu::Gpu;
+use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
+use flashtree::gpu::{DevSpan, Gpu};
 use flashtree_reference::quant::{self, k_scales, GgmlType};
 use flashtree_tests::gpu::gpu_or_skip;
 use proptest::prelude::*;
@@ -156,12 +156,13 @@ pub(crate) fn case(ty: GgmlType, out: usize, blocks: usize, seed: u64) -> Case {
 }
 
 fn run(gpu: &Gpu, c: &Case, x: &[f32], n: usize) -> Vec<f32> {
-    let dw = qmm_upload_weights(gpu, c.ty, &c.raw, c.out, c.inp).unwrap();
+    let w = QWeight::upload(gpu, c.ty, &c.raw, c.out, c.inp).unwrap();
     let dx = gpu.upload(x).unwrap();
     let mut dy = gpu.zeros::<f32>(n * c.out).unwrap();
     gpu.fill_bytes(&mut dy, 0xff).unwrap();
     let mut ws = QmmWorkspace::new(gpu, c.inp, c.out).unwrap();
-    qmm(gpu, c.ty, &dw, c.out, c.inp, &dx, n, &mut dy, &mut ws).unwrap();
+    w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
+    w.matmul(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
     gpu.download(&dy).unwrap()
 }
 
@@ -317,28 +318,34 @@ fn qmm_staged_x_chunks_match_reference_and_one_tile_bits() {
     }
 }
 
+/// Upload refuses what no kernel can multiply (naming it); a product checks the token count,
+/// the workspace's size and what it holds, and the output's length.
 #[test]
 fn qmm_rejects_bad_shapes_and_types() {
     let Some(gpu) = gpu_or_skip("qmm_rejects_bad_shapes_and_types") else { return };
-    let w = gpu.zeros::<u8>(144 * 4).unwrap();
-    let x = gpu.zeros::<f32>(33 * 512).unwrap();
-    let mut y = gpu.zeros::<f32>(33 * 4).unwrap();
-    let mut ws = QmmWorkspace::new(gpu, 512, 4).unwrap();
     let e = |r: Result<(), flashtree::gpu::GpuError>| r.unwrap_err().to_string();
-    assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 500, &x, 1, &mut y, &mut ws)).contains("multiple of 256"));
-    assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 512, &x, 33, &mut y, &mut ws)).contains("33 tokens"));
-    assert!(e(qmm(gpu, GgmlType::Q4_0, &w, 4, 512, &x, 1, &mut y, &mut ws)).contains("Q4_0"));
-    assert!(e(qmm(gpu, GgmlType::Q4_K, &w, 4, 1024, &x, 1, &mut y, &mut ws)).contains("workspace"));
-    // The prepared-activation API checks that the workspace holds what the product needs.
+    let up = |ty: GgmlType, raw: &[u8], out: usize, inp: usize| QWeight::upload(gpu, ty, raw, out, inp).map(|_| ());
+    assert!(e(up(GgmlType::Q4_K, &[0u8; 4 * 144], 4, 500)).contains("multiple of 256"));
+    assert!(e(up(GgmlType::Q4_0, &[0u8; 4 * 16 * 18], 4, 512)).contains("Q4_0"));
+    assert!(e(up(GgmlType::Q4_K, &[0u8; 100], 2, 256)).contains("100 bytes, not 288"));
+    let x = gpu.zeros::<f32>(33 * 1024).unwrap();
+    let y = gpu.zeros::<f32>(33 * 4).unwrap();
+    let (xs, ys) = (DevSpan::of(gpu, &x), DevSpan::of(gpu, &y));
+    let w = QWeight::upload(gpu, GgmlType::Q4_K, &[0u8; 4 * 2 * 144], 4, 512).unwrap();
     let mut ws = QmmWorkspace::new(gpu, 512, 4).unwrap();
-    assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 1, &mut y, &mut ws)).contains("holds activations None"));
-    qmm_prepare(gpu, &x, 1, 512, false, &mut ws).unwrap();
-    assert!(e(qmm_prepared(gpu, GgmlType::Q4_K, &w, 4, 512, 2, &mut y, &mut ws)).contains("not n = 2"));
-    let wb = gpu.zeros::<u8>(2 * 512 * 4).unwrap();
-    assert!(e(qmm_prepared(gpu, GgmlType::F32, &wb, 4, 512, 1, &mut y, &mut ws)).contains("with pairs"));
-    // Q6_K [1, 512] is 420 bytes raw; packed (128 rows) it is 53760.
-    let w6 = gpu.zeros::<u8>(420).unwrap();
-    assert!(e(qmm(gpu, GgmlType::Q6_K, &w6, 1, 512, &x, 1, &mut y, &mut ws)).contains("needs 53760 bytes packed"));
-    let w2 = gpu.zeros::<u8>(128 * 2 * 144).unwrap();
-    qmm_prepared(gpu, GgmlType::Q4_K, &w2, 4, 512, 1, &mut y, &mut ws).unwrap();
+    assert!(e(w.prepare_x(gpu, xs, 33, &mut ws)).contains("33 tokens"));
+    assert!(e(w.matmul(gpu, 33, ys, &mut ws)).contains("33 tokens"));
+    let wide = QWeight::upload(gpu, GgmlType::Q4_K, &[0u8; 4 * 4 * 144], 4, 1024).unwrap();
+    assert!(e(wide.prepare_x(gpu, xs, 1, &mut ws)).contains("workspace"));
+    assert!(e(wide.matmul(gpu, 1, ys, &mut ws)).contains("exceeds the workspace"));
+    // The prepared-activation API checks that the workspace holds what the product needs.
+    assert!(e(w.matmul(gpu, 1, ys, &mut ws)).contains("holds activations None"));
+    w.prepare_x(gpu, xs, 1, &mut ws).unwrap();
+    assert!(e(w.matmul(gpu, 2, ys, &mut ws)).contains("not n = 2"));
+    let wf = QWeight::upload(gpu, GgmlType::F32, &[0u8; 4 * 4 * 512], 4, 512).unwrap();
+    assert!(e(wf.matmul(gpu, 1, ys, &mut ws)).contains("with pairs"));
+    assert!(e(w.swiglu(gpu, 1, ys, &mut ws)).contains("not gate/up"));
+    let y_short = gpu.zeros::<f32>(3).unwrap();
+    assert!(e(w.matmul(gpu, 1, DevSpan::of(gpu, &y_short), &mut ws)).contains("y 4 values (has 3)"));
+    w.matmul(gpu, 1, ys, &mut ws).unwrap();
 }

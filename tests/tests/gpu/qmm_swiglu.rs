@@ -10,10 +10,8 @@
 //! with `g`, `u` the reference products and `S` = [`SILU_SLOPE_MAX`] (how far an error in g
 //! moves silu).
 
-use flashtree::gpu::qmatmul::{
-    qmm_prepare, qmm_swiglu, qmm_swiglu_prepared, qmm_swiglu_rows, qmm_upload_gate_up, QmmWorkspace,
-};
-use flashtree::gpu::Gpu;
+use flashtree::gpu::qmatmul::{qmm_swiglu_rows, QWeight, QmmWorkspace};
+use flashtree::gpu::{DevSpan, Gpu};
 use flashtree_reference::qmatmul::{swiglu, SILU_SLOPE_MAX};
 use flashtree_reference::quant::GgmlType;
 use flashtree_tests::gpu::gpu_or_skip;
@@ -28,12 +26,13 @@ fn gate_up(ty: GgmlType, ff: usize, blocks: usize, seed: u64) -> (Case, Case) {
 
 fn run(gpu: &Gpu, gate: &Case, up: &Case, x: &[f32], n: usize) -> Vec<f32> {
     let (ff, inp) = (gate.out, gate.inp);
-    let dw = qmm_upload_gate_up(gpu, gate.ty, &gate.raw, &up.raw, ff, inp).unwrap();
+    let w = QWeight::upload_gate_up(gpu, gate.ty, &gate.raw, &up.raw, ff, inp).unwrap();
     let dx = gpu.upload(x).unwrap();
     let mut dy = gpu.zeros::<f32>(n * ff).unwrap();
     gpu.fill_bytes(&mut dy, 0xff).unwrap();
     let mut ws = QmmWorkspace::new(gpu, inp, qmm_swiglu_rows(ff)).unwrap();
-    qmm_swiglu(gpu, gate.ty, &dw, ff, inp, &dx, n, &mut dy, &mut ws).unwrap();
+    w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
+    w.swiglu(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
     gpu.download(&dy).unwrap()
 }
 
@@ -124,25 +123,31 @@ fn qmm_swiglu_matches_reference_at_a_27b_k() {
     }
 }
 
+/// Gate/up upload refuses a bad feature count or byte count (naming it); the fused product
+/// checks the workspace's rows (the interleaved `16·⌈ff/8⌉`) and the output's length `n · ff`.
 #[test]
 fn qmm_swiglu_rejects_bad_shapes_naming_them() {
     let Some(gpu) = gpu_or_skip("qmm_swiglu_rejects_bad_shapes_naming_them") else { return };
     let e = |r: Result<(), flashtree::gpu::GpuError>| r.unwrap_err().to_string();
     let x = gpu.zeros::<f32>(512).unwrap();
-    let mut y = gpu.zeros::<f32>(64).unwrap();
-    // 20 features → 48 interleaved rows, packed to one 128-row block.
-    let w = gpu.zeros::<u8>(128 * 2 * 144).unwrap();
+    let y = gpu.zeros::<f32>(64).unwrap();
+    let (xs, ys) = (DevSpan::of(gpu, &x), DevSpan::of(gpu, &y));
+    // 20 features of Q4_K [20, 512]: 288 bytes per row; 48 interleaved rows.
+    let raw = vec![0u8; 20 * 288];
+    let up = |ff: usize, gate: &[u8]| QWeight::upload_gate_up(gpu, GgmlType::Q4_K, gate, &raw, ff, 512).map(|_| ());
+    assert!(e(up(0, &[])).contains("ff = 0"));
+    let got = e(up(20, &raw[1..]));
+    assert!(got.contains("qmm_swiglu") && got.contains("gate Q4_K [20, 512]") && got.contains("not 5760"), "{got}");
+    let w = QWeight::upload_gate_up(gpu, GgmlType::Q4_K, &raw, &raw, 20, 512).unwrap();
+    assert_eq!((w.out(), w.ff()), (48, Some(20)));
     let mut small = QmmWorkspace::new(gpu, 512, 40).unwrap();
-    let got = e(qmm_swiglu(gpu, GgmlType::Q4_K, &w, 20, 512, &x, 1, &mut y, &mut small));
+    w.prepare_x(gpu, xs, 1, &mut small).unwrap();
+    let got = e(w.swiglu(gpu, 1, ys, &mut small));
     assert!(got.contains("qmm_swiglu") && got.contains("[48, 512]") && got.contains("workspace"), "{got}");
     let mut ws = QmmWorkspace::new(gpu, 512, 48).unwrap();
-    assert!(e(qmm_swiglu(gpu, GgmlType::Q4_K, &w, 0, 512, &x, 1, &mut y, &mut ws)).contains("ff = 0"));
-    let short = gpu.zeros::<u8>(144).unwrap();
-    let got = e(qmm_swiglu(gpu, GgmlType::Q4_K, &short, 20, 512, &x, 1, &mut y, &mut ws));
-    assert!(got.contains("packed by qmm_pack_gate_up"), "{got}");
-    qmm_prepare(gpu, &x, 1, 512, false, &mut ws).unwrap();
-    let mut y_short = gpu.zeros::<f32>(19).unwrap();
-    let got = e(qmm_swiglu_prepared(gpu, GgmlType::Q4_K, &w, 20, 512, 1, &mut y_short, &mut ws));
+    w.prepare_x(gpu, xs, 1, &mut ws).unwrap();
+    let y_short = gpu.zeros::<f32>(19).unwrap();
+    let got = e(w.swiglu(gpu, 1, DevSpan::of(gpu, &y_short), &mut ws));
     assert!(got.contains("y 20 values (has 19)"), "{got}");
-    qmm_swiglu_prepared(gpu, GgmlType::Q4_K, &w, 20, 512, 1, &mut y, &mut ws).unwrap();
+    w.swiglu(gpu, 1, ys, &mut ws).unwrap();
 }

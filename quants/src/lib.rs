@@ -1,5 +1,7 @@
-//! ggml quantization formats: block layouts, dequantization (the oracle every GPU kernel and the
-//! GGUF loader is judged by) and simple quantizers (for synthetic models and tests).
+//! ggml quantization formats, shared by the runtime (GGUF loading, the GPU engine, `convert`,
+//! `synth`) and the CPU reference: [`GgmlType`] (ids, names, block geometry, row sizes with
+//! checked arithmetic), dequantization (the oracle every GPU kernel and the GGUF loader is
+//! judged by) and simple quantizers (for synthetic models, `convert` and tests).
 //!
 //! Layouts follow `docs/gguf-format-and-quants.md` §3. Every format stores `block_size` elements
 //! in `type_size` bytes; a row of `n` elements (`n % block_size == 0`) is `n / block_size`
@@ -8,7 +10,8 @@
 //!
 //! Quantizers are *not* required to match llama.cpp's (the K-quant ones use a simpler min/max fit
 //! than ggml's iterative search); F16, BF16, Q8_0 and Q4_0 do match gguf-py bit for bit, and every
-//! quantizer has a documented round-trip error bound (see each module).
+//! quantizer has a documented round-trip error bound (see each module). The committed gguf-py
+//! fixtures (`tests/tests/quant_fixtures.rs`) check both directions.
 
 pub mod bf16;
 pub mod f16;
@@ -289,40 +292,44 @@ pub(crate) fn amax(x: &[f32]) -> f32 {
     x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
 }
 
-/// `y[o] = Σ_i W[o, i] · x[i]` (f64 accumulation) for a weight matrix stored as whole rows of
-/// `ty` blocks (`w` = `out` rows of `x.len()` elements each), dequantizing one row at a time:
-/// the oracle for quantized matmul kernels.
-pub fn gemv(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<Vec<f64>, QuantError> {
-    let row_bytes = ty.row_bytes(x.len() as u64).ok_or(QuantError::NotBlockMultiple {
-        ty,
-        elements: x.len(),
-        block: ty.block_size(),
-    })? as usize;
-    if row_bytes == 0 || !w.len().is_multiple_of(row_bytes) {
-        return Err(QuantError::LengthMismatch { ty, bytes: w.len(), elements: x.len(), expected: row_bytes });
-    }
-    let mut row = vec![0.0f32; x.len()];
-    w.chunks_exact(row_bytes)
-        .map(|r| {
-            dequantize_into(ty, r, &mut row)?;
-            Ok(row.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum())
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A Q8_0 row of 32 ones (d = 1/127 · 127) times x = 1..32 sums to 528 within f16 rounding.
+    /// Ids and names round-trip for every type; unknown ones are `None`.
     #[test]
-    fn gemv_dequantizes_each_row() {
-        let w = quantize(GgmlType::Q8_0, &[1.0; 64]).expect("two rows of one block");
-        let x: Vec<f32> = (1..=32).map(|v| v as f32).collect();
-        let y = gemv(GgmlType::Q8_0, &w, &x).expect("shapes match");
-        assert_eq!(y.len(), 2);
-        let d = half::f16::from_f32(1.0 / 127.0).to_f32() as f64 * 127.0;
-        assert!((y[0] - 528.0 * d).abs() < 1e-9, "{y:?}");
-        assert!(gemv(GgmlType::Q8_0, &w[..30], &x).is_err());
+    fn ids_and_names_round_trip() {
+        for t in GgmlType::ALL {
+            assert_eq!(GgmlType::from_id(t.id()), Some(t));
+            assert_eq!(GgmlType::from_name(&t.name().to_lowercase()), Some(t));
+        }
+        assert_eq!(GgmlType::from_id(4), None);
+        assert_eq!(GgmlType::from_name("Q4_2"), None);
+    }
+
+    /// Row sizes: whole blocks only, and an overflowing product is `None`, not a wrap.
+    #[test]
+    fn row_bytes_refuses_partial_blocks_and_overflow() {
+        assert_eq!(GgmlType::Q4_K.row_bytes(512), Some(288));
+        assert_eq!(GgmlType::Q8_0.row_bytes(96), Some(102));
+        assert_eq!(GgmlType::BF16.row_bytes(3), Some(6));
+        assert_eq!(GgmlType::Q4_K.row_bytes(300), None);
+        assert_eq!(GgmlType::F32.row_bytes(u64::MAX / 2), None);
+    }
+
+    /// Length checks name the type and the numbers; types without a codec are refused.
+    #[test]
+    fn codecs_refuse_bad_lengths_and_unsupported_types() {
+        let e = dequantize(GgmlType::Q8_0, &[0u8; 35]).unwrap_err();
+        assert_eq!(e, QuantError::LengthMismatch { ty: GgmlType::Q8_0, bytes: 35, elements: 32, expected: 34 });
+        let e = quantize(GgmlType::Q4_K, &[0.0; 100]).unwrap_err();
+        assert!(e.to_string().contains("Q4_K: 100 elements is not a multiple of the block size 256"), "{e}");
+        assert_eq!(quantize(GgmlType::Q5_0, &[0.0; 32]), Err(QuantError::Unsupported { ty: GgmlType::Q5_0 }));
+        for t in GgmlType::SUPPORTED {
+            let x: Vec<f32> = (0..t.block_size()).map(|i| i as f32 / 8.0 - 1.0).collect();
+            let q = quantize(t, &x).expect("supported");
+            assert_eq!(q.len(), t.type_size());
+            assert_eq!(dequantize(t, &q).expect("supported").len(), t.block_size());
+        }
     }
 }

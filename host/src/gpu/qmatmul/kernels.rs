@@ -1,0 +1,187 @@
+//! Which `qmm_*` kernel runs a product and how: the kernel name for a family, tile count and
+//! epilogue; the K split (from the shape and the one-tile kernel's residency, never from the
+//! number of tokens); and the checked, chained launch of a [`QWeight`] product.
+
+use cudarc::driver::LaunchConfig;
+use flashtree_quants::GgmlType;
+use kernel_abi::{qmm_ksplit, qmm_ksplit_pow2, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS};
+
+use super::format::{family_for, to_u32, QmmFamily};
+use super::{QWeight, QmmWorkspace};
+use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
+
+/// `FLASHTREE_QMM_KSPLIT=<1..16>`: a fixed K split for every shape instead of
+/// [`qmm_ksplit`]'s wave model (kernel tuning runs; results stay batch-invariant for a fixed value).
+fn ksplit_override() -> Option<u32> {
+    static V: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_KSPLIT").ok().and_then(|v| v.parse().ok()))
+}
+
+/// The K split of every product of a `[out, inp]` matrix of `ty` on `gpu`, in `1..=16` and at
+/// most the K blocks of a row: the override, else `qmm_ksplit_pow2` for the float types, else
+/// `qmm_ksplit` over the device's resident blocks of the family's one-tile kernel (for every n:
+/// the split must not depend on n, or a column's bits would).
+pub(super) fn choose_ksplit(
+    gpu: &Gpu,
+    ty: GgmlType,
+    family: &QmmFamily,
+    out: usize,
+    inp: usize,
+) -> Result<u32, GpuError> {
+    let blocks_per_row = to_u32(inp / family.geometry.0 as usize, "in")?;
+    let out32 = to_u32(out, "out")?;
+    Ok(match ksplit_override() {
+        Some(v) => v,
+        None if matches!(ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32) => qmm_ksplit_pow2(out32, blocks_per_row),
+        None => {
+            qmm_ksplit(out32, blocks_per_row, gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?)
+        }
+    }
+    .clamp(1, 16)
+    .min(blocks_per_row))
+}
+
+/// The `qmm_*` kernel of a family for `tiles` tiles of 8 columns, plain or fused SwiGLU.
+fn kernel_name(prefix: &str, tiles: usize, swiglu: bool) -> Option<&'static str> {
+    // `(prefix, [prefix_nt1 …], [prefix_swiglu_nt1 …])`: the names `gpu-kernels` exports.
+    macro_rules! family {
+        ($p:literal) => {
+            (
+                $p,
+                [concat!($p, "_nt1"), concat!($p, "_nt2"), concat!($p, "_nt3"), concat!($p, "_nt4")],
+                [
+                    concat!($p, "_swiglu_nt1"),
+                    concat!($p, "_swiglu_nt2"),
+                    concat!($p, "_swiglu_nt3"),
+                    concat!($p, "_swiglu_nt4"),
+                ],
+            )
+        };
+    }
+    const NAMES: [(&str, [&str; 4], [&str; 4]); 7] = [
+        family!("qmm_q4k"),
+        family!("qmm_q5k"),
+        family!("qmm_q6k"),
+        family!("qmm_q8_0"),
+        family!("qmm_f16"),
+        family!("qmm_bf16"),
+        family!("qmm_f32"),
+    ];
+    let (_, plain, fused) = NAMES.iter().find(|(p, _, _)| *p == prefix)?;
+    let i = tiles.clamp(1, 4) - 1;
+    Some(if swiglu { fused[i] } else { plain[i] })
+}
+
+/// The plain one-tile kernel of a family (whose residency sets the K split for every n).
+fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
+    kernel_name(prefix, 1, false).ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {prefix}")))
+}
+
+/// Checks and launches one `qmm_*` kernel over the rows of `w`; `swiglu`: the fused epilogue
+/// (y `[n, ff]`), else y `[n, out]`. Grid `(⌈out/128⌉, ksplit)`, `QMM_WARPS` warps per block,
+/// the staged x chunk as dynamic shared memory.
+pub(super) fn launch(
+    gpu: &Gpu,
+    w: &QWeight,
+    n: usize,
+    y: DevSpan<f32>,
+    swiglu: bool,
+    ws: &mut QmmWorkspace,
+) -> Result<(), GpuError> {
+    let op = if swiglu { "qmm_swiglu" } else { "qmm" };
+    let (ty, out, inp) = (w.ty(), w.out(), w.inp());
+    let family = family_for(ty, out, inp)?;
+    let prefix = family.prefix;
+    if n == 0 || n > QMM_MAX_N as usize {
+        return Err(GpuError::shape(op, format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+    }
+    ws.check_fits(op, out, inp)?;
+    ws.check_prepared(op, n, inp, w.needs_pairs())?;
+    let ff = if swiglu { w.ff() } else { None };
+    let y_cols = ff.unwrap_or(out);
+    if y.len() < n * y_cols {
+        return Err(GpuError::shape(op, format!("W {ty:?} [{out}, {inp}]: y {} values (has {})", n * y_cols, y.len())));
+    }
+    let tiles = n.div_ceil(8);
+    let out32 = to_u32(out, "out")?;
+    let p = QmmParams {
+        out_features: out32,
+        in_features: to_u32(inp, "in")?,
+        n: n as u32,
+        ksplit: w.ksplit(),
+        swiglu_ff: to_u32(ff.unwrap_or(0), "ff")?,
+    };
+    let name =
+        kernel_name(prefix, tiles, swiglu).ok_or_else(|| GpuError::shape(op, format!("no kernel for {prefix}")))?;
+    // Multi-tile kernels that stage x keep x chunks in dynamic shared memory.
+    let smem = family.smem_bytes(tiles as u32);
+    gpu.allow_dynamic_smem(name, smem)?;
+    let cfg = LaunchConfig {
+        grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
+        block_dim: (QMM_WARPS * 32, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    // Chained: only the packed weights are read before the kernel's `griddepcontrol.wait`, so its
+    // first weight loads overlap the previous kernel's tail.
+    unsafe {
+        ChainedLaunch::new(gpu, name)
+            .buf(w.buf())
+            .buf(&ws.xh)
+            .buf(&ws.xb_hi)
+            .buf(&ws.xb_lo)
+            .buf(&ws.xcm)
+            .buf(&ws.xscale)
+            .buf(&ws.xsum)
+            .buf_mut(&mut ws.partial)
+            .buf_mut(&mut ws.counters)
+            .span(y)
+            .value(Param(p))
+            .launch(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::qmatmul::format::qmm_format;
+    use kernel_abi::qmm_is_wgmma;
+
+    /// Every weight type with a tensor-core kernel family.
+    const QMM_TYPES: [GgmlType; 7] =
+        [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32];
+
+    /// Every kernel name the launcher can pick is an entry point of the embedded PTX.
+    #[test]
+    fn every_kernel_name_is_in_the_ptx() {
+        for ty in QMM_TYPES {
+            let prefix = qmm_format(ty).unwrap().prefix;
+            for tiles in 1..=4 {
+                for swiglu in [false, true] {
+                    let name = kernel_name(prefix, tiles, swiglu).unwrap();
+                    let entry = format!(".entry {name}(");
+                    assert!(crate::gpu::KERNELS_PTX.contains(&entry), "{name} is not in the PTX");
+                }
+            }
+        }
+    }
+
+    /// The host sizes a kernel's shared memory from `kernel_abi::qmm_wgmma`; the PTX must agree:
+    /// a kernel issues `wgmma` exactly when the mask says it is a warpgroup kernel.
+    #[test]
+    fn wgmma_masks_match_the_kernels_in_the_ptx() {
+        let ptx = crate::gpu::KERNELS_PTX;
+        for ty in QMM_TYPES {
+            let family = qmm_format(ty).unwrap();
+            for tiles in 1..=4 {
+                for swiglu in [false, true] {
+                    let name = kernel_name(family.prefix, tiles, swiglu).unwrap();
+                    let start = ptx.find(&format!(".entry {name}(")).unwrap();
+                    let body = &ptx[start..];
+                    let body = &body[..body.find("\n}").unwrap()];
+                    let expected = qmm_is_wgmma(family.wgmma, tiles as u32);
+                    assert_eq!(body.contains("wgmma.mma_async"), expected, "{name}: warpgroup kernel = {expected}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The activation preparation of [`QmmWorkspace`]: `qmm_prep_x` converts `x [n, in]` once for
+//! every product that reads it (f16 after a power-of-two scale per column, the warpgroup
+//! kernels' core-matrix plane, unit sums, and the bf16 hi + lo pair F32 weights need);
+//! `qmm_prep_norm` does the same after a residual add and RMSNorm, in one launch.
+
+use cudarc::driver::LaunchConfig;
+use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK};
+
+use super::format::to_u32;
+use super::QmmWorkspace;
+use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
+
+impl QmmWorkspace {
+    /// Converts `x [n, inp]` into the workspace's activation format (`qmm_prep_x`), once for any
+    /// number of products ([`super::QWeight::matmul`], [`super::QWeight::swiglu`]) with the same
+    /// input. `pairs`: also the bf16 hi + lo pair that F32 weights need
+    /// ([`super::qmm_needs_pairs`]).
+    pub fn prepare(&mut self, gpu: &Gpu, x: DevSpan<f32>, n: usize, inp: usize, pairs: bool) -> Result<(), GpuError> {
+        if n == 0 || n > QMM_MAX_N as usize {
+            return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+        }
+        if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
+            return Err(GpuError::shape(
+                "qmm",
+                format!("in = {inp}: must be a positive multiple of 32 within the workspace ({})", self.max_in),
+            ));
+        }
+        if x.len() < n * inp {
+            return Err(GpuError::shape("qmm", format!("x needs {} values (has {})", n * inp, x.len())));
+        }
+        self.prepared = None;
+        let pp = Param(QmmPrepParams { n: n as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+        let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
+        let cfg = LaunchConfig { grid_dim: (n as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
+        unsafe {
+            ChainedLaunch::new(gpu, "qmm_prep_x")
+                .span(x)
+                .buf_mut(&mut self.xh)
+                .buf_mut(&mut self.xb_hi)
+                .buf_mut(&mut self.xb_lo)
+                .buf_mut(&mut self.xcm)
+                .buf_mut(&mut self.xscale)
+                .buf_mut(&mut self.xsum)
+                .value(pp)
+                .launch(cfg)?
+        };
+        self.prepared = Some((n, inp, pairs));
+        Ok(())
+    }
+
+    /// The residual add, RMSNorm and [`Self::prepare`] in one launch (`qmm_prep_norm`): with
+    /// `add = Some((a, h_out))`, `v = h + a` is stored to `h_out` (a different buffer: every block
+    /// reads `h` whole), else `v = h`; the activations prepared are those of `rmsnorm(v) ⊙ w`,
+    /// bitwise the same as `add_rms_norm` / `rms_norm_rows_span` followed by [`Self::prepare`].
+    /// `h`, `a`, `h_out` hold `[n, inp]`, `w` holds `inp` values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_norm(
+        &mut self,
+        gpu: &Gpu,
+        h: DevSpan<f32>,
+        add: Option<(DevSpan<f32>, DevSpan<f32>)>,
+        w: DevSpan<f32>,
+        n: usize,
+        inp: usize,
+        eps: f32,
+        pairs: bool,
+    ) -> Result<(), GpuError> {
+        const K: &str = "qmm_prep_norm";
+        if n == 0 || n > QMM_MAX_N as usize {
+            return Err(GpuError::shape(K, format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+        }
+        if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
+            return Err(GpuError::shape(
+                K,
+                format!("in = {inp}: must be a positive multiple of 32 within the workspace ({})", self.max_in),
+            ));
+        }
+        h.need(n * inp, K, "h")?;
+        w.need(inp, K, "w")?;
+        let (a, h_out) = match add {
+            Some((a, o)) => {
+                a.need(n * inp, K, "a")?;
+                o.need(n * inp, K, "h_out")?;
+                if o.ptr() == h.ptr() {
+                    return Err(GpuError::shape(K, "h_out must be another buffer than h"));
+                }
+                (a, o)
+            }
+            // Safety: never dereferenced (the kernel reads `a` and writes `h_out` only with `add`).
+            None => unsafe { (DevSpan::from_raw(0, 0), DevSpan::from_raw(0, 0)) },
+        };
+        self.prepared = None;
+        let pp = Param(QmmPrepParams { n: n as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+        let np = Param(QmmPrepNormParams { eps, add: add.is_some() as u32 });
+        let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
+        let cfg = LaunchConfig { grid_dim: (n as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        unsafe {
+            ChainedLaunch::new(gpu, K)
+                .span(h)
+                .span(a)
+                .span(w)
+                .span(h_out)
+                .buf_mut(&mut self.xh)
+                .buf_mut(&mut self.xb_hi)
+                .buf_mut(&mut self.xb_lo)
+                .buf_mut(&mut self.xcm)
+                .buf_mut(&mut self.xscale)
+                .buf_mut(&mut self.xsum)
+                .value(pp)
+                .value(np)
+                .launch(cfg)?
+        };
+        self.prepared = Some((n, inp, pairs));
+        Ok(())
+    }
+}
