@@ -12,7 +12,7 @@ use clap::Args;
 use super::backend::{open_engine, resolve, BackendArg};
 use std::ops::ControlFlow;
 
-use super::generate::GpuDraft;
+use super::generate::CpuDraftOnGpu;
 use crate::engine::{chain_batch, node_batch, Engine, GpuTarget};
 use crate::gpu::bandwidth;
 use crate::spec::{generate, DecodingRule, GenerateConfig, Mode};
@@ -185,7 +185,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let cfg =
         GenerateConfig { mode: Mode::Ar, budget: 0, max_tokens: args.tokens, eos: vec![], rule: DecodingRule::Greedy };
     let mut target = GpuTarget::new(&mut e);
-    let (_, stats) = generate(&mut target, None::<&mut GpuDraft>, &prompt, &cfg, |_| ControlFlow::Continue(()))?;
+    let (_, stats) = generate(&mut target, None::<&mut CpuDraftOnGpu>, &prompt, &cfg, |_| ControlFlow::Continue(()))?;
     println!("spec loop, AR through GpuTarget ({} tokens after the {}-token prompt):", args.tokens, prompt.len());
     for line in stats.summary().lines() {
         println!("  {line}");

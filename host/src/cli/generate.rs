@@ -2,8 +2,9 @@
 //! speculative loop (AR, DFlash chain or DDTree) with the target on the GPU engine or the CPU
 //! reference, stream the text as tokens are committed, then print tokens, tok/s, acceptance
 //! length, the accepted-depth histogram and the phase times (host, and device where measured).
-//! The draft runs on the CPU reference in both cases; with the GPU target it reads its feature
-//! rows from the engine's device store (`spec::HostDraft`) until the draft runs on the GPU.
+//! The draft runs where the target does: on the GPU (`engine::GpuDraft`, reading its context rows
+//! from the engine's feature store) with the GPU target — or, for a draft the GPU kernels do not
+//! cover yet (sliding-window layers), on the CPU reference fed from that store (`spec::HostDraft`).
 
 use std::io::{Read, Write};
 use std::ops::ControlFlow;
@@ -26,9 +27,9 @@ use crate::spec::{generate, DecodingRule, Draft, GenerateConfig, HostDraft, Mode
 use crate::tokenizer::gguf::{from_gguf, GgufTokenizer};
 use crate::tokenizer::StreamDecoder;
 
-/// The CPU draft driven by the GPU target: it downloads its rows from the engine's feature store
-/// (until the draft runs on the GPU, issue 23).
-pub type GpuDraft<'w> = HostDraft<CpuDraft<'w>, crate::engine::EngineFeatures>;
+/// The CPU draft driven by the GPU target (for drafts the GPU kernels do not cover yet): it
+/// downloads its rows from the engine's feature store.
+pub type CpuDraftOnGpu<'w> = HostDraft<CpuDraft<'w>, crate::engine::EngineFeatures>;
 
 /// The largest budget accepted (the verify batch is `budget + 1` tokens).
 pub const MAX_BUDGET: usize = 4096;
@@ -85,7 +86,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub verbose: bool,
     /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an
-    /// error, `cpu` = the CPU reference. The draft runs on the CPU either way (for now).
+    /// error, `cpu` = the CPU reference. The draft runs on the same backend as the target.
     #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
     pub backend: super::backend::BackendArg,
 }
@@ -310,45 +311,39 @@ fn run_gpu(
     args: &GenerateArgs,
     gpu: crate::gpu::Gpu,
     mode: Mode,
-    (file, cfg, ctx_limit): (&Gguf, &Qwen35Config, usize),
+    (file, cfg_t, ctx_limit): (&Gguf, &Qwen35Config, usize),
     tk: &GgufTokenizer,
     prompt: &[u32],
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let progress = limits::LoadProgress::new(args.verbose);
-    // The draft first: its target layers decide what the engine captures.
+    // The draft's config first: its target layers decide what the engine captures.
     let draft = match (&args.draft, mode) {
         (_, Mode::Ar) => None,
-        (Some(p), _) => {
-            let draft_f32 = limits::draft_f32_bytes(p)?;
-            let heads = if file.tensor("output.weight").is_some() { 2 } else { 1 };
-            let matrices = (heads * cfg.vocab_size as u64).saturating_mul(cfg.embedding_length as u64 * 4);
-            check_host_memory(draft_f32.saturating_add(matrices), limits::mem_available())?;
-            progress.step(format!("loading the draft {}", p.display()));
-            let d = load_draft(p)?;
-            check_pair_shape(cfg.embedding_length, cfg.n_layer(), cfg.vocab_size, &d)
-                .map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
-            progress.step(format!(
-                "the draft runs on the CPU (each round downloads its new feature rows from the GPU) until the \
-                 GPU draft lands (issue 23); loading the target's embedding and LM head for it ({})",
-                limits::format_gib(matrices)
-            ));
-            let (embd, head) = draft_matrices(file, cfg, &args.model)?;
-            Some((d, embd, head))
-        }
+        (Some(p), _) => Some(crate::model::DraftModel::open(p)?),
         (None, _) => bail!("--mode {} needs --draft", mode.name()),
     };
-    progress.finish();
-    let capture = draft.as_ref().map_or_else(Vec::new, |(d, _, _)| d.hparams.target_layer_ids.clone());
+    let capture = draft.as_ref().map_or_else(Vec::new, |d| d.config.target_layer_ids.clone());
     let nodes = if mode == Mode::Ar { 1 } else { kernel_abi::MAX_NODES as usize };
     let ctx = (prompt.len() + args.max_tokens + nodes).min(ctx_limit);
+    progress.finish();
     let (mut engine, _) = super::backend::open_engine(gpu, &args.model, Some(ctx), &capture, !args.verbose)?;
-    let mut tgt = crate::engine::GpuTarget::new(&mut engine);
-    let mut dft = match &draft {
-        Some((d, embd, head)) => {
-            let cpu = CpuDraft::with_target_matrices(d, embd, head.as_ref().unwrap_or(embd));
-            Some(HostDraft::new(cpu, tgt.feature_source()?))
+    let gpu_draft = match &draft {
+        Some(d) => {
+            let progress = limits::LoadProgress::new(args.verbose);
+            progress.step(format!("loading the draft {} onto the GPU", d.path.display()));
+            let r = crate::engine::DraftEngine::load(engine.gpu.clone(), engine.weights(), &engine.cfg, d, ctx);
+            progress.finish();
+            match r {
+                Ok(de) => Some(de),
+                // A draft the GPU kernels do not cover yet (sliding-window layers) runs on the CPU.
+                Err(crate::engine::EngineError::Unsupported(why)) => {
+                    writeln!(err, "note: {why}; the draft runs on the CPU reference instead")?;
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         None => None,
     };
@@ -359,9 +354,30 @@ fn run_gpu(
         eos: tk.stop_ids.clone(),
         rule: DecodingRule::Greedy,
     };
+    let mut tgt = crate::engine::GpuTarget::new(&mut engine);
     let progress = limits::LoadProgress::new(args.verbose);
     progress.step(format!("prefill of {} prompt tokens on the GPU", prompt.len()));
-    let stats = stream_generate(&mut tgt, dft.as_mut(), prompt, &cfg, tk, out, progress)?;
+    let stats = match (draft, gpu_draft) {
+        (None, _) => stream_generate(&mut tgt, None::<&mut CpuDraftOnGpu>, prompt, &cfg, tk, out, progress)?,
+        (Some(_), Some(de)) => {
+            let mut dft = crate::engine::GpuDraft::new(de, tgt.feature_source()?)?;
+            stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, out, progress)?
+        }
+        (Some(model), None) => {
+            let p = &model.path;
+            let draft_f32 = limits::draft_f32_bytes(p)?;
+            let heads = if file.tensor("output.weight").is_some() { 2 } else { 1 };
+            let matrices = (heads * cfg_t.vocab_size as u64).saturating_mul(cfg_t.embedding_length as u64 * 4);
+            check_host_memory(draft_f32.saturating_add(matrices), limits::mem_available())?;
+            let d = load_draft(p)?;
+            check_pair_shape(cfg_t.embedding_length, cfg_t.n_layer(), cfg_t.vocab_size, &d)
+                .map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
+            let (embd, head) = draft_matrices(file, cfg_t, &args.model)?;
+            let cpu = CpuDraft::with_target_matrices(&d, &embd, head.as_ref().unwrap_or(&embd));
+            let mut dft = HostDraft::new(cpu, tgt.feature_source()?);
+            stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, out, progress)?
+        }
+    };
     writeln!(err, "mode {} budget {} backend gpu", mode.name(), cfg.budget)?;
     writeln!(err, "{}", stats.summary())?;
     Ok(())
