@@ -160,3 +160,28 @@ fn cpu_second_turn_via_extend_equals_a_fresh_prefill_of_the_conversation() {
         }
     }
 }
+
+/// `spec::OracleDraft` (the bench's controlled-acceptance draft): around the real draft, with a
+/// recorded greedy continuation, every round accepts `cap` drafted tokens plus the bonus (the
+/// random draft's own ranks beyond `cap` rarely add more), and the output is still AR's.
+#[test]
+fn capped_oracle_draft_sets_the_acceptance_length_and_stays_lossless() {
+    use flashtree::spec::OracleDraft as CappedOracle;
+    let (w, d) = models(3);
+    let n = 120;
+    let ar = ar_reference(&w, &PROMPT, n);
+    let seq: Vec<u32> = PROMPT.iter().copied().chain(ar.iter().copied()).collect();
+    for cap in [0usize, 1, 3, 7] {
+        let mut target = CpuTarget::new(&w, d.hparams.target_layer_ids.clone());
+        let mut draft = CappedOracle::new(CpuDraft::new(&d, &w), seq.clone(), cap);
+        let cfg =
+            GenerateConfig { mode: Mode::Tree, budget: 22, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+        let (out, stats) =
+            generate(&mut target, Some(&mut draft), &PROMPT, &cfg, |_| ControlFlow::Continue(())).unwrap();
+        assert_eq!(out, ar, "cap {cap}: output differs from AR");
+        let al = stats.acceptance_length();
+        let want = (cap + 1).min(d.hparams.block_size) as f64;
+        eprintln!("cap {cap}: acceptance length {al:.3}");
+        assert!(al >= want - 0.35 && al <= want + 0.5, "cap {cap}: acceptance length {al:.3}, expected ≈ {want}");
+    }
+}

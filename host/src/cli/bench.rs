@@ -15,15 +15,16 @@ use std::ops::ControlFlow;
 use super::generate::CpuDraftOnGpu;
 use crate::engine::{chain_batch, node_batch, Engine, GpuTarget};
 use crate::gpu::bandwidth;
-use crate::spec::{generate, DecodingRule, GenerateConfig, Mode};
+use crate::spec::{generate, DecodingRule, GenerateConfig, Mode, OracleDraft};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Target model (qwen35 GGUF).
     #[arg(long)]
     pub model: PathBuf,
-    /// Decoding mode: `ar` (speculative modes run through `flashtree generate --backend gpu`,
-    /// with the draft on the CPU until it runs on the GPU).
+    /// Decoding mode: `ar`, or a speculative mode (needs `--draft`): after the AR measurements,
+    /// the mode runs through the spec loop with the draft on the GPU, at the draft's own
+    /// acceptance and, with `--oracle-depths`, at controlled acceptance lengths.
     #[arg(long, value_enum, default_value_t = super::generate::ModeArg::Ar)]
     pub mode: super::generate::ModeArg,
     #[arg(long, value_enum, default_value_t = BackendArg::Gpu)]
@@ -48,6 +49,15 @@ pub struct BenchArgs {
     /// the AR step, and project tok/s at the anchor's acceptance lengths.
     #[arg(long)]
     pub draft: Option<PathBuf>,
+    /// Speculative modes: also run with the draft's proposals replaced, at its first `C` depths,
+    /// by the target's own greedy continuation (recorded by the AR run) — acceptance length
+    /// ≈ C + 1 — for each `C` of this comma-separated list (`spec::OracleDraft`; the draft still
+    /// runs every round, so rounds cost what they would).
+    #[arg(long, value_delimiter = ',')]
+    pub oracle_depths: Vec<usize>,
+    /// Non-root nodes per round of the speculative modes (DDTree budget).
+    #[arg(long, default_value_t = 22)]
+    pub budget: usize,
 }
 
 fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
@@ -63,12 +73,17 @@ fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
-    if args.mode != super::generate::ModeArg::Ar {
-        bail!(
-            "bench --mode {:?}: bench measures AR decoding; run speculative modes with `flashtree generate \
-             --backend gpu --mode tree --draft …` (its stats print host and device phase times)",
-            args.mode
-        );
+    let mode = match args.mode {
+        super::generate::ModeArg::Ar => Mode::Ar,
+        super::generate::ModeArg::Chain => Mode::Chain,
+        super::generate::ModeArg::Tree => Mode::Tree,
+        super::generate::ModeArg::AnchorTree => Mode::AnchorTree,
+    };
+    if mode != Mode::Ar && args.draft.is_none() {
+        bail!("bench --mode {}: needs --draft", mode.name());
+    }
+    if mode != Mode::Ar && (args.budget == 0 || args.budget >= kernel_abi::MAX_NODES as usize) {
+        bail!("--budget {}: the GPU verifies 1..={} nodes per round", args.budget, kernel_abi::MAX_NODES - 1);
     }
     if args.prompt_tokens == 0 || args.tokens == 0 || args.tree_nodes == 0 || args.tree_nodes > 32 {
         bail!("--prompt-tokens and --tokens must be ≥ 1 and --tree-nodes in 1..=32");
@@ -157,9 +172,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         t1 * 1e3,
         tn / t1
     );
-    if let Some(path) = &args.draft {
-        bench_draft(&e, path, tok, ar_s, tn, args.tree_nodes)?;
-    }
+    let mut draft = match &args.draft {
+        Some(path) => Some(bench_draft(&e, path, tok, ar_s, tn, args.tree_nodes)?),
+        None => None,
+    };
     // Per-family breakdown (each kernel group serialised by events).
     for (label, toks, par) in [("AR step", vec![tok], vec![None]), ("tree", tree_toks.clone(), parents.clone())] {
         e.set_profile(true)?;
@@ -185,10 +201,68 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let cfg =
         GenerateConfig { mode: Mode::Ar, budget: 0, max_tokens: args.tokens, eos: vec![], rule: DecodingRule::Greedy };
     let mut target = GpuTarget::new(&mut e);
-    let (_, stats) = generate(&mut target, None::<&mut CpuDraftOnGpu>, &prompt, &cfg, |_| ControlFlow::Continue(()))?;
+    let (ar, stats) = generate(&mut target, None::<&mut CpuDraftOnGpu>, &prompt, &cfg, |_| ControlFlow::Continue(()))?;
     println!("spec loop, AR through GpuTarget ({} tokens after the {}-token prompt):", args.tokens, prompt.len());
     for line in stats.summary().lines() {
         println!("  {line}");
+    }
+    if let (Some((d, step_s)), true) = (draft.take(), mode != Mode::Ar) {
+        bench_spec(&mut e, d, mode, args, &prompt, &ar, step_s + tn)?;
+    }
+    Ok(())
+}
+
+/// The speculative `mode` through the spec loop with the GPU draft: at the draft's own
+/// acceptance, then with [`OracleDraft`] at each `--oracle-depths` cap. Each run's output must
+/// equal the recorded AR tokens `ar`; prints acceptance length, decode tok/s, the host and
+/// device phase times, and tok/s projected from the measured draft step + verify (`round_s`).
+fn bench_spec(
+    e: &mut Engine,
+    d: crate::engine::DraftEngine,
+    mode: Mode,
+    args: &BenchArgs,
+    prompt: &[u32],
+    ar: &[u32],
+    round_s: f64,
+) -> anyhow::Result<()> {
+    let layers = d.cfg.target_layer_ids.clone();
+    let source = GpuTarget::with_capture(e, &layers)?.feature_source()?;
+    let mut draft = crate::engine::GpuDraft::new(d, source)?;
+    let cfg =
+        GenerateConfig { mode, budget: args.budget, max_tokens: ar.len(), eos: vec![], rule: DecodingRule::Greedy };
+    let seq: Vec<u32> = prompt.iter().chain(ar).copied().collect();
+    let caps: Vec<Option<usize>> = std::iter::once(None).chain(args.oracle_depths.iter().map(|&c| Some(c))).collect();
+    for cap in caps {
+        let mut target = GpuTarget::with_capture(e, &layers)?;
+        let go = |_: &[u32]| ControlFlow::Continue(());
+        let (out, stats) = match cap {
+            None => generate(&mut target, Some(&mut draft), prompt, &cfg, go)?,
+            Some(c) => {
+                let mut oracle = OracleDraft::new(&mut draft, seq.clone(), c);
+                generate(&mut target, Some(&mut oracle), prompt, &cfg, go)?
+            }
+        };
+        if out != ar {
+            bail!(
+                "{} budget {}: the output differs from AR (a bug: the loop must be lossless)",
+                mode.name(),
+                cfg.budget
+            );
+        }
+        let al = stats.acceptance_length();
+        let label = cap.map_or_else(|| "the draft's own proposals".to_string(), |c| format!("oracle depth {c}"));
+        println!(
+            "{} budget {}, {label}: {} tokens equal to AR; acceptance length {al:.2}, {:.1} tok/s decode \
+             (projected from draft step + verify: {:.1} tok/s)",
+            mode.name(),
+            cfg.budget,
+            out.len(),
+            stats.decode_tokens_per_second(),
+            al / round_s
+        );
+        for line in stats.summary().lines() {
+            println!("  {line}");
+        }
     }
     Ok(())
 }
@@ -203,7 +277,7 @@ fn bench_draft(
     ar_s: f64,
     verify_s: f64,
     verify_nodes: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(crate::engine::DraftEngine, f64)> {
     let model = crate::model::DraftModel::open(path)?;
     let t = Instant::now();
     let mut d = crate::engine::DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, e.ctx())?;
@@ -259,7 +333,7 @@ fn bench_draft(
             round_s * 1e3
         );
     }
-    Ok(())
+    Ok((d, step_s))
 }
 
 fn gib(b: u64) -> f64 {

@@ -51,6 +51,10 @@ impl FeatureSpan for DeviceFeatures {
         self.rows += later.rows;
         Ok(())
     }
+
+    fn rows(&self) -> usize {
+        self.rows
+    }
 }
 
 /// The store's device buffer and shape (shared with the [`EngineFeatures`] readers; the engine

@@ -22,12 +22,19 @@ use super::SpecError;
 pub trait FeatureSpan: Sized {
     /// Appends `later` to `self`.
     fn append(&mut self, later: Self) -> Result<(), SpecError>;
+
+    /// Rows (tokens) held.
+    fn rows(&self) -> usize;
 }
 
 impl<T> FeatureSpan for Vec<T> {
     fn append(&mut self, later: Self) -> Result<(), SpecError> {
         self.extend(later);
         Ok(())
+    }
+
+    fn rows(&self) -> usize {
+        self.len()
     }
 }
 
