@@ -28,6 +28,7 @@ use super::weights::TargetWeights;
 use super::EngineError;
 use crate::gpu::attention::{self as attn, AttnDims};
 use crate::gpu::embed::embed_rows;
+use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
@@ -88,6 +89,11 @@ pub struct DraftEngine {
     topk_logprobs: CudaSlice<f32>,
     attn_scratch: CudaSlice<f32>,
     ws: QmmWorkspace,
+    /// The block pass captured as a graph for one top-`k` (on the second propose; the first fills
+    /// the launchers' caches) and replayed with a new `NodeBatch`: every per-round value (bonus,
+    /// context length) is read from device memory. `FLASHTREE_GRAPH=0` launches every kernel.
+    block_graph: Option<(Graph, usize)>,
+    block_runs: u32,
 }
 
 /// The most top-K entries per position a [`DraftEngine`] returns.
@@ -275,6 +281,8 @@ impl DraftEngine {
             topk_logprobs: z(b * k)?,
             attn_scratch: z(attn::attn_tree_scratch_len(dims, b, rows))?,
             ws,
+            block_graph: None,
+            block_runs: 0,
             n_ctx: 0,
             rows,
             target_vocab: vocab,
@@ -418,9 +426,7 @@ impl DraftEngine {
     /// tokens and log-probs of each of the `B − 1` drafted positions, rows in position order,
     /// each row descending (`tokens`, `logprobs`: `(B−1)·k` entries). One host sync.
     pub fn propose(&mut self, bonus: u32, k: usize) -> Result<(Vec<u32>, Vec<f32>), EngineError> {
-        let bs = self.cfg.block_size;
-        let (h, hd, eps) = (self.cfg.hidden_size, self.cfg.head_dim, self.cfg.rms_norm_eps);
-        let (nh, ff, vocab) = (self.cfg.num_heads, self.cfg.intermediate_size, self.target_vocab);
+        let (bs, vocab) = (self.cfg.block_size, self.target_vocab);
         if k == 0 || k > DRAFT_MAX_K.min(vocab) {
             return Err(EngineError::Batch(format!("top-{k}: the GPU draft returns 1..={}", DRAFT_MAX_K.min(vocab))));
         }
@@ -437,6 +443,38 @@ impl DraftEngine {
             b.anc[i] = if causal { all >> (bs - 1 - i) } else { all };
         }
         let batch = self.write_batch(&b)?;
+        if self.block_graph.as_ref().is_some_and(|(_, gk)| *gk != k) {
+            self.block_graph = None;
+        }
+        match &self.block_graph {
+            Some((g, _)) => g.replay()?,
+            None if super::forward::graphs_enabled() && self.block_runs > 0 => {
+                let gpu = Arc::clone(&self.gpu);
+                Graph::begin_capture(&gpu)?;
+                let recorded = self.enqueue_block(batch, k);
+                let graph = Graph::end_capture(&gpu);
+                recorded?;
+                let graph = graph?;
+                graph.replay()?;
+                self.block_graph = Some((graph, k));
+            }
+            None => {
+                self.block_runs += 1;
+                self.enqueue_block(batch, k)?;
+            }
+        }
+        let rows = bs - 1;
+        let tokens = self.gpu.download(&self.topk_tokens)?;
+        let logprobs = self.gpu.download(&self.topk_logprobs)?;
+        Ok((tokens[..rows * k].to_vec(), logprobs[..rows * k].to_vec()))
+    }
+
+    /// Enqueues the block pass over `batch` (written by [`DraftEngine::propose`]): embedding,
+    /// every layer, the final norm, the LM head on slots `1 … B−1` and their top-`k`.
+    fn enqueue_block(&mut self, batch: DevSpan<NodeBatch>, k: usize) -> Result<(), EngineError> {
+        let bs = self.cfg.block_size;
+        let (h, hd, eps) = (self.cfg.hidden_size, self.cfg.head_dim, self.cfg.rms_norm_eps);
+        let (nh, ff, vocab) = (self.cfg.num_heads, self.cfg.intermediate_size, self.target_vocab);
         let gpu = &*self.gpu;
         let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
         let tokens: DevSpan<u32> = unsafe { DevSpan::from_raw(batch.ptr() + 8, N) };
@@ -510,9 +548,7 @@ impl DraftEngine {
             DevSpan::of(gpu, &self.topk_tokens),
             s(&self.topk_logprobs),
         )?;
-        let tokens = gpu.download(&self.topk_tokens)?;
-        let logprobs = gpu.download(&self.topk_logprobs)?;
-        Ok((tokens[..rows * k].to_vec(), logprobs[..rows * k].to_vec()))
+        Ok(())
     }
 
     /// The logits of the last [`DraftEngine::propose`]: `(B−1) · vocab` f32, rows in position
