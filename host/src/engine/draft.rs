@@ -32,7 +32,7 @@ use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
-use crate::gpu::{DevSpan, Gpu};
+use crate::gpu::{DevSpan, Gpu, GpuTimer};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
 use flashtree_quants::dequantize;
 
@@ -94,6 +94,11 @@ pub struct DraftEngine {
     /// context length) is read from device memory. `FLASHTREE_GRAPH=0` launches every kernel.
     block_graph: Option<(Graph, usize)>,
     block_runs: u32,
+    /// Device time of the draft's passes ([`DraftEngine::start_timing`] → the next propose's
+    /// sync), accumulated in ms.
+    timer: Option<GpuTimer>,
+    timing: bool,
+    device_ms: f64,
 }
 
 /// The most top-K entries per position a [`DraftEngine`] returns.
@@ -283,6 +288,9 @@ impl DraftEngine {
             ws,
             block_graph: None,
             block_runs: 0,
+            timer: None,
+            timing: false,
+            device_ms: 0.0,
             n_ctx: 0,
             rows,
             target_vocab: vocab,
@@ -463,10 +471,36 @@ impl DraftEngine {
                 self.enqueue_block(batch, k)?;
             }
         }
+        if let (true, Some(t)) = (self.timing, &self.timer) {
+            t.stop(&self.gpu)?;
+        }
         let rows = bs - 1;
         let tokens = self.gpu.download(&self.topk_tokens)?;
         let logprobs = self.gpu.download(&self.topk_logprobs)?;
+        if let (true, Some(t)) = (self.timing, &self.timer) {
+            self.device_ms += t.elapsed_ms()? as f64;
+            self.timing = false;
+        }
         Ok((tokens[..rows * k].to_vec(), logprobs[..rows * k].to_vec()))
+    }
+
+    /// Records a start event: the device time from here to the end of the next
+    /// [`DraftEngine::propose`] (context rows appended in between included) is added to
+    /// [`DraftEngine::take_device_ms`], read after that propose's own sync.
+    pub fn start_timing(&mut self) -> Result<(), EngineError> {
+        if self.timer.is_none() {
+            self.timer = Some(GpuTimer::new(&self.gpu)?);
+        }
+        if let Some(t) = &self.timer {
+            t.start(&self.gpu)?;
+        }
+        self.timing = true;
+        Ok(())
+    }
+
+    /// Device ms of the timed proposes since the last call.
+    pub fn take_device_ms(&mut self) -> f64 {
+        std::mem::take(&mut self.device_ms)
     }
 
     /// Enqueues the block pass over `batch` (written by [`DraftEngine::propose`]): embedding,

@@ -7,7 +7,7 @@
 
 use super::draft::DraftEngine;
 use super::features::{DeviceFeatures, EngineFeatures};
-use crate::spec::{Draft, DraftTopK, SpecError};
+use crate::spec::{Draft, DraftTopK, PhaseTimes, SpecError};
 
 /// The GPU draft as a [`Draft`] of a GPU target (features = rows of its store).
 pub struct GpuDraft {
@@ -52,6 +52,7 @@ impl Draft for GpuDraft {
                 self.engine.context_len()
             )));
         }
+        self.engine.start_timing().map_err(SpecError::backend)?;
         let w = self.store.0.width();
         let gpu = self.engine.gpu();
         let rows =
@@ -60,5 +61,12 @@ impl Draft for GpuDraft {
         let k = k.clamp(1, super::DRAFT_MAX_K);
         let (tokens, logprobs) = self.engine.propose(bonus, k).map_err(SpecError::backend)?;
         DraftTopK::new(self.depths(), k, tokens, logprobs)
+    }
+
+    /// Device time of the draft's context passes, block passes and top-K (CUDA events, read
+    /// after each propose's own sync).
+    fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
+        let ms = self.engine.take_device_ms();
+        Ok(Some(PhaseTimes { draft: std::time::Duration::from_secs_f64(ms * 1e-3), ..Default::default() }))
     }
 }
