@@ -40,6 +40,9 @@ pub struct Engine {
     // Step parameters (device).
     batch_dev: CudaSlice<u8>,
     commit_dev: CudaSlice<u8>,
+    /// A deliberately wrong commit for tests ([`Engine::set_commit_fault`]) and its path buffer.
+    fault: Option<CommitFault>,
+    fault_dev: CudaSlice<u8>,
     /// The last forward's batch (host copy), for commit's checks.
     last: Option<NodeBatch>,
     // Activations `[32, dim]`.
@@ -99,6 +102,23 @@ pub struct Engine {
     graphs: Vec<Option<Graph>>,
     /// Forwards run eagerly per node count.
     eager_runs: [u32; N],
+}
+
+/// A deliberately wrong commit ([`Engine::set_commit_fault`]), for tests that must fail when the
+/// rollback is broken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitFault {
+    /// The DeltaNet states and conv windows advance along the path whose last node is a rejected
+    /// sibling of the last accepted node (when it has one); KV rows and features stay right.
+    DeltaNetFromRejectedSibling,
+}
+
+/// `path` with its last node replaced by a sibling that is not on it (the first one), if any.
+fn rejected_sibling_path(batch: &NodeBatch, path: &[usize]) -> Option<Vec<usize>> {
+    let (&last, rest) = path.split_last()?;
+    let &parent = rest.last()?;
+    let sib = (0..batch.n as usize).find(|&j| j != last && batch.parent[j] == parent as i32)?;
+    Some(rest.iter().copied().chain([sib]).collect())
 }
 
 /// Whether forwards are captured and replayed as graphs (default; `FLASHTREE_GRAPH=0` off).
@@ -239,6 +259,8 @@ impl Engine {
         let e = Engine {
             batch_dev: gpu.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
             commit_dev: gpu.zeros::<u8>(std::mem::size_of::<CommitPath>())?,
+            fault: None,
+            fault_dev: gpu.zeros::<u8>(1)?,
             last: None,
             h: z(N * d)?,
             h2: z(N * d)?,
@@ -692,12 +714,25 @@ impl Engine {
                 self.ctx(),
             )?;
         }
+        let faulty = match self.fault {
+            Some(CommitFault::DeltaNetFromRejectedSibling) => rejected_sibling_path(&batch, path),
+            None => None,
+        };
+        let gdn_commit_dev = match &faulty {
+            Some(p) => {
+                let c = super::batch::commit_path(&batch, p)?;
+                self.gpu.write(bytes_of(&c), &mut self.fault_dev)?;
+                // Safety: `fault_dev` holds one `CommitPath`.
+                unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.fault_dev).ptr(), 1) }
+            }
+            None => commit,
+        };
         if self.n_gdn > 0 {
             gdn::gdn_commit(
                 gpu,
                 &self.gdn,
                 self.n_gdn,
-                commit,
+                gdn_commit_dev,
                 DevSpan::of(gpu, &self.mixed),
                 self.mixed_stride,
                 DevSpan::of(gpu, &self.gdn_scratch),
@@ -713,6 +748,17 @@ impl Engine {
             }
         }
         self.n_past += path.len();
+        Ok(())
+    }
+
+    /// Makes every later commit deliberately wrong (`Some`) or right again (`None`): for tests
+    /// that must fail when the rollback is broken.
+    #[doc(hidden)]
+    pub fn set_commit_fault(&mut self, fault: Option<CommitFault>) -> Result<(), EngineError> {
+        if fault.is_some() && self.fault_dev.len() < std::mem::size_of::<CommitPath>() {
+            self.fault_dev = self.gpu.zeros::<u8>(std::mem::size_of::<CommitPath>())?;
+        }
+        self.fault = fault;
         Ok(())
     }
 

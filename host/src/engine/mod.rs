@@ -27,7 +27,7 @@ pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
 pub use clock::{Phase, PhaseClock};
 pub use draft::{DraftEngine, DRAFT_MAX_K};
 pub use features::{feature_copies, DeviceFeatures, EngineFeatures, FeatureStore, RowCopy};
-pub use forward::{Engine, Profile};
+pub use forward::{CommitFault, Engine, Profile};
 pub use gpu_draft::GpuDraft;
 pub use plan::MemoryPlan;
 pub use target::GpuTarget;

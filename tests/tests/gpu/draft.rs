@@ -134,3 +134,44 @@ fn gpu_spec_with_the_gpu_draft_equals_gpu_ar() {
         );
     }
 }
+
+/// A deliberately broken rollback — every commit advances the DeltaNet state along a rejected
+/// sibling of the last accepted node — makes the GPU tree output differ from GPU AR, while the
+/// same run without the fault equals it. Deep accepted paths with siblings come from
+/// `spec::OracleDraft` (3 recorded tokens per round around the GPU draft).
+#[test]
+fn a_broken_deltanet_rollback_makes_the_tree_output_differ_from_ar() {
+    use flashtree::engine::CommitFault;
+    use flashtree::spec::OracleDraft;
+    let Some((mut e, d, dw)) = pair("a_broken_deltanet_rollback_makes_the_tree_output_differ_from_ar", 512) else {
+        return;
+    };
+    let layers = dw.hparams.target_layer_ids.clone();
+    let prompt = tokens(77, 9, e.cfg.vocab_size);
+    let n = 160;
+    let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
+    let go = |_: &[u32]| ControlFlow::Continue(());
+    let (ar, _) = generate(&mut GpuTarget::new(&mut e), None::<&mut GpuDraft>, &prompt, &cfg(Mode::Ar, 0), go).unwrap();
+    let seq: Vec<u32> = prompt.iter().chain(&ar).copied().collect();
+    let source = GpuTarget::with_capture(&mut e, &layers).unwrap().feature_source().unwrap();
+    let mut draft = GpuDraft::new(d, source).unwrap();
+    for fault in [None, Some(CommitFault::DeltaNetFromRejectedSibling)] {
+        e.set_commit_fault(fault).unwrap();
+        let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
+        let mut oracle = OracleDraft::new(&mut draft, seq.clone(), 3);
+        let (out, stats) = generate(&mut target, Some(&mut oracle), &prompt, &cfg(Mode::Tree, 22), go).unwrap();
+        let first_diff = out.iter().zip(&ar).position(|(a, b)| a != b);
+        eprintln!(
+            "fault {fault:?}: acceptance length {:.2}, first token differing from AR: {first_diff:?}",
+            stats.acceptance_length()
+        );
+        match fault {
+            None => {
+                assert_eq!(out, ar, "without a fault the tree output must equal AR");
+                assert!(stats.acceptance_length() >= 3.5, "the oracle should accept ≈ 4 per round");
+            }
+            Some(_) => assert!(first_diff.is_some(), "a broken DeltaNet rollback went unnoticed"),
+        }
+    }
+    e.set_commit_fault(None).unwrap();
+}
