@@ -185,3 +185,33 @@ fn capped_oracle_draft_sets_the_acceptance_length_and_stays_lossless() {
         assert!(al >= want - 0.35 && al <= want + 0.5, "cap {cap}: acceptance length {al:.3}, expected ≈ {want}");
     }
 }
+
+/// The CPU draft computes each context row's K/V once (incremental): fed its rows over several
+/// rounds it proposes bitwise what the whole-context reference forward gives.
+#[test]
+fn incremental_cpu_draft_equals_the_whole_context_forward() {
+    use flashtree::spec::Draft;
+    let (w, d) = models(5);
+    let hp = &d.hparams;
+    let width = hp.target_layer_ids.len() * hp.n_embd;
+    let rows: Vec<Vec<f32>> = (0..40)
+        .map(|r| (0..width).map(|i| ((mix((r * width + i) as u64) >> 40) as f32 / 16_777_216.0 - 0.5) * 2.0).collect())
+        .collect();
+    let mut draft = CpuDraft::new(&d, &w);
+    let mut fed = 0;
+    for (step, take) in [13usize, 1, 9, 17].into_iter().enumerate() {
+        let bonus = 5 + step as u32;
+        let got = draft.propose(&rows[fed..fed + take].to_vec(), bonus, 4).unwrap();
+        fed += take;
+        let mut block = vec![hp.mask_token_id; hp.block_size];
+        block[0] = bonus;
+        let out = d.forward(&w.token_embd, w.lm_head(), &rows[..fed], 0, &block, fed).unwrap();
+        let want = flashtree::spec::topk_logprobs(&out.logits.concat(), w.hparams.n_vocab, 4).unwrap();
+        for depth in 1..=got.depths() {
+            for r in 0..4 {
+                assert_eq!(got.token(depth, r), want.token(depth, r), "round {step} depth {depth} rank {r}");
+                assert_eq!(got.logprob(depth, r).to_bits(), want.logprob(depth, r).to_bits());
+            }
+        }
+    }
+}

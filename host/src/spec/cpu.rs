@@ -9,7 +9,7 @@
 //! state and conv window of the path's last node (the window was gathered along its ancestors),
 //! and hands the path's feature rows (target layers `target_layer_ids`, concatenated) to the draft.
 
-use flashtree_reference::model::dflash::DFlashWeights;
+use flashtree_reference::model::dflash::{ContextKv, DFlashWeights};
 use flashtree_reference::model::tensor::Matrix;
 use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights, TreeOutput};
 use flashtree_reference::sample::argmax;
@@ -125,13 +125,18 @@ impl Target for CpuTarget<'_> {
     }
 }
 
-/// The reference DFlash draft, using the target's embedding and LM head.
+/// The reference DFlash draft, using the target's embedding and LM head. Incremental: each
+/// committed token's context K/V (every layer) is computed once, when its feature row arrives
+/// ([`DFlashWeights::context_kv`]); a round runs only the block ([`DFlashWeights::forward_cached`]),
+/// bitwise what [`DFlashWeights::forward`] gives over the whole context.
 pub struct CpuDraft<'w> {
     d: &'w DFlashWeights,
     /// The target's `[n_vocab, H]` token embedding and LM head.
     embd: &'w Matrix,
     head: &'w Matrix,
-    ctx: FeatureRows,
+    /// Every layer's K/V of each committed token's context row, computed once when the row
+    /// arrives (position order from 0).
+    ctx: Vec<ContextKv>,
     /// At most this many most recent context rows are attended (the trained context, e.g. 4096).
     pub window: usize,
 }
@@ -163,14 +168,19 @@ impl Draft for CpuDraft<'_> {
     }
 
     fn propose(&mut self, new: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
-        self.ctx.extend(new.iter().cloned());
+        for row in new {
+            let kv = self.d.context_kv(row, self.ctx.len()).map_err(SpecError::backend)?;
+            self.ctx.push(kv);
+        }
         let hp = &self.d.hparams;
         let start = self.ctx.len();
         let from = start.saturating_sub(self.window);
         let mut block = vec![hp.mask_token_id; hp.block_size];
         block[0] = bonus;
-        let out =
-            self.d.forward(self.embd, self.head, &self.ctx[from..], from, &block, start).map_err(SpecError::backend)?;
+        let out = self
+            .d
+            .forward_cached(self.embd, self.head, &self.ctx[from..], from, &block, start)
+            .map_err(SpecError::backend)?;
         let vocab = self.head.rows;
         let flat: Vec<f32> = out.logits.concat();
         topk_logprobs(&flat, vocab, k)

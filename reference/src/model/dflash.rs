@@ -74,6 +74,9 @@ pub struct DFlashWeights {
 }
 
 /// Logits of the block slots `1..B` (slot `k` predicts the token at `block_start + k`).
+/// One context row's K and V per draft layer ([`DFlashWeights::context_kv`]).
+pub type ContextKv = Vec<(Vec<f32>, Vec<f32>)>;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct DraftOutput {
     /// `[B − 1][n_vocab]`.
@@ -166,8 +169,59 @@ impl DFlashWeights {
                 return Err(ModelError::Token { index, token, n_vocab: target_embd.rows });
             }
         }
-        let ctx: Vec<Vec<f32>> = ctx_features.iter().map(|f| self.fuse_context(f)).collect::<Result<_, _>>()?;
-        let ctx_pos: Vec<usize> = (0..ctx.len()).map(|j| ctx_start + j).collect();
+        let ctx_kv: Vec<ContextKv> = ctx_features
+            .iter()
+            .enumerate()
+            .map(|(j, f)| self.context_kv(f, ctx_start + j))
+            .collect::<Result<_, _>>()?;
+        self.forward_cached(target_embd, lm_head, &ctx_kv, ctx_start, block_tokens, block_start)
+    }
+
+    /// Every layer's K (after `k_norm` and RoPE at `pos`) and V of one context row, from its
+    /// target feature row `concat_l h_l`: exactly what [`DFlashWeights::forward`] computes for
+    /// that row, so a caller can compute it once per committed token.
+    pub fn context_kv(&self, feature: &[f32], pos: usize) -> Result<ContextKv, ModelError> {
+        let hp = &self.hparams;
+        let c = self.fuse_context(feature)?;
+        Ok(self
+            .layers
+            .iter()
+            .map(|l| {
+                let mut k = l.k.matvec(&c);
+                rms_norm_heads_in_place(&mut k, &l.k_norm, hp.rms_eps);
+                rope_neox_in_place(&mut k, hp.head_dim, hp.head_dim, pos, hp.rope_theta);
+                (k, l.v.matvec(&c))
+            })
+            .collect())
+    }
+
+    /// [`DFlashWeights::forward`] over context rows whose K/V ([`DFlashWeights::context_kv`]) are
+    /// already computed: `ctx_kv[j]` is the row at position `ctx_start + j`.
+    pub fn forward_cached(
+        &self,
+        target_embd: &Matrix,
+        lm_head: &Matrix,
+        ctx_kv: &[ContextKv],
+        ctx_start: usize,
+        block_tokens: &[u32],
+        block_start: usize,
+    ) -> Result<DraftOutput, ModelError> {
+        let hp = &self.hparams;
+        let h = hp.n_embd;
+        target_embd.expect_shape("token_embd.weight", target_embd.rows, h)?;
+        lm_head.expect_shape("output.weight", lm_head.rows, h)?;
+        if block_tokens.is_empty() {
+            return Err(ModelError::Batch("empty draft block".into()));
+        }
+        for (index, &token) in block_tokens.iter().enumerate() {
+            if token as usize >= target_embd.rows {
+                return Err(ModelError::Token { index, token, n_vocab: target_embd.rows });
+            }
+        }
+        if let Some(j) = ctx_kv.iter().position(|r| r.len() != self.layers.len()) {
+            return Err(ModelError::Batch(format!("context row {j}: K/V of {} layers", ctx_kv[j].len())));
+        }
+        let ctx_pos: Vec<usize> = (0..ctx_kv.len()).map(|j| ctx_start + j).collect();
         let blk_pos: Vec<usize> = (0..block_tokens.len()).map(|k| block_start + k).collect();
         let mut e: Vec<Vec<f32>> = block_tokens.iter().map(|&t| target_embd.row(t as usize).to_vec()).collect();
         for (li, l) in self.layers.iter().enumerate() {
@@ -180,7 +234,7 @@ impl DFlashWeights {
                 rope_neox_in_place(&mut k, hp.head_dim, hp.head_dim, pos, hp.rope_theta);
                 (k, l.v.matvec(x))
             };
-            let ckv: Vec<_> = ctx.iter().zip(&ctx_pos).map(|(c, &p)| kv(c, p)).collect();
+            let ckv: Vec<(&[f32], &[f32])> = ctx_kv.iter().map(|r| (&r[li].0[..], &r[li].1[..])).collect();
             let a: Vec<Vec<f32>> = e.iter().map(|x| rms_norm(x, &l.attn_norm, hp.rms_eps)).collect();
             let bkv: Vec<_> = a.iter().zip(&blk_pos).map(|(x, &p)| kv(x, p)).collect();
             for (s, es) in e.iter_mut().enumerate() {
@@ -191,7 +245,7 @@ impl DFlashWeights {
                 let visible = |kp: usize| window.is_none_or(|w| kp + w > p);
                 let mut keys: Vec<&[f32]> = Vec::new();
                 let mut vals: Vec<&[f32]> = Vec::new();
-                for (j, (k, v)) in ckv.iter().enumerate() {
+                for (j, &(k, v)) in ckv.iter().enumerate() {
                     if visible(ctx_pos[j]) {
                         keys.push(k);
                         vals.push(v);
