@@ -16,7 +16,9 @@
 //!
 //! Arithmetic: the target's (`qmm` with f16-rounded inputs, f16 KV, f32 elsewhere), so the logits
 //! follow the reference draft within the f16 rounding of the matmul inputs and the cache. Every
-//! committed row is attended (no sliding window yet: configs with sliding layers are refused).
+//! committed row is attended: sliding-window layers (causal inside the block, with their own
+//! masks) are exact while the context plus one block fits in the window, and a draft whose window
+//! is smaller than the planned context is refused (no runtime window yet).
 
 use std::sync::Arc;
 
@@ -72,6 +74,9 @@ pub struct DraftEngine {
     kv: CudaSlice<u16>,
     rope: CudaSlice<f32>,
     batch_dev: CudaSlice<u8>,
+    /// The block's `NodeBatch` with causal masks (slot `i` sees slots `0..=i`), for the layers
+    /// that attend causally (sliding-window layers, or every layer when the config says so).
+    causal_dev: CudaSlice<u8>,
     feat: CudaSlice<f32>,
     c: CudaSlice<f32>,
     e: CudaSlice<f32>,
@@ -199,11 +204,18 @@ impl DraftEngine {
     ) -> Result<DraftEngine, EngineError> {
         let cfg = draft.config.clone();
         cfg.check_target(tcfg, &draft.path)?;
-        if let Some(l) = cfg.sliding_layers.iter().position(|&s| s) {
-            return Err(EngineError::Unsupported(format!(
-                "{}: draft layer {l} is a sliding-window layer; the GPU draft runs full-attention layers only",
-                draft.path.display()
-            )));
+        // Sliding-window layers: a query at position p sees context keys > p − W. The GPU draft
+        // attends every context row, which is that exactly while the context and one block fit in
+        // the window.
+        if let (Some(l), w) = (cfg.sliding_layers.iter().position(|&s| s), cfg.sliding_window.unwrap_or(0)) {
+            if ctx + cfg.block_size > w {
+                return Err(EngineError::Unsupported(format!(
+                    "{}: draft layer {l} is a sliding-window layer (window {w}); the GPU draft covers a context \
+                     of at most window − block = {} tokens, not {ctx}",
+                    draft.path.display(),
+                    w.saturating_sub(cfg.block_size)
+                )));
+            }
         }
         let (h, hd, ff) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
         let (nh, nkv) = (cfg.num_heads, cfg.num_kv_heads);
@@ -269,6 +281,7 @@ impl DraftEngine {
             rope: g.upload(&attn::rope_table(hd, cfg.rope_theta as f64, rows))?,
             kv: g.zeros::<u16>(kv_len.max(1))?,
             batch_dev: g.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
+            causal_dev: g.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
             feat: z(N * kh)?,
             c: z(N * h)?,
             e: z(N * h)?,
@@ -441,15 +454,19 @@ impl DraftEngine {
         if bonus as usize >= vocab {
             return Err(EngineError::Batch(format!("bonus token {bonus}: the vocabulary has {vocab}")));
         }
-        let causal = self.cfg.causal.unwrap_or(false);
         let mut b = NodeBatch { n: bs as u32, ..NodeBatch::empty(self.n_ctx as u32) };
         let all = if bs >= 32 { u32::MAX } else { (1u32 << bs) - 1 };
         for i in 0..bs {
             b.tokens[i] = if i == 0 { bonus } else { self.cfg.mask_token_id };
             b.depth[i] = i as u32;
             b.parent[i] = i as i32 - 1;
-            b.anc[i] = if causal { all >> (bs - 1 - i) } else { all };
+            b.anc[i] = all;
         }
+        let mut c = b;
+        for i in 0..bs {
+            c.anc[i] = all >> (bs - 1 - i);
+        }
+        self.gpu.write(bytes_of(&c), &mut self.causal_dev)?;
         let batch = self.write_batch(&b)?;
         if self.block_graph.as_ref().is_some_and(|(_, gk)| *gk != k) {
             self.block_graph = None;
@@ -512,9 +529,14 @@ impl DraftEngine {
         let gpu = &*self.gpu;
         let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
         let tokens: DevSpan<u32> = unsafe { DevSpan::from_raw(batch.ptr() + 8, N) };
+        // Safety: `causal_dev` holds exactly one `NodeBatch` for the engine's life.
+        let causal_batch: DevSpan<NodeBatch> =
+            unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.causal_dev).ptr(), 1) };
         let t = &*self.target;
         embed_rows(gpu, t.embd_ty, DevSpan::of(gpu, &t.embd), vocab, h, tokens, bs, s(&self.e))?;
         for (li, l) in self.layers.iter().enumerate() {
+            let sliding = self.cfg.sliding_layers.get(li).copied().unwrap_or(false);
+            let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
             if li == 0 {
                 rms_norm_rows_span(gpu, s(&self.e), s(&l.attn_norm), s(&self.x), bs, h, eps)?;
             } else {

@@ -175,3 +175,58 @@ fn a_broken_deltanet_rollback_makes_the_tree_output_differ_from_ar() {
     }
     e.set_commit_fault(None).unwrap();
 }
+
+/// A draft with a sliding-window layer (the tiny draft's config with `layer_types` =
+/// `[sliding_attention, full_attention]`, window 64): the sliding layer attends causally inside
+/// the block, and while context + block fit in the window the GPU logits match the reference
+/// (which applies the causal mask and the window); a context the window does not cover is refused.
+#[test]
+fn gpu_draft_with_a_sliding_layer_matches_the_reference() {
+    let test = "gpu_draft_with_a_sliding_layer_matches_the_reference";
+    let Some(mut e) = engine(test, 48) else {
+        return;
+    };
+    let t = tiny();
+    let dir = std::env::temp_dir().join(format!("flashtree-draft-swa-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in std::fs::read_dir(&t.draft).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+    let cfg_path = dir.join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["layer_types"] = serde_json::json!(["sliding_attention", "full_attention"]);
+    cfg["sliding_window"] = serde_json::json!(64);
+    cfg["use_sliding_window"] = serde_json::json!(true);
+    std::fs::write(&cfg_path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    let (_, dw) = flashtree::convert::dflash::load_draft(&dir).expect("draft loads");
+    assert_eq!(dw.hparams.sliding, vec![true, false]);
+    let model = DraftModel::open(&dir).unwrap();
+    let err = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, 512).err().expect("refused");
+    assert!(err.to_string().contains("sliding"), "{err}");
+    let mut d = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, 48).expect("fits the window");
+    let layers = dw.hparams.target_layer_ids.clone();
+    let bs = dw.hparams.block_size;
+    let vocab = e.cfg.vocab_size;
+    for len in [1usize, 17, 30] {
+        let prompt = tokens(300 + len as u64, len, vocab);
+        let (bonus, features) = {
+            let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
+            let (bonus, h) = target.prefill(&prompt, DecodingRule::Greedy).unwrap();
+            (bonus, target.feature_source().unwrap().host_rows(&h).unwrap())
+        };
+        let mut block = vec![dw.hparams.mask_token_id; bs];
+        block[0] = bonus;
+        let want =
+            with_device_rounding(|| dw.forward(&t.cpu.token_embd, t.cpu.lm_head(), &features, 0, &block, len).unwrap());
+        d.reset();
+        d.extend_context(&features.concat()).unwrap();
+        d.propose(bonus, 4).unwrap();
+        let got = d.last_logits().unwrap();
+        let worst = got.chunks(vocab).enumerate().map(|(r, row)| rel_err(row, &want.logits[r])).fold(0f64, f64::max);
+        eprintln!("sliding draft, prompt of {len}: within {worst:.2e} of the reference");
+        assert!(worst <= 2e-3, "prompt of {len}: {worst:.3e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
