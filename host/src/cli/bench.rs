@@ -291,29 +291,34 @@ fn bench_draft(
         bytes as f64 / 1e9,
         path.display()
     );
-    // The draft's time does not depend on the feature values: synthetic rows of the right size.
+    // The draft's time does not depend on the feature values: synthetic rows of the right size,
+    // made and uploaded before timing (in the spec loop they come from the engine's device store).
     let rows = |n: usize| -> Vec<f32> { (0..n * fl).map(|i| ((i % 97) as f32 - 48.0) * 1e-2).collect() };
     let prompt_rows = e.n_past().min(d.max_context().saturating_sub(256));
+    let dev_rows = e.gpu.upload(&rows(prompt_rows.max(1)))?;
+    e.gpu.synchronize()?;
     let t = Instant::now();
-    d.extend_context(&rows(prompt_rows))?;
+    d.extend_context_device(crate::gpu::DevSpan::of(&e.gpu, &dev_rows), prompt_rows)?;
     e.gpu.synchronize()?;
     let ctx_s = t.elapsed().as_secs_f64();
+    drop(dev_rows);
     println!(
-        "draft context: {prompt_rows} rows appended in {:.2} ms ({:.1} µs per row, chunks of 32)",
+        "draft context: {prompt_rows} rows appended from device memory in {:.2} ms ({:.2} µs per row, chunks of 32)",
         ctx_s * 1e3,
         ctx_s * 1e6 / prompt_rows.max(1) as f64
     );
     let (accepted, k) = (8usize, 8usize.min(e.cfg.vocab_size));
-    let path_rows = rows(accepted);
+    let path_rows = e.gpu.upload(&rows(accepted))?;
+    let path_span = crate::gpu::DevSpan::of(&e.gpu, &path_rows);
     let rounds = ((d.max_context() - d.context_len()) / accepted).min(20);
     if rounds < 4 {
         anyhow::bail!("bench --draft: the context leaves room for {rounds} draft rounds; raise --ctx");
     }
-    d.extend_context(&path_rows)?;
+    d.extend_context_device(path_span, accepted)?;
     d.propose(bonus, k)?;
     let t = Instant::now();
     for _ in 1..rounds {
-        d.extend_context(&path_rows)?;
+        d.extend_context_device(path_span, accepted)?;
         d.propose(bonus, k)?;
     }
     let step_s = t.elapsed().as_secs_f64() / (rounds - 1) as f64;
