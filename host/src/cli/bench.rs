@@ -15,8 +15,8 @@ use crate::gpu::bandwidth;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Target model (qwen35 GGUF).
-    #[arg(long)]
+    /// Target model (qwen35 GGUF); default: the demo target in `models/` (see `models/README.md`).
+    #[arg(long, default_value_os_t = super::default_model::target())]
     pub model: PathBuf,
     /// Decoding mode (the GPU runs `ar` today; tree modes need the GPU draft).
     #[arg(long, value_enum, default_value_t = super::generate::ModeArg::Ar)]
