@@ -2,7 +2,7 @@
 
 For each prompt of PROMPTS_JSON (heldout_prompts.py) runs `flashtree generate` in `ar`, `chain`
 and `tree` (budget 22) modes, checks that every mode writes the same text as `ar`, and prints per
-prompt and overall (token-weighted: generated tokens / rounds) acceptance lengths.
+prompt (flashtree's figure) and overall (all prompts' tokens from rounds / rounds) acceptance lengths.
 
 Usage: measure.py FLASHTREE TARGET_GGUF DRAFT PROMPTS_JSON MAX_TOKENS [MODES]
 """
@@ -22,7 +22,8 @@ def run(ft, target, draft, mode, prompt, max_tokens):
     gen = int(re.search(r"tokens: (\d+) generated", err).group(1))
     rounds = int(re.search(r"(\d+) rounds", err).group(1))
     tps = float(re.search(r"decode: ([\d.]+) tok/s", err).group(1))
-    return p.stdout.decode(), gen, rounds, tps
+    al = float(re.search(r"acceptance length ([\d.]+)", err).group(1))
+    return p.stdout.decode(), gen, rounds, tps, al
 
 
 def main():
@@ -32,16 +33,16 @@ def main():
     for i, p in enumerate(json.load(open(prompts))):
         texts, cells = {}, []
         for m in modes:
-            text, gen, rounds, tps = run(ft, target, draft, m, p["prompt"], max_tokens)
+            text, gen, rounds, tps, al = run(ft, target, draft, m, p["prompt"], max_tokens)
             texts[m] = text
-            totals[m][0] += gen
+            totals[m][0] += gen - 1  # the first token comes from the prefill, not from a round
             totals[m][1] += rounds
-            cells.append(f"{m} {gen / rounds:.2f} ({tps:.1f} tok/s)")
+            cells.append(f"{m} {al:.2f} ({tps:.1f} tok/s)")
         same = all(t == texts[modes[0]] for t in texts.values())
         print(f"{i} {p['file']}: " + ", ".join(cells) + ("" if same else "  OUTPUTS DIFFER"), flush=True)
         if not same:
             sys.exit(f"prompt {i}: the modes wrote different text")
-    print("overall (generated tokens / rounds): " + ", ".join(f"{m} {g / r:.2f}" for m, (g, r) in totals.items()))
+    print("overall (tokens from rounds / rounds): " + ", ".join(f"{m} {g / r:.2f}" for m, (g, r) in totals.items()))
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ pub fn models_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(MODELS_ENV).filter(|v| !v.is_empty()) {
         return PathBuf::from(dir);
     }
-    let from_exe = std::env::current_exe().ok().and_then(|exe| {
-        exe.ancestors().skip(1).map(|a| a.join("models")).find(|m| m.join(TARGET_FILE).is_file())
-    });
-    from_exe.unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("models"))
+    let from_exe = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().skip(1).map(|a| a.join("models")).find(|m| m.join(TARGET_FILE).is_file()));
+    let host_crate = Path::new(env!("CARGO_MANIFEST_DIR"));
+    from_exe.unwrap_or_else(|| host_crate.parent().unwrap_or(host_crate).join("models"))
 }
 
 /// The default `--model`: the demo target.
