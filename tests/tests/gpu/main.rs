@@ -4,6 +4,7 @@
 mod attention;
 mod copy;
 mod deltanet;
+mod demo_pair;
 mod embed;
 mod engine;
 mod engine_hf;
