@@ -19,8 +19,8 @@ use crate::spec::{generate, DecodingRule, GenerateConfig, Mode, OracleDraft};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Target model (qwen35 GGUF).
-    #[arg(long)]
+    /// Target model (qwen35 GGUF); default: the demo target in `models/` (see `models/README.md`).
+    #[arg(long, default_value_os_t = super::default_model::target())]
     pub model: PathBuf,
     /// Decoding mode: `ar`, or a speculative mode (needs `--draft`): after the AR measurements,
     /// the mode runs through the spec loop with the draft on the GPU, at the draft's own

@@ -48,13 +48,14 @@ pub enum ModeArg {
 }
 
 /// `flashtree generate` arguments.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
-    /// Target model (qwen35 GGUF).
-    #[arg(long)]
+    /// Target model (qwen35 GGUF); default: the demo target in `models/` (`$FLASHTREE_MODELS`
+    /// overrides the folder; see `models/README.md`).
+    #[arg(long, default_value_os_t = super::default_model::target())]
     pub model: PathBuf,
     /// DFlash draft: a z-lab folder (config.json + safetensors) or a `dflash` GGUF. Not needed
-    /// for `--mode ar`.
+    /// for `--mode ar`; the demo target's draft is taken when the model is the demo target.
     #[arg(long)]
     pub draft: Option<PathBuf>,
     /// Decoding mode.
@@ -143,6 +144,14 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         ModeArg::Chain => Mode::Chain,
         ModeArg::Tree => Mode::Tree,
         ModeArg::AnchorTree => Mode::AnchorTree,
+    };
+    let with_demo_draft;
+    let args = match super::default_model::draft_for(&args.model) {
+        Some(d) if args.draft.is_none() && mode != Mode::Ar => {
+            with_demo_draft = GenerateArgs { draft: Some(d), ..args.clone() };
+            &with_demo_draft
+        }
+        _ => args,
     };
     if args.draft.is_none() && mode != Mode::Ar {
         bail!("--mode {} needs --draft", mode.name());

@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod bench;
 pub mod convert;
+pub mod default_model;
 pub mod generate;
 pub mod info;
 pub mod inspect;

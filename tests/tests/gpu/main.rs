@@ -4,6 +4,7 @@
 mod attention;
 mod copy;
 mod deltanet;
+mod demo_pair;
 mod draft;
 mod embed;
 mod engine;
