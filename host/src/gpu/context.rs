@@ -103,6 +103,9 @@ impl Gpu {
             return Ok(v);
         }
         let f = self.function(name)?;
+        // The occupancy query runs on the calling thread's current context, which a thread that
+        // has not launched anything yet (a loader, a test thread) does not have.
+        self.ctx.bind_to_thread().while_(|| "binding the context".into())?;
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
             .while_(|| format!("reading the occupancy of `{name}`"))?;
