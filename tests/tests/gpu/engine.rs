@@ -18,7 +18,7 @@ use flashtree::spec::cpu::CpuDraft;
 use flashtree::spec::{DecodingRule, HostDraft};
 
 /// The CPU draft fed from the engine's device feature store.
-type GpuDraft<'w> = HostDraft<CpuDraft<'w>, flashtree::engine::EngineFeatures>;
+type CpuDraftOnGpu<'w> = HostDraft<CpuDraft<'w>, flashtree::engine::EngineFeatures>;
 use flashtree_reference::model::tensor::with_device_rounding;
 use flashtree_reference::model::{DeltaNetMode, ForwardOptions, Qwen35State, Qwen35Weights};
 
@@ -355,7 +355,7 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
     };
     let mut target = flashtree::engine::GpuTarget::new(&mut e);
     let (got, stats) =
-        flashtree::spec::generate(&mut target, None::<&mut GpuDraft>, &prompt, &cfg, |_| ControlFlow::Continue(()))
+        flashtree::spec::generate(&mut target, None::<&mut CpuDraftOnGpu>, &prompt, &cfg, |_| ControlFlow::Continue(()))
             .unwrap();
     assert_eq!(got, want, "spec::generate on GpuTarget differs from the engine's own AR loop");
     assert_eq!(stats.generated, n);
@@ -431,7 +431,7 @@ fn gpu_tree_and_chain_output_equals_gpu_ar_bit_for_bit() {
     let cfg = |mode, budget| GenerateConfig { mode, budget, max_tokens: n, eos: vec![], rule: DecodingRule::Greedy };
     let (ar, _) = generate(
         &mut flashtree::engine::GpuTarget::new(&mut e),
-        None::<&mut GpuDraft>,
+        None::<&mut CpuDraftOnGpu>,
         &prompt,
         &cfg(Mode::Ar, 0),
         |_| ControlFlow::Continue(()),
