@@ -14,8 +14,8 @@
 //! committed row or a scratch row of the tree) does not enter the arithmetic.
 
 use kernel_abi::{
-    attn_split_len, attn_splits, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch, ATTN_MAX_GROUP,
-    ATTN_MAX_HEAD_DIM, ATTN_TILE_KEYS, MAX_NODES,
+    attn_split_len_min, attn_splits_min, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch,
+    ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, ATTN_TILE_KEYS, MAX_NODES,
 };
 
 use crate::device::convert::{f16_to_f32, f32_to_f16};
@@ -292,9 +292,9 @@ unsafe fn tree_split<const G: usize>(
     }
     let anc = (*batch).anc[i as usize & 31] & if nb >= 32 { u32::MAX } else { (1u32 << nb) - 1 };
     let keys = n_past + anc.count_ones();
-    let split_len = attn_split_len(keys);
+    let split_len = attn_split_len_min(keys, p.min_split_keys);
     let s = block_x();
-    if s >= attn_splits(keys) {
+    if s >= attn_splits_min(keys, p.min_split_keys) {
         return;
     }
     let start = s * split_len;
@@ -591,7 +591,7 @@ pub unsafe extern "ptx-kernel" fn attn_tree_combine(
         return;
     }
     let anc = (*batch).anc[i as usize & 31] & if nb >= 32 { u32::MAX } else { (1u32 << nb) - 1 };
-    let splits = attn_splits(n_past + anc.count_ones()) as usize;
+    let splits = attn_splits_min(n_past + anc.count_ones(), p.min_split_keys) as usize;
     let base = (i as usize * p.n_head as usize + h) * p.slots as usize;
     let ml = scratch.add(p.n as usize * p.n_head as usize * p.slots as usize * hd);
     let mut m = f32::NEG_INFINITY;

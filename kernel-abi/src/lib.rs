@@ -651,7 +651,16 @@ pub const ATTN_MAX_SPLITS: u32 = 64;
 /// A function of the key count only (never of the batch or the tree), so a node's reduction
 /// order is the same whatever else is in the batch.
 pub const fn attn_split_len(keys: u32) -> u32 {
-    let mut s = keys.div_ceil(ATTN_MIN_SPLIT_KEYS);
+    attn_split_len_min(keys, ATTN_MIN_SPLIT_KEYS)
+}
+
+/// [`attn_split_len`] with `min_keys` (≥ 1; 0 reads as [`ATTN_MIN_SPLIT_KEYS`]) instead of
+/// [`ATTN_MIN_SPLIT_KEYS`]: fewer, longer splits for a caller that does not need the target's
+/// rule (the DFlash draft's block, whose 16 nodes would otherwise launch one short block per
+/// 128 context keys each).
+pub const fn attn_split_len_min(keys: u32, min_keys: u32) -> u32 {
+    let min_keys = if min_keys == 0 { ATTN_MIN_SPLIT_KEYS } else { min_keys };
+    let mut s = keys.div_ceil(min_keys);
     if s > ATTN_MAX_SPLITS {
         s = ATTN_MAX_SPLITS;
     }
@@ -668,14 +677,25 @@ pub const fn attn_split_len(keys: u32) -> u32 {
 
 /// Non-empty splits of a node that sees `keys` keys (`⌈keys / attn_split_len(keys)⌉`; 0 for 0).
 pub const fn attn_splits(keys: u32) -> u32 {
-    keys.div_ceil(attn_split_len(keys))
+    attn_splits_min(keys, ATTN_MIN_SPLIT_KEYS)
+}
+
+/// [`attn_splits`] under [`attn_split_len_min`].
+pub const fn attn_splits_min(keys: u32, min_keys: u32) -> u32 {
+    keys.div_ceil(attn_split_len_min(keys, min_keys))
 }
 
 /// Split slots per (node, head) that a launch over a cache of `ctx` rows provides (the grid's
 /// `x` and the scratch stride): `clamp(⌈ctx / ATTN_MIN_SPLIT_KEYS⌉, 1, ATTN_MAX_SPLITS)`, which
 /// bounds [`attn_splits`]`(keys)` for every `keys ≤ ctx`.
 pub const fn attn_split_slots(ctx: u32) -> u32 {
-    let s = ctx.div_ceil(ATTN_MIN_SPLIT_KEYS);
+    attn_split_slots_min(ctx, ATTN_MIN_SPLIT_KEYS)
+}
+
+/// [`attn_split_slots`] under [`attn_split_len_min`].
+pub const fn attn_split_slots_min(ctx: u32, min_keys: u32) -> u32 {
+    let min_keys = if min_keys == 0 { ATTN_MIN_SPLIT_KEYS } else { min_keys };
+    let s = ctx.div_ceil(min_keys);
     if s > ATTN_MAX_SPLITS {
         ATTN_MAX_SPLITS
     } else if s == 0 {
@@ -724,6 +744,9 @@ pub struct AttnTreeParams {
     pub scale_log2: f32,
     /// 1: outputs are multiplied by `sigmoid(gate)` (the qwen35 target); 0: no gate (the draft).
     pub gated: u32,
+    /// The split rule's fewest keys per split ([`attn_split_len_min`]): [`ATTN_MIN_SPLIT_KEYS`]
+    /// for the target (its batch-invariant rule), larger for the draft.
+    pub min_split_keys: u32,
 }
 
 /// Parameters of `kv_commit`.
@@ -761,5 +784,26 @@ mod attn_tests {
         assert_eq!(attn_split_len(8192), 128);
         assert_eq!(attn_splits(8192), 64);
         assert_eq!(attn_splits(513), 5);
+    }
+
+    #[test]
+    fn longer_split_rules_cover_the_keys_within_their_slots() {
+        for min in [0u32, 1, 128, 256, 1024, 4096] {
+            for keys in (1u32..3000).chain([8192, 8193, 32768, 100_000]) {
+                let (len, s) = (attn_split_len_min(keys, min), attn_splits_min(keys, min));
+                assert!(len.is_multiple_of(ATTN_TILE_KEYS) && len > 0);
+                assert!((1..=ATTN_MAX_SPLITS).contains(&s), "{keys}/{min}: {s}");
+                assert!((s - 1) * len < keys && s * len >= keys, "{keys}/{min}: {s} × {len}");
+                for ctx in [keys, keys + 1, keys * 2] {
+                    assert!(s <= attn_split_slots_min(ctx, min));
+                }
+            }
+        }
+        // The target's rule is the 128-key instance; 0 reads as it.
+        for keys in [1u32, 700, 8192, 40_000] {
+            assert_eq!(attn_split_len_min(keys, ATTN_MIN_SPLIT_KEYS), attn_split_len(keys));
+            assert_eq!(attn_split_len_min(keys, 0), attn_split_len(keys));
+        }
+        assert_eq!(attn_splits_min(8192, 1024), 8);
     }
 }

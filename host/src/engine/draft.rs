@@ -106,6 +106,12 @@ pub struct DraftEngine {
     device_ms: f64,
 }
 
+/// Fewest context keys per split of the draft's attention (`kernel_abi::attn_split_len_min`):
+/// the block's 16 nodes over a long context launch `⌈keys / 1024⌉` splits per node and KV head
+/// rather than the target's one per 128 keys (the draft needs no batch invariance: its output is
+/// only a proposal).
+const DRAFT_SPLIT_KEYS: u32 = 1024;
+
 /// The most top-K entries per position a [`DraftEngine`] returns.
 pub const DRAFT_MAX_K: usize = MAX_NODES as usize;
 
@@ -297,7 +303,7 @@ impl DraftEngine {
             topk_scratch: g.zeros::<u32>(topk_scratch_len(b, vocab, k).max(1))?,
             topk_tokens: g.zeros::<u32>(b * k)?,
             topk_logprobs: z(b * k)?,
-            attn_scratch: z(attn::attn_tree_scratch_len(dims, b, rows))?,
+            attn_scratch: z(attn::attn_tree_scratch_len_min(dims, b, rows, DRAFT_SPLIT_KEYS))?,
             ws,
             block_graph: None,
             block_runs: 0,
@@ -567,7 +573,7 @@ impl DraftEngine {
                 vc,
                 self.rows,
             )?;
-            attn::attn_tree(
+            attn::attn_tree_min_split(
                 gpu,
                 self.dims,
                 batch,
@@ -579,6 +585,7 @@ impl DraftEngine {
                 self.rows,
                 s(&self.attn_scratch),
                 s(&self.ao),
+                DRAFT_SPLIT_KEYS,
             )?;
             self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
             matmul(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?;

@@ -9,8 +9,8 @@
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
-    attn_split_slots, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch, ATTN_MAX_GROUP,
-    ATTN_MAX_HEAD_DIM, ATTN_THREADS, MAX_NODES,
+    attn_split_slots_min, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch, ATTN_MAX_GROUP,
+    ATTN_MAX_HEAD_DIM, ATTN_MIN_SPLIT_KEYS, ATTN_THREADS, MAX_NODES,
 };
 
 use super::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
@@ -208,7 +208,12 @@ pub fn attn_prep(
 /// f32 values of the scratch [`attn_tree`] needs for `n` nodes over a cache of `ctx` rows:
 /// `n · n_head · attn_split_slots(ctx) · (head_dim + 2)` (27B, 32 nodes, ctx ≥ 8192: 50.7 MB).
 pub fn attn_tree_scratch_len(d: AttnDims, n: usize, ctx: usize) -> usize {
-    n * d.n_head * attn_split_slots(ctx.min(u32::MAX as usize) as u32) as usize * (d.head_dim + 2)
+    attn_tree_scratch_len_min(d, n, ctx, ATTN_MIN_SPLIT_KEYS)
+}
+
+/// [`attn_tree_scratch_len`] for [`attn_tree_min_split`] with `min_split_keys`.
+pub fn attn_tree_scratch_len_min(d: AttnDims, n: usize, ctx: usize, min_split_keys: u32) -> usize {
+    n * d.n_head * attn_split_slots_min(ctx.min(u32::MAX as usize) as u32, min_split_keys) as usize * (d.head_dim + 2)
 }
 
 fn split_kernel(g: usize) -> &'static str {
@@ -245,7 +250,32 @@ pub fn attn_tree(
     scratch: DevSpan<f32>,
     out: DevSpan<f32>,
 ) -> Result<(), GpuError> {
+    attn_tree_min_split(gpu, d, batch, n, q, gate, k_cache, v_cache, ctx, scratch, out, ATTN_MIN_SPLIT_KEYS)
+}
+
+/// [`attn_tree`] with the split rule's fewest keys per split `min_split_keys`
+/// (`kernel_abi::attn_split_len_min`) instead of the target's `ATTN_MIN_SPLIT_KEYS`: still a
+/// function of each node's key count alone, with fewer and longer splits (the DFlash draft's
+/// block over a long context). `scratch` ≥ [`attn_tree_scratch_len_min`].
+#[allow(clippy::too_many_arguments)]
+pub fn attn_tree_min_split(
+    gpu: &Gpu,
+    d: AttnDims,
+    batch: DevSpan<NodeBatch>,
+    n: usize,
+    q: DevSpan<f32>,
+    gate: DevSpan<f32>,
+    k_cache: DevSpan<u16>,
+    v_cache: DevSpan<u16>,
+    ctx: usize,
+    scratch: DevSpan<f32>,
+    out: DevSpan<f32>,
+    min_split_keys: u32,
+) -> Result<(), GpuError> {
     const K: &str = "attn_tree";
+    if min_split_keys == 0 {
+        return Err(GpuError::shape(K, "min_split_keys must be ≥ 1"));
+    }
     d.check(K)?;
     let n32 = check_n(K, n)?;
     check_batch(K, batch)?;
@@ -254,8 +284,8 @@ pub fn attn_tree(
     q.need(n * q_row, K, "q")?;
     gate.need(if d.gated { n * q_row } else { 0 }, K, "gate")?;
     out.need(n * q_row, K, "out")?;
-    scratch.need(attn_tree_scratch_len(d, n, ctx), K, "scratch")?;
-    let slots = attn_split_slots(ctx32);
+    scratch.need(attn_tree_scratch_len_min(d, n, ctx, min_split_keys), K, "scratch")?;
+    let slots = attn_split_slots_min(ctx32, min_split_keys);
     let p = AttnTreeParams {
         n: n32,
         n_head: d.n_head as u32,
@@ -265,6 +295,7 @@ pub fn attn_tree(
         slots,
         scale_log2: (std::f64::consts::LOG2_E / (d.head_dim as f64).sqrt()) as f32,
         gated: d.gated as u32,
+        min_split_keys,
     };
     let cfg = LaunchConfig {
         grid_dim: (slots, d.n_head_kv as u32, n32),

@@ -19,14 +19,15 @@
 //!   checked against the reference with `gate = +∞` (`sigmoid = 1` exactly), without the gate term.
 
 use flashtree::gpu::attention::{
-    attn_prep, attn_tree, attn_tree_scratch_len, kv_commit, rope_table, write_step_param, AttnDims,
+    attn_prep, attn_tree, attn_tree_min_split, attn_tree_scratch_len_min, kv_commit, rope_table, write_step_param,
+    AttnDims,
 };
 use flashtree::gpu::{CudaSlice, DevSpan, Gpu};
 use flashtree_reference::attention as reference;
 use flashtree_tests::gpu::gpu_or_skip;
 use flashtree_tests::tolerance::{gamma, U32};
 use half::f16;
-use kernel_abi::{attn_split_len, CommitPath, NodeBatch};
+use kernel_abi::{CommitPath, NodeBatch};
 use proptest::prelude::*;
 
 fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
@@ -92,15 +93,31 @@ fn run_tree(
     vc: &[u16],
     ctx: usize,
 ) -> Vec<f32> {
+    run_tree_min_split(gpu, d, b, q, gate, kc, vc, ctx, kernel_abi::ATTN_MIN_SPLIT_KEYS)
+}
+
+/// [`run_tree`] with another split rule (`attn_tree_min_split`).
+#[allow(clippy::too_many_arguments)]
+fn run_tree_min_split(
+    gpu: &Gpu,
+    d: AttnDims,
+    b: &NodeBatch,
+    q: &[f32],
+    gate: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    ctx: usize,
+    min_split: u32,
+) -> Vec<f32> {
     let n = b.n as usize;
     let (_bb, bs) = batch_span(gpu, b);
     let (dq, dg) = (gpu.upload(q).unwrap(), gpu.upload(gate).unwrap());
     let (dk, dv) = (gpu.upload(kc).unwrap(), gpu.upload(vc).unwrap());
-    let scratch = poisoned_f32(gpu, attn_tree_scratch_len(d, n, ctx));
+    let scratch = poisoned_f32(gpu, attn_tree_scratch_len_min(d, n, ctx, min_split));
     let out = poisoned_f32(gpu, n * d.n_head * d.head_dim);
     let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
-    attn_tree(gpu, d, bs, n, s(&dq), s(&dg), DevSpan::of(gpu, &dk), DevSpan::of(gpu, &dv), ctx, s(&scratch), s(&out))
-        .unwrap();
+    let (kcs, vcs) = (DevSpan::of(gpu, &dk), DevSpan::of(gpu, &dv));
+    attn_tree_min_split(gpu, d, bs, n, s(&dq), s(&dg), kcs, vcs, ctx, s(&scratch), s(&out), min_split).unwrap();
     gpu.download(&out).unwrap()
 }
 
@@ -115,7 +132,7 @@ fn ref_gate(d: AttnDims, gate: &[f32]) -> Vec<f32> {
 }
 
 /// Checks `got` against the f64 reference with the bound in the module doc (plain attention:
-/// no gate factor and no gate error term).
+/// no gate factor and no gate error term), for the target's split rule.
 #[allow(clippy::too_many_arguments)]
 fn check_tree(
     d: AttnDims,
@@ -126,13 +143,28 @@ fn check_tree(
     vc: &[u16],
     got: &[f32],
 ) -> Result<(), TestCaseError> {
+    check_tree_min_split(d, b, q, gate, kc, vc, got, kernel_abi::ATTN_MIN_SPLIT_KEYS)
+}
+
+/// [`check_tree`] for the split rule with `min_split` keys per split (the bound's `L`).
+#[allow(clippy::too_many_arguments)]
+fn check_tree_min_split(
+    d: AttnDims,
+    b: &NodeBatch,
+    q: &[f32],
+    gate: &[f32],
+    kc: &[u16],
+    vc: &[u16],
+    got: &[f32],
+    min_split: u32,
+) -> Result<(), TestCaseError> {
     let gate = &ref_gate(d, gate)[..];
     let want = reference::attn_tree(ref_dims(d), b, q, gate, kc, vc);
     let terms = reference::attn_tree_error_terms(ref_dims(d), b, q, kc, vc);
     let hd = d.head_dim;
     for i in 0..b.n as usize {
         let keys = reference::visible_rows(b, i).len();
-        let big_k = attn_split_len(keys as u32) as usize + 140;
+        let big_k = kernel_abi::attn_split_len_min(keys as u32, min_split) as usize + 140;
         for h in 0..d.n_head {
             let (a_max, spread, vmax) = terms[i * d.n_head + h];
             let delta = gamma(hd / 8 + 12) * a_max;
@@ -255,6 +287,25 @@ proptest! {
         let gate = values(seed ^ 14, n * hsz, 4.0);
         let got = run_tree(gpu, d, &b, &q, &gate, &kc, &vc, ctx);
         check_tree(d, &b, &q, &gate, &kc, &vc, &got)?;
+    }
+
+    /// The same against the reference with the draft's longer splits (`attn_tree_min_split`).
+    #[test]
+    fn attn_tree_with_longer_splits_matches_reference(
+        (d, _rot) in dims_strategy(), n in 1usize..=16, n_past in 0usize..5000,
+        min_split in prop::sample::select(vec![256u32, 1024, 4096]), seed in any::<u64>()
+    ) {
+        let Some(gpu) = gpu_or_skip("attn_tree_with_longer_splits_matches_reference") else { return Ok(()) };
+        let (d, n) = if n_past > 2000 { (AttnDims { n_head: d.n_head_kv * (d.n_head / d.n_head_kv).min(2), ..d }, n.min(6)) } else { (d, n) };
+        let b = reference::node_batch(n_past as u32, &random_parents(seed, n));
+        let ctx = n_past + n + 5;
+        let hsz = d.n_head * d.head_dim;
+        let kc = f16_bits(&values(seed ^ 31, ctx * d.row(), 3.0));
+        let vc = f16_bits(&values(seed ^ 32, ctx * d.row(), 3.0));
+        let q = values(seed ^ 33, n * hsz, 3.0);
+        let gate = values(seed ^ 34, n * hsz, 4.0);
+        let got = run_tree_min_split(gpu, d, &b, &q, &gate, &kc, &vc, ctx, min_split);
+        check_tree_min_split(d, &b, &q, &gate, &kc, &vc, &got, min_split)?;
     }
 
     /// Batch invariance: every node of a random tree gives bitwise the same output as the single

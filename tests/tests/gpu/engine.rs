@@ -355,8 +355,14 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
     };
     let mut target = flashtree::engine::GpuTarget::new(&mut e);
     let (got, stats) =
-        flashtree::spec::generate(&mut target, None::<&mut CpuDraftOnGpu>, &prompt, &cfg, |_| ControlFlow::Continue(()))
-            .unwrap();
+        flashtree::spec::generate(
+            &mut target,
+            None::<&mut CpuDraftOnGpu>,
+            &prompt,
+            &cfg,
+            |_| ControlFlow::Continue(()),
+        )
+        .unwrap();
     assert_eq!(got, want, "spec::generate on GpuTarget differs from the engine's own AR loop");
     assert_eq!(stats.generated, n);
     // The CLI path.
