@@ -104,6 +104,21 @@ pub struct Engine {
     eager_runs: [u32; N],
 }
 
+/// The attention split rule's fewest keys per split (`kernel_abi::attn_split_len_min`):
+/// `kernel_abi::ATTN_MIN_SPLIT_KEYS` unless `FLASHTREE_ATTN_SPLIT_KEYS=<128..=65536>` overrides it
+/// (tuning only: any fixed value keeps every node's reduction order a function of its key count,
+/// so results stay batch-invariant; the tree scratch is sized for the default, the most splits).
+pub fn attn_split_keys() -> u32 {
+    static V: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("FLASHTREE_ATTN_SPLIT_KEYS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|v| (kernel_abi::ATTN_MIN_SPLIT_KEYS..=65_536).contains(v))
+            .unwrap_or(kernel_abi::ATTN_MIN_SPLIT_KEYS)
+    })
+}
+
 /// A deliberately wrong commit ([`Engine::set_commit_fault`]), for tests that must fail when the
 /// rollback is broken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -562,7 +577,7 @@ impl Engine {
                         vc,
                         ctx,
                     )?;
-                    attn::attn_tree(
+                    attn::attn_tree_min_split(
                         gpu,
                         self.attn,
                         nodes,
@@ -574,6 +589,7 @@ impl Engine {
                         ctx,
                         s(&self.attn_scratch),
                         s(&self.ao),
+                        attn_split_keys(),
                     )?;
                     mark(gpu, prof, "attention")?;
                     prepare(gpu, s(&self.ao), n, o.inp(), &mut self.ws)?;
