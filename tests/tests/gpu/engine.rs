@@ -373,6 +373,8 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
         ctx: None,
         verbose: false,
         backend: flashtree::cli::backend::BackendArg::Gpu,
+        sampling: Default::default(),
+        output_format: Default::default(),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     flashtree::cli::generate::run_to(&args, &mut out, &mut err).unwrap();
@@ -568,6 +570,8 @@ fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
             ctx: None,
             verbose: true,
             backend: flashtree::cli::backend::BackendArg::Gpu,
+            sampling: Default::default(),
+            output_format: Default::default(),
         };
         let (mut out, mut err) = (Vec::new(), Vec::new());
         run_to(&args, &mut out, &mut err).unwrap();
