@@ -603,10 +603,10 @@ fn gpu_target_refuses_sampling_and_runs_zero_temperature_as_greedy() {
         Err(other) => panic!("expected Unsupported, got {other}"),
         Ok(_) => panic!("the GPU target accepted a sampling rule"),
     };
-    refused(target.prefill(&prompt, sampling).map(|(t, _)| t));
+    refused(target.prefill(&prompt, sampling).map(|_| ()));
     let (bonus, _) = target.prefill(&prompt, DecodingRule::Greedy).unwrap();
     let batch = VerifyBatch::chain(target.committed(), &[bonus]).unwrap();
-    refused(target.verify(&batch, sampling));
+    refused(target.verify(&batch, sampling).map(|_| ()));
     let greedy = target.verify(&batch, DecodingRule::Greedy).unwrap();
     let t0 = DecodingRule::sample(0.0, 3, 0.5, 0.5, 9).unwrap();
     assert_eq!(target.verify(&batch, t0).unwrap(), greedy);
