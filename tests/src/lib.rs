@@ -1,5 +1,6 @@
 //! Shared helpers of the integration tests.
 
 pub mod gpu;
+pub mod markov;
 pub mod tolerance;
 pub mod toy;

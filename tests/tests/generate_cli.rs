@@ -30,6 +30,8 @@ fn args(mode: ModeArg) -> GenerateArgs {
         ctx: None,
         verbose: false,
         backend: flashtree::cli::backend::BackendArg::Cpu,
+        sampling: Default::default(),
+        output_format: Default::default(),
     }
 }
 
@@ -203,5 +205,104 @@ fn backend_flags_run_speculative_modes_on_the_gpu_when_present() {
         a.backend = BackendArg::Gpu;
         let e = format!("{:#}", run(&a).unwrap_err());
         assert!(e.contains("no CUDA driver") && !e.contains("not built yet"), "{e}");
+    }
+}
+
+/// `--output-format ids` parsed back to token ids.
+fn ids_of(a: &GenerateArgs) -> Vec<u32> {
+    let (out, _) = run(a).unwrap();
+    assert_eq!(out.lines().count(), 1, "{out:?}");
+    out.trim_end().split(' ').map(|t| t.parse().unwrap()).collect()
+}
+
+#[derive(clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    generate: GenerateArgs,
+}
+
+/// The sampling flags: greedy by default and at T = 0; a seed gives the same ids in AR, chain
+/// and tree; `ids` and `json` outputs; a random seed printed with --verbose; the GPU refuses
+/// sampling before loading anything; out-of-range values name their flag.
+#[test]
+fn sampling_flags_and_output_formats() {
+    use clap::Parser;
+    use flashtree::cli::sampling::{OutputFormat, SamplingArgs};
+    let (model, draft) = tiny().clone();
+    let parsed = Cli::try_parse_from([
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--draft",
+        draft.to_str().unwrap(),
+        "--prompt",
+        "The quick brown fox",
+        "--max-tokens",
+        "24",
+        "--backend",
+        "cpu",
+        "--output-format",
+        "ids",
+    ])
+    .unwrap()
+    .generate;
+    assert_eq!(parsed.sampling.temperature, 0.0, "greedy by default");
+    assert_eq!(parsed.output_format, OutputFormat::Ids);
+    let greedy = ids_of(&parsed);
+    assert_eq!(greedy.len(), 24);
+    let sampled = |mode, temperature, seed| {
+        let sampling = SamplingArgs { temperature, top_k: 50, top_p: 0.95, min_p: 0.0, seed: Some(seed) };
+        ids_of(&GenerateArgs { mode, sampling, ..parsed.clone() })
+    };
+    for mode in [ModeArg::Ar, ModeArg::Chain, ModeArg::Tree] {
+        assert_eq!(sampled(mode, 0.0, 3), greedy, "{mode:?}: T = 0 is greedy");
+    }
+    let mut by_seed = Vec::new();
+    for seed in [1, 2] {
+        let ar = sampled(ModeArg::Ar, 0.9, seed);
+        for mode in [ModeArg::Chain, ModeArg::Tree] {
+            assert_eq!(sampled(mode, 0.9, seed), ar, "{mode:?} seed {seed}");
+        }
+        by_seed.push(ar);
+    }
+    assert_ne!(by_seed[0], by_seed[1], "two seeds gave the same ids");
+    assert!(by_seed.iter().any(|s| *s != greedy), "sampling gave the greedy ids");
+
+    // JSON: the ids of the `ids` format, the seed, the stop reason.
+    let sampling = SamplingArgs { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, seed: Some(1) };
+    let a = GenerateArgs { mode: ModeArg::Tree, sampling, output_format: OutputFormat::Json, ..parsed.clone() };
+    let (out, _) = run(&a).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ids"], serde_json::json!(by_seed[0]));
+    assert_eq!(v["seed"], 1);
+    assert_eq!(v["stop"], "max tokens");
+    assert!(v["text"].is_string());
+
+    // No seed: a random one, printed with --verbose, and the run reproduces with it.
+    let sampling = SamplingArgs { temperature: 0.9, seed: None, ..SamplingArgs::default() };
+    let (out, err) = run(&GenerateArgs { sampling, verbose: true, ..parsed.clone() }).unwrap();
+    let seed: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("sampling seed "))
+        .unwrap_or_else(|| panic!("no seed in {err}"))
+        .parse()
+        .unwrap();
+    let sampling = SamplingArgs { temperature: 0.9, seed: Some(seed), ..SamplingArgs::default() };
+    assert_eq!(run(&GenerateArgs { sampling, ..parsed.clone() }).unwrap().0, out);
+
+    // The GPU sampler does not exist yet: a clear error, whatever the machine.
+    let sampling = SamplingArgs { temperature: 0.7, ..SamplingArgs::default() };
+    let gpu = GenerateArgs { sampling, backend: flashtree::cli::backend::BackendArg::Gpu, ..parsed.clone() };
+    let e = format!("{:#}", run(&gpu).unwrap_err());
+    assert!(e.contains("GPU sampler is not implemented"), "{e}");
+
+    for (flag, want) in
+        [("--top-p=0", "--top-p 0"), ("--min-p=1.5", "--min-p 1.5"), ("--temperature=-1", "--temperature -1")]
+    {
+        let mut argv = vec!["generate", "--model", model.to_str().unwrap(), "--backend", "cpu", "--mode", "ar"];
+        argv.push(flag);
+        let a = Cli::try_parse_from(argv).unwrap().generate;
+        let e = format!("{:#}", run(&a).unwrap_err());
+        assert!(e.contains(want), "{e}");
     }
 }

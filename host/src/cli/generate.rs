@@ -17,6 +17,7 @@ use flashtree_reference::model::Matrix;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
 use crate::cli::limits;
+use crate::cli::sampling::{write_result, OutputFormat, SamplingArgs};
 use crate::convert::dflash::load_draft as load_draft_weights;
 use crate::convert::gguf_load::load_qwen35;
 use crate::convert::gguf_load::read_tensor;
@@ -88,8 +89,17 @@ pub struct GenerateArgs {
     pub verbose: bool,
     /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an
     /// error, `cpu` = the CPU reference. The draft runs on the same backend as the target.
+    /// Sampling (`--temperature` > 0) runs on the CPU only for now: `gpu` refuses it, `auto`
+    /// picks the CPU for it.
     #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
     pub backend: super::backend::BackendArg,
+    /// Decoding: greedy unless `--temperature` > 0.
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// What is written to stdout: `text` (streamed), `ids` (the generated token ids on one line,
+    /// space-separated) or `json` (text, ids, prompt_tokens, stop, seed).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output_format: OutputFormat,
 }
 
 /// Refuses a `--model` that is a directory or missing, naming it (the OS says "No such device"
@@ -128,6 +138,17 @@ fn read_prompt(args: &GenerateArgs, max_bytes: usize) -> anyhow::Result<String> 
 /// prompt is tokenised and checked against the context, the CPU memory plan against the RAM
 /// available, and only then are the weights loaded.
 pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<()> {
+    let (rule, seed) = args.sampling.rule()?;
+    if !rule.is_greedy() && args.backend == super::backend::BackendArg::Gpu {
+        bail!(
+            "--backend gpu: the GPU sampler is not implemented yet, so --temperature {} cannot run there \
+             (use --backend cpu, or --temperature 0 for greedy decoding)",
+            args.sampling.temperature
+        );
+    }
+    if let (true, Some(seed)) = (args.verbose, seed) {
+        writeln!(err, "sampling seed {seed}")?;
+    }
     if args.budget > MAX_BUDGET {
         bail!("--budget {} is larger than the maximum {MAX_BUDGET}", args.budget);
     }
@@ -193,7 +214,10 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     }
     limits::check_prompt_fits(prompt.len(), args.max_tokens, ctx)?;
     if let Some(gpu) = super::backend::resolve(args.backend)? {
-        return run_gpu(args, gpu, mode, (&file, &cfg, ctx), &tk, &prompt, out, err);
+        if rule.is_greedy() {
+            return run_gpu(args, gpu, mode, (&file, &cfg, ctx), &tk, &prompt, out, err);
+        }
+        writeln!(err, "note: sampling runs on the CPU backend (the GPU sampler is not implemented yet)")?;
     }
     let draft_f32 = match &args.draft {
         Some(p) => limits::draft_f32_bytes(p)?,
@@ -233,27 +257,25 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.hparams.target_layer_ids.clone());
     let mut tgt = CpuTarget::new(&target, capture);
     let mut dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
-    let cfg = GenerateConfig {
-        mode,
-        budget: args.budget,
-        max_tokens: args.max_tokens,
-        eos: tk.stop_ids.clone(),
-        rule: DecodingRule::Greedy,
-    };
-    let stats = stream_generate(&mut tgt, dft.as_mut(), &prompt, &cfg, &tk, out, progress)?;
+    let cfg = GenerateConfig { mode, budget: args.budget, max_tokens: args.max_tokens, eos: tk.stop_ids.clone(), rule };
+    let stats = stream_generate(&mut tgt, dft.as_mut(), &prompt, &cfg, &tk, (args.output_format, seed), out, progress)?;
     writeln!(err, "mode {} budget {} backend cpu", mode.name(), if mode == Mode::Ar { 0 } else { args.budget })?;
     writeln!(err, "{}", stats.summary())?;
     Ok(())
 }
 
-/// Runs the loop, streaming the text of each round's tokens to `out` (a failed write stops
-/// generation after that round and is returned); clears `progress` at the first tokens.
+/// Runs the loop, streaming the text of each round's tokens to `out` with `--output-format
+/// text` (a failed write stops generation after that round and is returned), else writing the
+/// ids or the JSON result at the end (`seed`: the sampling seed, for JSON); clears `progress`
+/// at the first tokens.
+#[allow(clippy::too_many_arguments)]
 fn stream_generate<T, D>(
     target: &mut T,
     draft: Option<&mut D>,
     prompt: &[u32],
     cfg: &GenerateConfig,
     tk: &GgufTokenizer,
+    (format, seed): (OutputFormat, Option<u64>),
     out: &mut dyn Write,
     progress: limits::LoadProgress,
 ) -> anyhow::Result<Stats>
@@ -264,11 +286,12 @@ where
     let mut dec = StreamDecoder::new();
     let mut io_err = None;
     let mut progress = Some(progress);
-    let (_, stats) = generate(target, draft, prompt, cfg, |ids| {
+    let stream = format == OutputFormat::Text;
+    let (ids, stats) = generate(target, draft, prompt, cfg, |ids| {
         if let Some(p) = progress.take() {
             p.finish();
         }
-        for &id in ids {
+        for &id in ids.iter().filter(|_| stream) {
             let bytes = tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD");
             let piece = dec.push(bytes);
             if let Err(e) = out.write_all(piece.as_bytes()).and_then(|_| out.flush()) {
@@ -286,10 +309,19 @@ where
     if let Some(p) = progress.take() {
         p.finish();
     }
-    out.write_all(dec.finish().as_bytes())?;
-    writeln!(out)?;
     if let Some(e) = io_err {
         return Err(e).context("writing the generated text");
+    }
+    if stream {
+        out.write_all(dec.finish().as_bytes())?;
+        writeln!(out)?;
+    } else {
+        let mut text = String::new();
+        for &id in &ids {
+            text.push_str(&dec.push(tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
+        }
+        text.push_str(&dec.finish());
+        write_result(format, &ids, &text, prompt.len(), stats.stop.name(), seed, out)?;
     }
     Ok(stats)
 }
@@ -363,14 +395,15 @@ fn run_gpu(
         eos: tk.stop_ids.clone(),
         rule: DecodingRule::Greedy,
     };
+    let shown = (args.output_format, None);
     let mut tgt = crate::engine::GpuTarget::new(&mut engine);
     let progress = limits::LoadProgress::new(args.verbose);
     progress.step(format!("prefill of {} prompt tokens on the GPU", prompt.len()));
     let stats = match (draft, gpu_draft) {
-        (None, _) => stream_generate(&mut tgt, None::<&mut CpuDraftOnGpu>, prompt, &cfg, tk, out, progress)?,
+        (None, _) => stream_generate(&mut tgt, None::<&mut CpuDraftOnGpu>, prompt, &cfg, tk, shown, out, progress)?,
         (Some(_), Some(de)) => {
             let mut dft = crate::engine::GpuDraft::new(de, tgt.feature_source()?)?;
-            stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, out, progress)?
+            stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, shown, out, progress)?
         }
         (Some(model), None) => {
             let p = &model.path;
@@ -384,7 +417,7 @@ fn run_gpu(
             let (embd, head) = draft_matrices(file, cfg_t, &args.model)?;
             let cpu = CpuDraft::with_target_matrices(&d, &embd, head.as_ref().unwrap_or(&embd));
             let mut dft = HostDraft::new(cpu, tgt.feature_source()?);
-            stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, out, progress)?
+            stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, shown, out, progress)?
         }
     };
     writeln!(err, "mode {} budget {} backend gpu", mode.name(), cfg.budget)?;

@@ -10,6 +10,7 @@ pub mod info;
 pub mod inspect;
 pub mod limits;
 pub mod logits;
+pub mod sampling;
 pub mod synth;
 
 /// Longest text of one cause in an error message; file content quoted by an error (a corrupt

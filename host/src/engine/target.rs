@@ -61,8 +61,10 @@ impl Target for GpuTarget<'_> {
     /// Chains of at most 32 tokens through the one forward, each committed whole (which appends
     /// its feature rows to the store).
     fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, DeviceFeatures), SpecError> {
-        // The engine's only rule is the device argmax.
-        let DecodingRule::Greedy = rule;
+        // The engine's only rule is the device argmax (no device sampler yet).
+        if !rule.is_greedy() {
+            return Err(SpecError::unsupported(rule, "the GPU engine"));
+        }
         if tokens.is_empty() {
             return Err(SpecError::Config("extend: no tokens".into()));
         }
@@ -78,7 +80,9 @@ impl Target for GpuTarget<'_> {
     }
 
     fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
-        let DecodingRule::Greedy = rule;
+        if !rule.is_greedy() {
+            return Err(SpecError::unsupported(rule, "the GPU engine"));
+        }
         let e = &mut *self.engine;
         if batch.committed() != e.n_past() {
             return Err(SpecError::Config(format!(

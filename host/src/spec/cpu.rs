@@ -12,7 +12,6 @@
 use flashtree_reference::model::dflash::{ContextKv, DFlashWeights};
 use flashtree_reference::model::tensor::Matrix;
 use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights, TreeOutput};
-use flashtree_reference::sample::argmax;
 
 use super::batch::VerifyBatch;
 use super::ddtree::{topk_logprobs, DraftTopK};
@@ -68,16 +67,6 @@ impl<'w> CpuTarget<'w> {
     }
 }
 
-/// The token `rule` picks from `logits`.
-fn pick(rule: DecodingRule, logits: &[f32]) -> Result<u32, SpecError> {
-    match rule {
-        DecodingRule::Greedy => match argmax(logits).0 {
-            u32::MAX => Err(SpecError::Config("target logits are all NaN".into())),
-            t => Ok(t),
-        },
-    }
-}
-
 impl Target for CpuTarget<'_> {
     type Features = FeatureRows;
 
@@ -98,7 +87,8 @@ impl Target for CpuTarget<'_> {
         let opts = ForwardOptions { capture_layers: self.capture.clone(), ..Default::default() };
         let out = self.w.forward(&mut self.state, tokens, &opts).map_err(SpecError::backend)?;
         let last = out.logits.last().ok_or_else(|| SpecError::Config("extend: no tokens".into()))?;
-        Ok((pick(rule, last)?, self.rows(&out.captured, 0..tokens.len())))
+        // The pick occupies the position after the last new token.
+        Ok((rule.pick(last, self.state.n_past)?, self.rows(&out.captured, 0..tokens.len())))
     }
 
     fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
@@ -113,7 +103,9 @@ impl Target for CpuTarget<'_> {
             .w
             .forward_tree(&self.state, batch.tokens(), batch.parents(), &self.capture)
             .map_err(SpecError::backend)?;
-        let posterior = out.logits.iter().map(|l| pick(rule, l)).collect();
+        // The exact tree rule (rule.rs): each node's pick from its own logits, with the stream of
+        // the position after the node.
+        let posterior = out.logits.iter().zip(batch.positions()).map(|(l, &p)| rule.pick(l, p + 1)).collect();
         self.last = Some(out);
         posterior
     }

@@ -210,6 +210,7 @@ where
         cfg: &GenerateConfig,
         mut on_tokens: impl FnMut(&[u32]) -> ControlFlow<()>,
     ) -> Result<(Vec<u32>, Stats), SpecError> {
+        cfg.rule.validate()?;
         let opts = cfg.tree_options();
         // A DDTree can reach `budget + 1` nodes; a chain is also bounded by the draft's depths,
         // which every round checks below.

@@ -8,6 +8,7 @@ pub mod features;
 pub mod generate;
 pub mod oracle;
 pub mod rule;
+pub mod sample;
 pub mod stats;
 pub mod traits;
 pub mod walk;

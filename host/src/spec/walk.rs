@@ -1,8 +1,10 @@
-//! The greedy verification walk (`ddtree.md` §5).
+//! The verification walk (`ddtree.md` §5), for every decoding rule.
 //!
-//! `posterior[i]` is the target's decoding-rule token after flat node `i` (its argmax at T = 0).
-//! Starting at the root, follow the child whose token equals the posterior; stop at the first
-//! node whose posterior is not one of its children. That posterior is the bonus token.
+//! `posterior[i]` is the target's decoding-rule token after flat node `i` (its argmax at T = 0;
+//! with sampling, a sample of node `i`'s own distribution drawn with the stream of its position,
+//! which makes the walk exact: `rule.rs`). Starting at the root, follow the child whose token
+//! equals the posterior; stop at the first node whose posterior is not one of its children. That
+//! posterior is the bonus token.
 
 use super::ddtree::Tree;
 use super::SpecError;

@@ -70,6 +70,8 @@ fn generate_without_model_runs_the_demo_target_on_the_gpu() {
         ctx: None,
         verbose: false,
         backend: flashtree::cli::backend::BackendArg::Gpu,
+        sampling: Default::default(),
+        output_format: Default::default(),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     flashtree::cli::generate::run_to(&args, &mut out, &mut err).unwrap();

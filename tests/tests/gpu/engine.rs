@@ -379,6 +379,8 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
         ctx: None,
         verbose: false,
         backend: flashtree::cli::backend::BackendArg::Gpu,
+        sampling: Default::default(),
+        output_format: Default::default(),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     flashtree::cli::generate::run_to(&args, &mut out, &mut err).unwrap();
@@ -574,6 +576,8 @@ fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
             ctx: None,
             verbose: true,
             backend: flashtree::cli::backend::BackendArg::Gpu,
+            sampling: Default::default(),
+            output_format: Default::default(),
         };
         let (mut out, mut err) = (Vec::new(), Vec::new());
         run_to(&args, &mut out, &mut err).unwrap();
@@ -587,4 +591,29 @@ fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
         assert_eq!(text, ar, "{mode:?} on the GPU differs from AR on the GPU");
         assert!(err.contains("backend gpu") && err.contains("device time:"), "{err}");
     }
+}
+
+/// The engine has no device sampler yet: `GpuTarget` refuses a sampling rule (T > 0) by name in
+/// prefill and verify, and runs sampling at T = 0 as the greedy argmax, bit for bit.
+#[test]
+fn gpu_target_refuses_sampling_and_runs_zero_temperature_as_greedy() {
+    use flashtree::spec::{SpecError, Target, VerifyBatch};
+    let Some(mut e) = engine("gpu_target_refuses_sampling_and_runs_zero_temperature_as_greedy", 256) else {
+        return;
+    };
+    let prompt = tokens(5, 7, e.cfg.vocab_size);
+    let sampling = DecodingRule::sample(0.7, 0, 1.0, 0.0, 1).unwrap();
+    let mut target = flashtree::engine::GpuTarget::new(&mut e);
+    let refused = |r: Result<_, SpecError>| match r {
+        Err(SpecError::Unsupported { rule, .. }) => assert_eq!(rule, "sampling"),
+        Err(other) => panic!("expected Unsupported, got {other}"),
+        Ok(_) => panic!("the GPU target accepted a sampling rule"),
+    };
+    refused(target.prefill(&prompt, sampling).map(|_| ()));
+    let (bonus, _) = target.prefill(&prompt, DecodingRule::Greedy).unwrap();
+    let batch = VerifyBatch::chain(target.committed(), &[bonus]).unwrap();
+    refused(target.verify(&batch, sampling).map(|_| ()));
+    let greedy = target.verify(&batch, DecodingRule::Greedy).unwrap();
+    let t0 = DecodingRule::sample(0.0, 3, 0.5, 0.5, 9).unwrap();
+    assert_eq!(target.verify(&batch, t0).unwrap(), greedy);
 }
