@@ -48,6 +48,18 @@ pub enum ModeArg {
     AnchorTree,
 }
 
+impl ModeArg {
+    /// The loop's mode.
+    pub fn mode(self) -> Mode {
+        match self {
+            ModeArg::Ar => Mode::Ar,
+            ModeArg::Chain => Mode::Chain,
+            ModeArg::Tree => Mode::Tree,
+            ModeArg::AnchorTree => Mode::AnchorTree,
+        }
+    }
+}
+
 /// `flashtree generate` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -112,7 +124,8 @@ pub fn check_model_path(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
+/// Loads a DFlash draft (folder or GGUF), naming the path in errors.
+pub fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
     Ok(load_draft_weights(path).with_context(|| format!("loading draft {}", path.display()))?.1)
 }
 
@@ -160,12 +173,7 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
             bail!("--no-think is only used with --chat (it switches the chat template's thinking off)");
         }
     }
-    let mode = match args.mode {
-        ModeArg::Ar => Mode::Ar,
-        ModeArg::Chain => Mode::Chain,
-        ModeArg::Tree => Mode::Tree,
-        ModeArg::AnchorTree => Mode::AnchorTree,
-    };
+    let mode = args.mode.mode();
     let with_demo_draft;
     let args = match super::default_model::draft_for(&args.model) {
         Some(d) if args.draft.is_none() && mode != Mode::Ar => {
