@@ -41,6 +41,8 @@ pub struct ChatRequest {
     pub logprobs: Option<bool>,
     /// Tools: not implemented yet, so a non-empty list is refused.
     pub tools: Option<Vec<Value>>,
+    /// Keep generating after an EOS token (vLLM's extension; for benchmarks and tests).
+    pub ignore_eos: Option<bool>,
     /// Template switches (vLLM's name): `enable_thinking`.
     pub chat_template_kwargs: Option<TemplateKwargs>,
 }
@@ -106,7 +108,16 @@ pub const MAX_STOPS: usize = 4;
 impl ChatRequest {
     /// Parses a body: malformed JSON or a wrong type is a 400 naming the place.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))
+        let de = &mut serde_json::Deserializer::from_slice(body);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." {
+                ApiError::bad_request(format!("invalid request body: {inner}"))
+            } else {
+                ApiError::bad_request(format!("invalid request body: {path}: {inner}"))
+            }
+        })
     }
 
     /// The messages for the chat template; refuses roles and parts it cannot render, and

@@ -105,10 +105,7 @@ async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
 /// The body as bytes: too large → 413, unreadable → 400, both in OpenAI's shape.
 fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     b.map_err(|e| {
-        let status = e.status();
-        let kind =
-            if status == StatusCode::PAYLOAD_TOO_LARGE { "invalid_request_error" } else { "invalid_request_error" };
-        ApiError::new(status, kind, format!("reading the request body: {}", e.body_text()))
+        ApiError::new(e.status(), "invalid_request_error", format!("reading the request body: {}", e.body_text()))
     })
 }
 
@@ -173,7 +170,8 @@ fn plan(st: &AppState, req: &ChatRequest) -> Result<(Vec<u32>, GenerateConfig, V
     let room = ctx - prompt.len();
     let max_tokens = requested.map_or(room, |n| n.min(room));
     let budget = if st.mode == Mode::Ar { 0 } else { st.budget };
-    let cfg = GenerateConfig { mode: st.mode, budget, max_tokens, eos: st.model.tk.stop_ids.clone(), rule };
+    let eos = if req.ignore_eos == Some(true) { Vec::new() } else { st.model.tk.stop_ids.clone() };
+    let cfg = GenerateConfig { mode: st.mode, budget, max_tokens, eos, rule };
     Ok((prompt, cfg, stops))
 }
 
