@@ -336,7 +336,7 @@ where
 
 /// The target's token embedding and LM head as f32 (the CPU draft's), read from the GGUF alone:
 /// `[n_vocab, n_embd]` each; `None` for the head when it is tied to the embedding.
-fn draft_matrices(file: &Gguf, cfg: &Qwen35Config, model: &Path) -> anyhow::Result<(Matrix, Option<Matrix>)> {
+pub fn draft_matrices(file: &Gguf, cfg: &Qwen35Config, model: &Path) -> anyhow::Result<(Matrix, Option<Matrix>)> {
     let read = |name: &str| -> anyhow::Result<Option<Matrix>> {
         let Some(t) = read_tensor(file, name).with_context(|| format!("{}: reading {name}", model.display()))? else {
             return Ok(None);
@@ -434,7 +434,7 @@ fn run_gpu(
 }
 
 /// Refuses a host allocation of `need` bytes larger than `available` (unknown passes).
-fn check_host_memory(need: u64, available: Option<u64>) -> anyhow::Result<()> {
+pub fn check_host_memory(need: u64, available: Option<u64>) -> anyhow::Result<()> {
     match available {
         Some(avail) if need > avail => bail!(
             "the CPU draft needs about {} of RAM (its weights and the target's embedding and LM head as f32) but \

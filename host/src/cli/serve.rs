@@ -29,8 +29,8 @@ pub struct ServeArgs {
     /// `/health`.
     #[arg(long)]
     pub api_key: Option<String>,
-    /// Where the target runs. The server runs on the CPU reference for now: `gpu` is refused,
-    /// `auto` means the CPU.
+    /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an error,
+    /// `cpu` = the CPU reference. Sampling (temperature > 0) is refused on the GPU for now.
     #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
     pub backend: super::backend::BackendArg,
     /// Decoding mode of every request.
@@ -39,7 +39,8 @@ pub struct ServeArgs {
     /// Tree budget: non-root nodes verified per round.
     #[arg(long, default_value_t = 22)]
     pub budget: usize,
-    /// Context in tokens (prompt + generated); default and maximum: the model's trained context.
+    /// Context in tokens (prompt + generated); at most the model's trained context. Default: the
+    /// trained context on the CPU, min(trained, 8192) on the GPU (its KV cache is allocated whole).
     #[arg(long)]
     pub ctx: Option<usize>,
     /// Requests that may wait while one runs; more are answered 429 with `Retry-After`.

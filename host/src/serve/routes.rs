@@ -160,14 +160,16 @@ fn plan(st: &AppState, req: &ChatRequest) -> Result<(Vec<u32>, GenerateConfig, V
         .tokenizer
         .encode(&text)
         .map_err(|e| ApiError::bad_request(format!("messages: tokenising the prompt: {e}")))?;
-    if prompt.len() >= ctx {
+    let reserve = st.model.reserve;
+    if prompt.len().saturating_add(reserve) >= ctx {
         return Err(overflow(format!(
-            "the prompt has {} tokens; the context is {ctx} tokens, which leaves no room to generate",
-            prompt.len()
+            "the prompt has {} tokens; the context is {ctx} tokens{}, which leaves no room to generate",
+            prompt.len(),
+            if reserve > 0 { format!(" ({reserve} kept for the verify batch)") } else { String::new() }
         )));
     }
     // Clamped to what the context leaves (a client's large default must not fail the request).
-    let room = ctx - prompt.len();
+    let room = ctx - prompt.len() - reserve;
     let max_tokens = requested.map_or(room, |n| n.min(room));
     let budget = if st.mode == Mode::Ar { 0 } else { st.budget };
     let eos = if req.ignore_eos == Some(true) { Vec::new() } else { st.model.tk.stop_ids.clone() };
