@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use flashtree::cli::backend::BackendArg;
-use flashtree::cli::generate::{run_to, GenerateArgs, ModeArg};
+use flashtree::cli::generate::{GenerateArgs, ModeArg};
 use flashtree::cli::serve::ServeArgs;
+use flashtree_tests::serve::start;
 use serde_json::{json, Value};
 
 fn tiny() -> &'static (PathBuf, PathBuf) {
@@ -38,21 +39,6 @@ fn serve_args() -> ServeArgs {
     }
 }
 
-/// Starts a server for `args` on its own runtime thread; returns its base URL.
-fn start(args: ServeArgs) -> String {
-    let app = flashtree::serve::app(&args).expect("loading the pair");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            flashtree::serve::serve(l, app, std::future::pending()).await.unwrap();
-        });
-    });
-    format!("http://{}", rx.recv().unwrap())
-}
-
 /// The shared server of the tests that need no special flags.
 fn server() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
@@ -63,11 +49,11 @@ fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
-/// `generate --chat` text of `prompt` with the EOS token's text (if it ended there) removed.
+/// `generate --chat` text of `prompt` on the tiny pair.
 fn generate_text(prompt: &str, max_tokens: usize) -> String {
     let (model, draft) = tiny().clone();
-    let mut a = GenerateArgs {
-        model: model.clone(),
+    flashtree_tests::serve::generate_text(&GenerateArgs {
+        model,
         draft: Some(draft),
         mode: ModeArg::Tree,
         budget: 22,
@@ -81,24 +67,7 @@ fn generate_text(prompt: &str, max_tokens: usize) -> String {
         backend: BackendArg::Cpu,
         sampling: Default::default(),
         output_format: Default::default(),
-    };
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    run_to(&a, &mut out, &mut err).unwrap();
-    let text = String::from_utf8(out).unwrap();
-    let text = text.strip_suffix('\n').unwrap().to_string();
-    a.output_format = flashtree::cli::sampling::OutputFormat::Ids;
-    let mut ids = Vec::new();
-    run_to(&a, &mut ids, &mut err).unwrap();
-    let last: Option<u32> = String::from_utf8(ids).unwrap().split_whitespace().last().map(|s| s.parse().unwrap());
-    let file = flashtree::gguf::Gguf::open(&model).unwrap();
-    let tk = flashtree::tokenizer::gguf::from_gguf(&file).unwrap();
-    match last.filter(|id| tk.stop_ids.contains(id)) {
-        Some(eos) => {
-            let piece = String::from_utf8(tk.tokenizer.token_bytes(eos).unwrap().to_vec()).unwrap();
-            text.strip_suffix(piece.as_str()).unwrap().to_string()
-        }
-        None => text,
-    }
+    })
 }
 
 async fn post(url: &str, body: &Value) -> (u16, Value) {
