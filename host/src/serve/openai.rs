@@ -282,3 +282,46 @@ impl Answer {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ChatRequest;
+
+    fn req(body: &str) -> ChatRequest {
+        ChatRequest::parse(body.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn messages_map_roles_and_join_text_parts() {
+        let r = req(r#"{"messages":[{"role":"developer","content":"be brief"},
+            {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+            {"role":"assistant","content":null,"reasoning_content":"hm"}],"extra":1}"#);
+        let m = r.messages().unwrap();
+        assert_eq!((m[0].role.as_str(), m[0].content.as_str()), ("system", "be brief"));
+        assert_eq!((m[1].role.as_str(), m[1].content.as_str()), ("user", "ab"));
+        assert_eq!((m[2].content.as_str(), m[2].reasoning_content.as_deref()), ("", Some("hm")));
+    }
+
+    #[test]
+    fn stop_max_tokens_and_stream_options_are_read() {
+        let r = req(r#"{"messages":[],"stop":"x","max_tokens":5,"max_completion_tokens":7,"stream":true,
+            "stream_options":{"include_usage":true}}"#);
+        assert_eq!(r.stops().unwrap(), vec!["x".to_string()]);
+        assert_eq!(r.max_tokens().unwrap(), Some(7));
+        assert_eq!(r.streaming(), (true, true));
+        let r = req(r#"{"messages":[],"stop":["a","b"],"stream_options":{"include_usage":true}}"#);
+        assert_eq!(r.stops().unwrap().len(), 2);
+        assert_eq!(r.streaming(), (false, false));
+        assert_eq!(r.max_tokens().unwrap(), None);
+    }
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let e =
+            ChatRequest::parse(br#"{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}"#).unwrap_err();
+        assert!(e.message.contains("temperature"), "{}", e.message);
+        let e = ChatRequest::parse(br#"{"messages":[{"role":7}]}"#).unwrap_err();
+        assert!(e.message.contains("messages[0].role"), "{}", e.message);
+        assert_eq!(e.status.as_u16(), 400);
+    }
+}

@@ -77,7 +77,8 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::trim);
             let x = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
-            if bearer != Some(key.as_str()) && x != Some(key.as_str()) {
+            let ok = |k: Option<&str>| k.is_some_and(|k| same_key(k.as_bytes(), key.as_bytes()));
+            if !ok(bearer) && !ok(x) {
                 return ApiError::new(
                     StatusCode::UNAUTHORIZED,
                     "authentication_error",
@@ -89,6 +90,11 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
         }
     }
     next.run(req).await
+}
+
+/// Key comparison whose time does not depend on where the keys differ (only on their lengths).
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn now() -> u64 {
@@ -185,8 +191,12 @@ async fn chat_completions(State(st): State<Arc<AppState>>, b: Result<Bytes, Byte
 }
 
 async fn chat(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let req = ChatRequest::parse(&body(b)?)?;
-    let (prompt, cfg, stops) = plan(&st, &req)?;
+    let req = Arc::new(ChatRequest::parse(&body(b)?)?);
+    // Rendering and tokenising a long prompt is CPU work: off the async threads.
+    let (st2, req2) = (st.clone(), req.clone());
+    let (prompt, cfg, stops) = tokio::task::spawn_blocking(move || plan(&st2, &req2)).await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", format!("preparing the prompt: {e}"))
+    })??;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let job = Job { prompt, cfg, stops, events: tx };
     st.model.jobs.try_send(job).map_err(|e| match e {
