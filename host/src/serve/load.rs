@@ -130,6 +130,12 @@ fn cpu_worker(
     limits::check_memory(&plan, limits::mem_available())?;
     drop(file);
     let model = &args.model;
+    let progress = limits::LoadProgress::new(true);
+    progress.step(format!(
+        "loading {} (dequantising to f32: {})",
+        model.display(),
+        limits::format_gib(plan.target_weights)
+    ));
     let target = load_qwen35(model).with_context(|| format!("loading {}", model.display()))?;
     let vocab = tk.tokenizer.vocab_size();
     if vocab > target.hparams.n_vocab {
@@ -141,6 +147,7 @@ fn cpu_worker(
     }
     let draft = match &args.draft {
         Some(p) if mode != Mode::Ar => {
+            progress.step(format!("loading the draft {}", p.display()));
             let d = load_draft(p)?;
             check_pair(&target, &d).map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), model.display()))?;
             Some(d)
@@ -150,6 +157,7 @@ fn cpu_worker(
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.hparams.target_layer_ids.clone());
     let tgt = CpuTarget::new(&target, capture);
     let dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
+    progress.finish();
     let _ = ready.send(Ok(Ready { gpu: false, ctx, reserve: 0 }));
     run_jobs(Session::new(tgt, dft), rx, tk);
     Ok(())
