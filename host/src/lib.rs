@@ -9,6 +9,7 @@ pub mod gguf;
 pub mod gpu;
 pub mod inspect;
 pub mod model;
+pub mod serve;
 pub mod spec;
 pub mod synth;
 pub mod tokenizer;

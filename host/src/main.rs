@@ -19,6 +19,8 @@ struct Cli {
 enum Command {
     /// Generate text: AR, DFlash chain or DDTree tree speculative decoding (CPU backend for now).
     Generate(cli::generate::GenerateArgs),
+    /// Serve the model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/models, /health.
+    Serve(cli::serve::ServeArgs),
     /// Measure the GPU engine: AR tok/s against the bandwidth limit, tree verify vs AR step,
     /// prefill, load time, memory, per-family breakdown.
     Bench(cli::bench::BenchArgs),
@@ -38,6 +40,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(a) => cli::generate::run(&a),
+        Command::Serve(a) => cli::serve::run(&a),
         Command::Bench(a) => cli::bench::run(&a),
         Command::Info(a) => cli::info::run(&a),
         Command::Inspect(a) => cli::inspect::run(a),

@@ -2,5 +2,6 @@
 
 pub mod gpu;
 pub mod markov;
+pub mod serve;
 pub mod tolerance;
 pub mod toy;

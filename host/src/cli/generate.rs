@@ -48,6 +48,18 @@ pub enum ModeArg {
     AnchorTree,
 }
 
+impl ModeArg {
+    /// The loop's mode.
+    pub fn mode(self) -> Mode {
+        match self {
+            ModeArg::Ar => Mode::Ar,
+            ModeArg::Chain => Mode::Chain,
+            ModeArg::Tree => Mode::Tree,
+            ModeArg::AnchorTree => Mode::AnchorTree,
+        }
+    }
+}
+
 /// `flashtree generate` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
@@ -112,7 +124,8 @@ pub fn check_model_path(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
+/// Loads a DFlash draft (folder or GGUF), naming the path in errors.
+pub fn load_draft(path: &Path) -> anyhow::Result<DFlashWeights> {
     Ok(load_draft_weights(path).with_context(|| format!("loading draft {}", path.display()))?.1)
 }
 
@@ -160,12 +173,7 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
             bail!("--no-think is only used with --chat (it switches the chat template's thinking off)");
         }
     }
-    let mode = match args.mode {
-        ModeArg::Ar => Mode::Ar,
-        ModeArg::Chain => Mode::Chain,
-        ModeArg::Tree => Mode::Tree,
-        ModeArg::AnchorTree => Mode::AnchorTree,
-    };
+    let mode = args.mode.mode();
     let with_demo_draft;
     let args = match super::default_model::draft_for(&args.model) {
         Some(d) if args.draft.is_none() && mode != Mode::Ar => {
@@ -328,7 +336,7 @@ where
 
 /// The target's token embedding and LM head as f32 (the CPU draft's), read from the GGUF alone:
 /// `[n_vocab, n_embd]` each; `None` for the head when it is tied to the embedding.
-fn draft_matrices(file: &Gguf, cfg: &Qwen35Config, model: &Path) -> anyhow::Result<(Matrix, Option<Matrix>)> {
+pub fn draft_matrices(file: &Gguf, cfg: &Qwen35Config, model: &Path) -> anyhow::Result<(Matrix, Option<Matrix>)> {
     let read = |name: &str| -> anyhow::Result<Option<Matrix>> {
         let Some(t) = read_tensor(file, name).with_context(|| format!("{}: reading {name}", model.display()))? else {
             return Ok(None);
@@ -426,7 +434,7 @@ fn run_gpu(
 }
 
 /// Refuses a host allocation of `need` bytes larger than `available` (unknown passes).
-fn check_host_memory(need: u64, available: Option<u64>) -> anyhow::Result<()> {
+pub fn check_host_memory(need: u64, available: Option<u64>) -> anyhow::Result<()> {
     match available {
         Some(avail) if need > avail => bail!(
             "the CPU draft needs about {} of RAM (its weights and the target's embedding and LM head as f32) but \

@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod limits;
 pub mod logits;
 pub mod sampling;
+pub mod serve;
 pub mod synth;
 
 /// Longest text of one cause in an error message; file content quoted by an error (a corrupt

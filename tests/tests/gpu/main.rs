@@ -16,3 +16,4 @@ mod qmm;
 mod qmm_prep_norm;
 mod qmm_swiglu;
 mod sample;
+mod serve;

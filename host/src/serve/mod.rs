@@ -1,0 +1,39 @@
+//! `flashtree serve`: an OpenAI-compatible HTTP server over one model pair (serving.md).
+//!
+//! One worker thread ([`worker`]) owns the pair and a [`crate::spec::Session`], so a request
+//! that extends the previous conversation prefills only its new suffix; requests wait in a
+//! bounded FIFO queue (full → 429 with `Retry-After`). The HTTP side ([`routes`], axum on tokio)
+//! parses and checks requests ([`openai`]), tokenises them, queues them and relays the worker's
+//! text as JSON or server-sent events; errors use OpenAI's shape ([`error`]).
+
+pub mod error;
+pub mod load;
+pub mod openai;
+pub mod routes;
+pub mod stop;
+pub mod worker;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+pub use load::{load, Loaded};
+
+use crate::cli::serve::ServeArgs;
+
+/// Loads the pair (blocking until the worker is ready) and returns the router to serve.
+pub fn app(args: &ServeArgs) -> anyhow::Result<axum::Router> {
+    let mode = args.mode.mode();
+    let model = load(args, mode)?;
+    let state =
+        routes::AppState { model, mode, budget: args.budget, api_key: args.api_key.clone(), served: AtomicU64::new(0) };
+    Ok(routes::router(Arc::new(state), args.max_body_bytes))
+}
+
+/// Serves `app` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}

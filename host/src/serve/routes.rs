@@ -1,0 +1,287 @@
+//! The HTTP routes: `/health`, `/v1/models`, `/v1/chat/completions` (JSON or SSE), the API-key
+//! check, the body limit, and errors in OpenAI's shape for everything else.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::error::ApiError;
+use super::openai::{Answer, ChatRequest, Usage};
+use super::worker::{Event, Job, Outcome};
+use super::Loaded;
+use crate::chat::RenderOptions;
+use crate::spec::{DecodingRule, GenerateConfig, Mode};
+
+/// Seconds a client is told to wait when the queue is full.
+pub const RETRY_AFTER_S: u64 = 1;
+
+/// Shared by all handlers.
+pub struct AppState {
+    /// The model, tokenizer and queue.
+    pub model: Loaded,
+    /// Tree shape.
+    pub mode: Mode,
+    /// Tree budget.
+    pub budget: usize,
+    /// Required key (`Authorization: Bearer K` or `x-api-key: K`) for all but `/health`.
+    pub api_key: Option<String>,
+    /// Answers so far (for ids).
+    pub served: AtomicU64,
+}
+
+/// The router over `state`, with bodies limited to `max_body` bytes.
+pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/v1/models", get(models))
+        .route("/v1/chat/completions", post(chat_completions))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!("no route {} {}", req.method(), req.uri().path()),
+    )
+}
+
+/// Everything but `/health` needs the key when one is set.
+async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &st.api_key {
+        if req.uri().path() != "/health" {
+            let h = req.headers();
+            let bearer = h
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim);
+            let x = h.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+            let ok = |k: Option<&str>| k.is_some_and(|k| same_key(k.as_bytes(), key.as_bytes()));
+            if !ok(bearer) && !ok(x) {
+                return ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "authentication_error",
+                    "a valid API key is needed: `Authorization: Bearer KEY` or `x-api-key: KEY`",
+                )
+                .with_code("invalid_api_key")
+                .into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// Key comparison whose time does not depend on where the keys differ (only on their lengths).
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{ "id": st.model.id, "object": "model", "created": now(), "owned_by": "flashtree" }],
+    }))
+}
+
+/// The body as bytes: too large → 413, unreadable → 400, both in OpenAI's shape.
+fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    b.map_err(|e| {
+        ApiError::new(e.status(), "invalid_request_error", format!("reading the request body: {}", e.body_text()))
+    })
+}
+
+/// The decoding rule of a request: greedy unless `temperature` > 0; sampling is refused on
+/// the GPU backend (its sampler is not implemented), never silently replaced by greedy.
+fn rule(req: &ChatRequest, gpu: bool) -> Result<DecodingRule, ApiError> {
+    let t = req.temperature.unwrap_or(0.0);
+    let (top_k, top_p, min_p) = (req.top_k.unwrap_or(0), req.top_p.unwrap_or(1.0), req.min_p.unwrap_or(0.0));
+    let check = |t, seed| {
+        DecodingRule::sample(t, top_k, top_p, min_p, seed).map_err(|e| {
+            let m = e.to_string();
+            ApiError::bad_request(m.strip_prefix("invalid configuration: ").unwrap_or(&m).to_string())
+        })
+    };
+    if t == 0.0 {
+        check(0.0, 0)?;
+        return Ok(DecodingRule::Greedy);
+    }
+    if gpu {
+        return Err(ApiError::bad_request(format!(
+            "temperature {t}: sampling is not implemented on the GPU backend yet; use temperature 0 (greedy) or \
+             a server started with --backend cpu"
+        )));
+    }
+    let seed = req.seed.unwrap_or_else(|| now() ^ 0x9E37_79B9_7F4A_7C15);
+    check(t, seed)
+}
+
+/// Renders, tokenises and checks a request; returns the job's parts.
+fn plan(st: &AppState, req: &ChatRequest) -> Result<(Vec<u32>, GenerateConfig, Vec<String>), ApiError> {
+    let messages = req.messages()?;
+    let stops = req.stops()?;
+    let rule = rule(req, st.model.gpu)?;
+    let requested = req.max_tokens()?;
+    let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).unwrap_or(true);
+    let text = st
+        .model
+        .template
+        .render(&messages, RenderOptions { add_generation_prompt: true, enable_thinking })
+        .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
+    let ctx = st.model.ctx;
+    let overflow = |what: String| ApiError::bad_request(what).with_code("context_length_exceeded");
+    if text.len() > crate::cli::limits::max_prompt_bytes(ctx, st.model.longest_token) {
+        return Err(overflow(format!(
+            "the rendered prompt is {} bytes, more than the context of {ctx} tokens can hold",
+            text.len()
+        )));
+    }
+    let prompt = st
+        .model
+        .tk
+        .tokenizer
+        .encode(&text)
+        .map_err(|e| ApiError::bad_request(format!("messages: tokenising the prompt: {e}")))?;
+    let reserve = st.model.reserve;
+    if prompt.len().saturating_add(reserve) >= ctx {
+        return Err(overflow(format!(
+            "the prompt has {} tokens; the context is {ctx} tokens{}, which leaves no room to generate",
+            prompt.len(),
+            if reserve > 0 { format!(" ({reserve} kept for the verify batch)") } else { String::new() }
+        )));
+    }
+    // Clamped to what the context leaves (a client's large default must not fail the request).
+    let room = ctx - prompt.len() - reserve;
+    let max_tokens = requested.map_or(room, |n| n.min(room));
+    let budget = if st.mode == Mode::Ar { 0 } else { st.budget };
+    let eos = if req.ignore_eos == Some(true) { Vec::new() } else { st.model.tk.stop_ids.clone() };
+    let cfg = GenerateConfig { mode: st.mode, budget, max_tokens, eos, rule };
+    Ok((prompt, cfg, stops))
+}
+
+async fn chat_completions(State(st): State<Arc<AppState>>, b: Result<Bytes, BytesRejection>) -> Response {
+    match chat(st, b).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let req = Arc::new(ChatRequest::parse(&body(b)?)?);
+    // Rendering and tokenising a long prompt is CPU work: off the async threads.
+    let (st2, req2) = (st.clone(), req.clone());
+    let (prompt, cfg, stops) = tokio::task::spawn_blocking(move || plan(&st2, &req2)).await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", format!("preparing the prompt: {e}"))
+    })??;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let job = Job { prompt, cfg, stops, events: tx };
+    st.model.jobs.try_send(job).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => ApiError {
+            retry_after: Some(RETRY_AFTER_S),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "the request queue is full; retry later")
+        },
+        mpsc::error::TrySendError::Closed(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the generation worker has stopped")
+        }
+    })?;
+    let n = st.served.fetch_add(1, Ordering::Relaxed);
+    let answer = Answer {
+        id: format!("chatcmpl-{n}-{}", now()),
+        created: now(),
+        model: req.model.clone().unwrap_or_else(|| st.model.id.clone()),
+    };
+    let (stream, include_usage) = req.streaming();
+    if stream {
+        return Ok(sse(answer, rx, include_usage).into_response());
+    }
+    let mut text = String::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Text(t)) => text.push_str(&t),
+            Some(Event::Done(o)) => return Ok(Json(answer.completion(&text, o.finish, usage(&o))).into_response()),
+            Some(Event::Failed(m)) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", m)),
+            None => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the worker stopped")),
+        }
+    }
+}
+
+fn usage(o: &Outcome) -> Usage {
+    Usage { prompt: o.prompt_tokens, reused: o.reused_tokens, completion: o.completion_tokens }
+}
+
+/// The SSE answer: a role chunk, content chunks, a chunk with `finish_reason`, the usage chunk
+/// when asked, then `[DONE]`. A failure mid-stream is sent as an `error` object before `[DONE]`.
+/// Dropping the stream (client gone) closes `rx`, which stops the worker after its round.
+fn sse(
+    answer: Answer,
+    rx: mpsc::UnboundedReceiver<Event>,
+    include_usage: bool,
+) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
+    let first = answer.chunk(json!({ "role": "assistant", "content": "" }), None, include_usage).to_string();
+    let state = (rx, vec![first], false);
+    let stream = futures_util::stream::unfold(state, move |(mut rx, mut pending, mut ended)| {
+        let answer = answer.clone();
+        async move {
+            loop {
+                if !pending.is_empty() {
+                    let data = pending.remove(0);
+                    return Some((Ok(SseEvent::default().data(data)), (rx, pending, ended)));
+                }
+                if ended {
+                    return None;
+                }
+                match rx.recv().await {
+                    Some(Event::Text(t)) => {
+                        pending.push(answer.chunk(json!({ "content": t }), None, include_usage).to_string())
+                    }
+                    Some(Event::Done(o)) => {
+                        pending.push(answer.chunk(json!({}), Some(o.finish), include_usage).to_string());
+                        if include_usage {
+                            pending.push(answer.usage_chunk(usage(&o)).to_string());
+                        }
+                        pending.push("[DONE]".into());
+                        ended = true;
+                    }
+                    Some(Event::Failed(m)) => {
+                        pending.push(
+                            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", m).body().to_string(),
+                        );
+                        pending.push("[DONE]".into());
+                        ended = true;
+                    }
+                    None => {
+                        let e = ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the worker stopped");
+                        pending.push(e.body().to_string());
+                        pending.push("[DONE]".into());
+                        ended = true;
+                    }
+                }
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

@@ -1,0 +1,147 @@
+//! The worker: one thread owns the model pair and a [`Session`] and runs queued jobs one at a
+//! time, streaming each job's text back over a channel. A job whose receiver is gone (the
+//! client disconnected) stops after the round in progress; one still queued is skipped.
+
+use std::ops::ControlFlow;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::stop::StopMatcher;
+use crate::spec::{Draft, GenerateConfig, Session, Stats, StopReason, Target};
+use crate::tokenizer::gguf::GgufTokenizer;
+use crate::tokenizer::StreamDecoder;
+
+/// One generation request, tokenised and checked against the context.
+#[derive(Debug)]
+pub struct Job {
+    /// The rendered conversation's tokens.
+    pub prompt: Vec<u32>,
+    /// Mode, budget, most tokens, EOS ids, decoding rule.
+    pub cfg: GenerateConfig,
+    /// Stop strings (the text ends before the first found).
+    pub stops: Vec<String>,
+    /// Where the text goes; closed = the client left.
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// What the worker sends back for a job: text pieces, then one `Done` or `Failed`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// Newly final text (never the start of a stop string, never the EOS token's text).
+    Text(String),
+    /// Generation ended.
+    Done(Outcome),
+    /// Generation failed; the message says why.
+    Failed(String),
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    /// OpenAI's `finish_reason`: `stop` (EOS or a stop string) or `length`.
+    pub finish: &'static str,
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Of them, kept in the caches from the previous job.
+    pub reused_tokens: usize,
+    /// Generated tokens (up to and including a stop; EOS included).
+    pub completion_tokens: usize,
+    /// Decode tokens per second.
+    pub tokens_per_second: f64,
+    /// Mean accepted tokens per round.
+    pub acceptance_length: f64,
+}
+
+/// Runs `jobs` on `session` until every sender is gone.
+pub fn run_jobs<T, D>(mut session: Session<T, D>, mut jobs: mpsc::Receiver<Job>, tk: Arc<GgufTokenizer>)
+where
+    T: Target,
+    D: Draft<Features = T::Features>,
+{
+    while let Some(job) = jobs.blocking_recv() {
+        if job.events.is_closed() {
+            continue;
+        }
+        let r = catch_unwind(AssertUnwindSafe(|| run_one(&mut session, &job, &tk)));
+        let event = match r {
+            Ok(Ok(o)) => Event::Done(o),
+            Ok(Err(e)) => Event::Failed(e),
+            Err(_) => {
+                // The caches are in an unknown state: the next job starts from empty ones.
+                let reset = session.reset();
+                Event::Failed(format!("internal error: generation panicked (caches reset: {reset:?})"))
+            }
+        };
+        if let Event::Failed(msg) = &event {
+            eprintln!("serve: request failed: {msg}");
+        }
+        let _ = job.events.send(event);
+    }
+}
+
+/// Generates one job's text, sending it as it is committed.
+fn run_one<T, D>(session: &mut Session<T, D>, job: &Job, tk: &GgufTokenizer) -> Result<Outcome, String>
+where
+    T: Target,
+    D: Draft<Features = T::Features>,
+{
+    let mut dec = StreamDecoder::new();
+    let mut stop = StopMatcher::new(job.stops.clone());
+    let send = |text: String| {
+        if !text.is_empty() {
+            let _ = job.events.send(Event::Text(text));
+        }
+    };
+    let (_, stats) = session
+        .generate(&job.prompt, &job.cfg, |ids| {
+            let mut text = String::new();
+            for &id in ids.iter().filter(|id| !job.cfg.eos.contains(id)) {
+                text.push_str(&dec.push(tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
+            }
+            send(stop.push(&text));
+            if stop.hit() || job.events.is_closed() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    if !stop.hit() {
+        let tail = dec.finish();
+        let mut text = stop.push(&tail);
+        if !stop.hit() {
+            text.push_str(&stop.finish());
+        }
+        send(text);
+    }
+    log(&stats, job.events.is_closed());
+    let finish = match stats.stop {
+        StopReason::MaxTokens if !stop.hit() => "length",
+        _ => "stop",
+    };
+    Ok(Outcome {
+        finish,
+        prompt_tokens: stats.prompt_tokens,
+        reused_tokens: stats.reused_tokens,
+        completion_tokens: stats.generated,
+        tokens_per_second: stats.decode_tokens_per_second(),
+        acceptance_length: stats.acceptance_length(),
+    })
+}
+
+/// One line per request on stderr: tokens, reuse, speed, acceptance.
+fn log(stats: &Stats, client_gone: bool) {
+    eprintln!(
+        "serve: {} prompt tokens ({} reused, {} prefilled), {} generated, {:.1} tok/s, acceptance {:.2}, stop {}{}",
+        stats.prompt_tokens,
+        stats.reused_tokens,
+        stats.prompt_tokens - stats.reused_tokens.min(stats.prompt_tokens),
+        stats.generated,
+        stats.decode_tokens_per_second(),
+        stats.acceptance_length(),
+        stats.stop.name(),
+        if client_gone { " (client disconnected)" } else { "" }
+    );
+}

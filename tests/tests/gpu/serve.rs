@@ -1,0 +1,90 @@
+//! `flashtree serve --backend gpu` on the shipped demo pair: a greedy chat completion (JSON and
+//! SSE) gives the text `generate --chat --backend gpu` gives, a second turn reuses the first's
+//! caches, and temperature > 0 is refused with a message naming the GPU.
+
+use flashtree::cli::backend::BackendArg;
+use flashtree::cli::default_model;
+use flashtree::cli::generate::{GenerateArgs, ModeArg};
+use flashtree::cli::serve::ServeArgs;
+use flashtree_tests::gpu::gpu_or_skip;
+use flashtree_tests::serve::{generate_text, start};
+use serde_json::{json, Value};
+
+#[test]
+fn serve_on_the_gpu_gives_the_text_of_generate_and_refuses_sampling() {
+    if gpu_or_skip("serve_on_the_gpu_gives_the_text_of_generate_and_refuses_sampling").is_none() {
+        return;
+    }
+    let model = default_model::target();
+    let draft = default_model::draft_for(&model);
+    let prompt = "def fibonacci(n):";
+    let want = generate_text(&GenerateArgs {
+        model: model.clone(),
+        draft: draft.clone(),
+        mode: ModeArg::Tree,
+        budget: 22,
+        max_tokens: 48,
+        prompt: Some(prompt.into()),
+        chat: true,
+        system: None,
+        no_think: false,
+        ctx: None,
+        verbose: false,
+        backend: BackendArg::Gpu,
+        sampling: Default::default(),
+        output_format: Default::default(),
+    });
+    let url = start(ServeArgs {
+        model,
+        draft,
+        host: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        api_key: None,
+        backend: BackendArg::Gpu,
+        mode: ModeArg::Tree,
+        budget: 22,
+        ctx: None,
+        queue: 4,
+        max_body_bytes: 1 << 20,
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let c = reqwest::Client::new();
+        let chat = format!("{url}/v1/chat/completions");
+        let body = json!({ "messages": [{ "role": "user", "content": prompt }], "max_tokens": 48 });
+        let v: Value = c.post(&chat).json(&body).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], want.as_str(), "{v}");
+
+        let mut s = body.clone();
+        s["stream"] = json!(true);
+        let text = c.post(&chat).json(&s).send().await.unwrap().text().await.unwrap();
+        let streamed: String = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .filter_map(|d| {
+                serde_json::from_str::<Value>(d).unwrap()["choices"][0]["delta"]["content"].as_str().map(str::to_string)
+            })
+            .collect();
+        assert_eq!(streamed, want);
+
+        // The same conversation continued: the first turn's prompt is kept in the caches.
+        let first = json!({ "messages": [{ "role": "user", "content": prompt }], "max_tokens": 1 });
+        let v: Value = c.post(&chat).json(&first).send().await.unwrap().json().await.unwrap();
+        let p1 = v["usage"]["prompt_tokens"].as_u64().unwrap();
+        let reply = v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+        let second = json!({ "messages": [
+            { "role": "user", "content": prompt },
+            { "role": "assistant", "content": reply },
+            { "role": "user", "content": "and now in C" },
+        ], "max_tokens": 8 });
+        let v: Value = c.post(&chat).json(&second).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(p1), "{v}");
+
+        let hot = json!({ "messages": [{ "role": "user", "content": prompt }], "temperature": 0.7 });
+        let r = c.post(&chat).json(&hot).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 400);
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains("GPU"), "{v}");
+    });
+}
