@@ -157,18 +157,7 @@ impl DFlashWeights {
         block_tokens: &[u32],
         block_start: usize,
     ) -> Result<DraftOutput, ModelError> {
-        let hp = &self.hparams;
-        let h = hp.n_embd;
-        target_embd.expect_shape("token_embd.weight", target_embd.rows, h)?;
-        lm_head.expect_shape("output.weight", lm_head.rows, h)?;
-        if block_tokens.is_empty() {
-            return Err(ModelError::Batch("empty draft block".into()));
-        }
-        for (index, &token) in block_tokens.iter().enumerate() {
-            if token as usize >= target_embd.rows {
-                return Err(ModelError::Token { index, token, n_vocab: target_embd.rows });
-            }
-        }
+        self.check_block(target_embd, lm_head, block_tokens)?;
         let ctx_kv: Vec<ContextKv> = ctx_features
             .iter()
             .enumerate()
@@ -181,18 +170,34 @@ impl DFlashWeights {
     /// target feature row `concat_l h_l`: exactly what [`DFlashWeights::forward`] computes for
     /// that row, so a caller can compute it once per committed token.
     pub fn context_kv(&self, feature: &[f32], pos: usize) -> Result<ContextKv, ModelError> {
-        let hp = &self.hparams;
         let c = self.fuse_context(feature)?;
-        Ok(self
-            .layers
-            .iter()
-            .map(|l| {
-                let mut k = l.k.matvec(&c);
-                rms_norm_heads_in_place(&mut k, &l.k_norm, hp.rms_eps);
-                rope_neox_in_place(&mut k, hp.head_dim, hp.head_dim, pos, hp.rope_theta);
-                (k, l.v.matvec(&c))
-            })
-            .collect())
+        Ok(self.layers.iter().map(|l| self.layer_kv(l, &c, pos)).collect())
+    }
+
+    /// One layer's K (`k_norm`, then RoPE at `pos`) and V of the input `x` (a fused context row or
+    /// a block slot's normed input: the layer's K/V projections serve both).
+    fn layer_kv(&self, l: &DFlashLayer, x: &[f32], pos: usize) -> (Vec<f32>, Vec<f32>) {
+        let hp = &self.hparams;
+        let mut k = l.k.matvec(x);
+        rms_norm_heads_in_place(&mut k, &l.k_norm, hp.rms_eps);
+        rope_neox_in_place(&mut k, hp.head_dim, hp.head_dim, pos, hp.rope_theta);
+        (k, l.v.matvec(x))
+    }
+
+    /// The shapes of the target matrices and the block's tokens, checked before any work.
+    fn check_block(&self, target_embd: &Matrix, lm_head: &Matrix, block_tokens: &[u32]) -> Result<(), ModelError> {
+        let h = self.hparams.n_embd;
+        target_embd.expect_shape("token_embd.weight", target_embd.rows, h)?;
+        lm_head.expect_shape("output.weight", lm_head.rows, h)?;
+        if block_tokens.is_empty() {
+            return Err(ModelError::Batch("empty draft block".into()));
+        }
+        for (index, &token) in block_tokens.iter().enumerate() {
+            if token as usize >= target_embd.rows {
+                return Err(ModelError::Token { index, token, n_vocab: target_embd.rows });
+            }
+        }
+        Ok(())
     }
 
     /// [`DFlashWeights::forward`] over context rows whose K/V ([`DFlashWeights::context_kv`]) are
@@ -206,18 +211,8 @@ impl DFlashWeights {
         block_tokens: &[u32],
         block_start: usize,
     ) -> Result<DraftOutput, ModelError> {
+        self.check_block(target_embd, lm_head, block_tokens)?;
         let hp = &self.hparams;
-        let h = hp.n_embd;
-        target_embd.expect_shape("token_embd.weight", target_embd.rows, h)?;
-        lm_head.expect_shape("output.weight", lm_head.rows, h)?;
-        if block_tokens.is_empty() {
-            return Err(ModelError::Batch("empty draft block".into()));
-        }
-        for (index, &token) in block_tokens.iter().enumerate() {
-            if token as usize >= target_embd.rows {
-                return Err(ModelError::Token { index, token, n_vocab: target_embd.rows });
-            }
-        }
         if let Some(j) = ctx_kv.iter().position(|r| r.len() != self.layers.len()) {
             return Err(ModelError::Batch(format!("context row {j}: K/V of {} layers", ctx_kv[j].len())));
         }
@@ -228,15 +223,9 @@ impl DFlashWeights {
             let sliding = hp.sliding[li];
             let causal = hp.causal.unwrap_or(sliding);
             let window = if sliding { hp.sliding_window } else { None };
-            let kv = |x: &[f32], pos: usize| {
-                let mut k = l.k.matvec(x);
-                rms_norm_heads_in_place(&mut k, &l.k_norm, hp.rms_eps);
-                rope_neox_in_place(&mut k, hp.head_dim, hp.head_dim, pos, hp.rope_theta);
-                (k, l.v.matvec(x))
-            };
             let ckv: Vec<(&[f32], &[f32])> = ctx_kv.iter().map(|r| (&r[li].0[..], &r[li].1[..])).collect();
             let a: Vec<Vec<f32>> = e.iter().map(|x| rms_norm(x, &l.attn_norm, hp.rms_eps)).collect();
-            let bkv: Vec<_> = a.iter().zip(&blk_pos).map(|(x, &p)| kv(x, p)).collect();
+            let bkv: Vec<_> = a.iter().zip(&blk_pos).map(|(x, &p)| self.layer_kv(l, x, p)).collect();
             for (s, es) in e.iter_mut().enumerate() {
                 let p = blk_pos[s];
                 let mut q = l.q.matvec(&a[s]);
