@@ -13,17 +13,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use flashtree_reference::model::dflash::DFlashWeights;
-use flashtree_reference::model::Matrix;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
 use crate::cli::limits;
 use crate::cli::sampling::{write_result, OutputFormat, SamplingArgs};
 use crate::convert::dflash::load_draft as load_draft_weights;
 use crate::convert::gguf_load::load_qwen35;
-use crate::convert::gguf_load::read_tensor;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
-use crate::spec::cpu::{check_pair, check_pair_shape, CpuDraft, CpuTarget};
+use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
 use crate::spec::{generate, DecodingRule, Draft, GenerateConfig, HostDraft, Mode, SpecError, Stats, Target};
 use crate::tokenizer::gguf::{from_gguf, GgufTokenizer};
 use crate::tokenizer::StreamDecoder;
@@ -334,27 +332,9 @@ where
     Ok(stats)
 }
 
-/// The target's token embedding and LM head as f32 (the CPU draft's), read from the GGUF alone:
-/// `[n_vocab, n_embd]` each; `None` for the head when it is tied to the embedding.
-pub fn draft_matrices(file: &Gguf, cfg: &Qwen35Config, model: &Path) -> anyhow::Result<(Matrix, Option<Matrix>)> {
-    let read = |name: &str| -> anyhow::Result<Option<Matrix>> {
-        let Some(t) = read_tensor(file, name).with_context(|| format!("{}: reading {name}", model.display()))? else {
-            return Ok(None);
-        };
-        let want = [cfg.vocab_size, cfg.embedding_length];
-        if t.shape != want {
-            bail!("{}: {name} has shape {:?}, expected {want:?}", model.display(), t.shape);
-        }
-        Ok(Some(Matrix::new(name, want[0], want[1], t.data)?))
-    };
-    let embd = read("token_embd.weight")?
-        .ok_or_else(|| anyhow::anyhow!("{}: token_embd.weight is missing", model.display()))?;
-    Ok((embd, read("output.weight")?))
-}
-
 /// The target on the GPU engine (context: prompt + `--max-tokens` + one verify batch, at most
-/// `ctx_limit`); for the speculative modes the draft on the CPU, reading the engine's feature
-/// store.
+/// `ctx_limit`); for the speculative modes the draft on the GPU, or on the CPU reading the
+/// engine's feature store when the GPU kernels do not cover it.
 #[allow(clippy::too_many_arguments)]
 fn run_gpu(
     args: &GenerateArgs,
@@ -382,16 +362,15 @@ fn run_gpu(
         Some(d) => {
             let progress = limits::LoadProgress::new(args.verbose);
             progress.step(format!("loading the draft {} onto the GPU", d.path.display()));
-            let r = crate::engine::DraftEngine::load(engine.gpu.clone(), engine.weights(), &engine.cfg, d, ctx);
+            let r = super::gpu_draft_load::load_gpu_draft(&engine, d, ctx)?;
             progress.finish();
+            // A draft the GPU kernels do not cover yet (sliding-window layers) runs on the CPU.
             match r {
                 Ok(de) => Some(de),
-                // A draft the GPU kernels do not cover yet (sliding-window layers) runs on the CPU.
-                Err(crate::engine::EngineError::Unsupported(why)) => {
+                Err(why) => {
                     writeln!(err, "note: {why}; the draft runs on the CPU reference instead")?;
                     None
                 }
-                Err(e) => return Err(e.into()),
             }
         }
         None => None,
@@ -414,36 +393,14 @@ fn run_gpu(
             stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, shown, out, progress)?
         }
         (Some(model), None) => {
-            let p = &model.path;
-            let draft_f32 = limits::draft_f32_bytes(p)?;
-            let heads = if file.tensor("output.weight").is_some() { 2 } else { 1 };
-            let matrices = (heads * cfg_t.vocab_size as u64).saturating_mul(cfg_t.embedding_length as u64 * 4);
-            check_host_memory(draft_f32.saturating_add(matrices), limits::mem_available())?;
-            let d = load_draft(p)?;
-            check_pair_shape(cfg_t.embedding_length, cfg_t.n_layer(), cfg_t.vocab_size, &d)
-                .map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
-            let (embd, head) = draft_matrices(file, cfg_t, &args.model)?;
-            let cpu = CpuDraft::with_target_matrices(&d, &embd, head.as_ref().unwrap_or(&embd));
-            let mut dft = HostDraft::new(cpu, tgt.feature_source()?);
+            let parts = super::gpu_draft_load::CpuDraftParts::load(&model, file, cfg_t, &args.model)?;
+            let mut dft = HostDraft::new(parts.draft(), tgt.feature_source()?);
             stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, shown, out, progress)?
         }
     };
     writeln!(err, "mode {} budget {} backend gpu", mode.name(), cfg.budget)?;
     writeln!(err, "{}", stats.summary())?;
     Ok(())
-}
-
-/// Refuses a host allocation of `need` bytes larger than `available` (unknown passes).
-pub fn check_host_memory(need: u64, available: Option<u64>) -> anyhow::Result<()> {
-    match available {
-        Some(avail) if need > avail => bail!(
-            "the CPU draft needs about {} of RAM (its weights and the target's embedding and LM head as f32) but \
-             only {} is available (MemAvailable)",
-            limits::format_gib(need),
-            limits::format_gib(avail)
-        ),
-        _ => Ok(()),
-    }
 }
 
 /// Runs the command on stdout/stderr.

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod convert;
 pub mod default_model;
 pub mod generate;
+pub mod gpu_draft_load;
 pub mod info;
 pub mod inspect;
 pub mod limits;

@@ -10,13 +10,13 @@ use tokio::sync::mpsc;
 
 use super::worker::{run_jobs, Job};
 use crate::chat::ChatTemplate;
-use crate::cli::generate::{check_host_memory, check_model_path, draft_matrices, load_draft, CpuDraftOnGpu};
+use crate::cli::generate::{check_model_path, load_draft, CpuDraftOnGpu};
 use crate::cli::limits;
 use crate::cli::serve::ServeArgs;
 use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
-use crate::spec::cpu::{check_pair, check_pair_shape, CpuDraft, CpuTarget};
+use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
 use crate::spec::{HostDraft, Mode, Session};
 use crate::tokenizer::gguf::{from_gguf, GgufTokenizer};
 
@@ -195,13 +195,12 @@ fn gpu_worker(
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.config.target_layer_ids.clone());
     let (mut engine, _) = crate::cli::backend::open_engine(gpu, &args.model, Some(ctx), &capture, false)?;
     let gpu_draft = match &draft {
-        Some(d) => match crate::engine::DraftEngine::load(engine.gpu.clone(), engine.weights(), &engine.cfg, d, ctx) {
+        Some(d) => match crate::cli::gpu_draft_load::load_gpu_draft(&engine, d, ctx)? {
             Ok(de) => Some(de),
-            Err(crate::engine::EngineError::Unsupported(why)) => {
+            Err(why) => {
                 eprintln!("note: {why}; the draft runs on the CPU reference instead");
                 None
             }
-            Err(e) => return Err(e.into()),
         },
         None => None,
     };
@@ -218,17 +217,8 @@ fn gpu_worker(
             run_jobs(Session::new(tgt, Some(dft)), rx, tk);
         }
         (Some(model), None) => {
-            let p = &model.path;
-            let draft_f32 = limits::draft_f32_bytes(p)?;
-            let heads = if file.tensor("output.weight").is_some() { 2 } else { 1 };
-            let matrices = (heads * cfg_t.vocab_size as u64).saturating_mul(cfg_t.embedding_length as u64 * 4);
-            check_host_memory(draft_f32.saturating_add(matrices), limits::mem_available())?;
-            let d = load_draft(p)?;
-            check_pair_shape(cfg_t.embedding_length, cfg_t.n_layer(), cfg_t.vocab_size, &d)
-                .map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
-            let (embd, head) = draft_matrices(&file, &cfg_t, &args.model)?;
-            let cpu = CpuDraft::with_target_matrices(&d, &embd, head.as_ref().unwrap_or(&embd));
-            let dft = HostDraft::new(cpu, tgt.feature_source()?);
+            let parts = crate::cli::gpu_draft_load::CpuDraftParts::load(&model, &file, &cfg_t, &args.model)?;
+            let dft = HostDraft::new(parts.draft(), tgt.feature_source()?);
             let _ = ready.send(Ok(ok));
             run_jobs(Session::new(tgt, Some(dft)), rx, tk);
         }
