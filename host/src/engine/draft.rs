@@ -468,11 +468,15 @@ impl DraftEngine {
             b.parent[i] = i as i32 - 1;
             b.anc[i] = all;
         }
-        let mut c = b;
-        for i in 0..bs {
-            c.anc[i] = all >> (bs - 1 - i);
+        // The causal masks are written only for a draft that has causal layers (none of the
+        // z-lab full-attention drafts): one host-to-device copy per round less.
+        if self.cfg.causal.unwrap_or(false) || self.cfg.sliding_layers.iter().any(|&s| s) {
+            let mut c = b;
+            for i in 0..bs {
+                c.anc[i] = all >> (bs - 1 - i);
+            }
+            self.gpu.write(bytes_of(&c), &mut self.causal_dev)?;
         }
-        self.gpu.write(bytes_of(&c), &mut self.causal_dev)?;
         let batch = self.write_batch(&b)?;
         if self.block_graph.as_ref().is_some_and(|(_, gk)| *gk != k) {
             self.block_graph = None;
