@@ -6,6 +6,7 @@
 #   llama_bench.sh build            # GPU machine: unpack, configure, build llama-bench only (incremental)
 #   llama_bench.sh start            # the same build, detached and niced, log in $PEER_WORK/build.log
 #   llama_bench.sh wait             # block until a started build has finished; its exit status
+#   llama_bench.sh spec [llama-speculative-simple options...]   # the DFlash chain loop (builds first)
 #   llama_bench.sh run -m FILE [llama-bench options...]
 #                                   # builds first if needed (waits for a started build), then runs
 #                                   # llama-bench; default options: -n 128 -p 512 -r 3 -ngl 99 -o md
@@ -74,13 +75,19 @@ stage() {
         t="$(basename "$t")"
         case "$t" in ui|cli|server) ;; *) cp -a "$src/tools/$t" "$dst/tools/" ;; esac
     done
+    # examples/: only speculative-simple (the DFlash chain loop, llamacpp-dflash.md §5), behind a
+    # one-line examples/CMakeLists.txt; LLAMA_BUILD_EXAMPLES also adds pocs/, staged empty.
+    mkdir -p "$dst/examples" "$dst/pocs"
+    cp -a "$src/examples/speculative-simple" "$dst/examples/"
+    echo "add_subdirectory(speculative-simple)" > "$dst/examples/CMakeLists.txt"
+    echo "# staged empty by llama_bench.sh" > "$dst/pocs/CMakeLists.txt"
     {
         echo "repo: https://github.com/ggml-org/llama.cpp"
         echo "commit: $LLAMA_COMMIT (build b$LLAMA_BUILD_NUMBER, dated 2026-10-01 by public reports of b11312)"
         echo "via: llama-cpp-python==$ver sdist from PyPI, vendor/llama.cpp (CHANGELOG: llama.cpp@${LLAMA_COMMIT:0:9})"
         echo "sdist sha256: $(sha256sum "$sdist" | cut -d' ' -f1)"
         echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ) by tools/peer/llamacpp/llama_bench.sh stage"
-        echo "trimmed to: CMakeLists.txt cmake/ include/ src/ common/ vendor/ licenses/ LICENSE ggml/ (core, CPU, CUDA) tools/ (no ui, cli, server)"
+        echo "trimmed to: CMakeLists.txt cmake/ include/ src/ common/ vendor/ licenses/ LICENSE ggml/ (core, CPU, CUDA) tools/ (no ui, cli, server) examples/speculative-simple"
     } > "$dst/PEER_SOURCE.txt"
     mkdir -p "$ROOT/.peer"
     tar -czf "$ROOT/.peer/llamacpp-src.tar.gz" -C "$tmp" "$TOP"
@@ -95,6 +102,10 @@ stage() {
 # ---------------------------------------------------------------------------------------------------------
 BUILD="$WORK/build-$BACKEND"
 BIN="$BUILD/bin/llama-bench"
+SPEC_BIN="$BUILD/bin/llama-speculative-simple"
+# Tarballs staged before examples/speculative-simple was added build llama-bench alone.
+EXAMPLES=OFF
+TARGETS=(llama-bench)
 LOCK="$WORK/build.lock"
 
 do_build() {
@@ -109,6 +120,10 @@ do_build() {
         rm -rf "$WORK/src-$sum" && mv "$WORK/src-$sum.tmp" "$WORK/src-$sum"
     fi
     [[ -f "$src/CMakeLists.txt" ]] || die "the tarball does not hold $TOP/ (staged for another commit?)"
+    if [[ -f "$src/examples/speculative-simple/CMakeLists.txt" ]]; then
+        EXAMPLES=ON
+        TARGETS=(llama-bench llama-speculative-simple)
+    fi
 
     local gen=Ninja
     command -v ninja >/dev/null || gen="Unix Makefiles"
@@ -118,7 +133,7 @@ do_build() {
     # backend hardly runs with -ngl 99). Flash-attention kernels are built (llama-bench's -fa defaults
     # to auto, which uses them on this GPU) and CUDA graphs are on, as llama.cpp builds by default.
     local args=(-G "$gen" -DCMAKE_BUILD_TYPE=Release
-                -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+                -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES="$EXAMPLES" -DLLAMA_BUILD_SERVER=OFF
                 -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_COMMON=ON
                 -DLLAMA_OPENSSL=OFF -DLLAMA_TOOLS_INSTALL=OFF
                 "-DLLAMA_BUILD_COMMIT=${LLAMA_COMMIT:0:9}" "-DLLAMA_BUILD_NUMBER=$LLAMA_BUILD_NUMBER"
@@ -146,9 +161,9 @@ do_build() {
         echo "== configure took ${SECONDS} s"
     fi
     if [[ "${PEER_CONFIGURE_ONLY:-0}" == 1 ]]; then return 0; fi
-    cmake --build "$BUILD" -j "$JOBS" --target llama-bench > "$WORK/build-$BACKEND.log" 2>&1 \
+    cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" > "$WORK/build-$BACKEND.log" 2>&1 \
         || { tail -60 "$WORK/build-$BACKEND.log"; die "build failed (log: $WORK/build-$BACKEND.log)"; }
-    echo "== build (configure + compile) took ${SECONDS} s: $BIN"
+    echo "== build (configure + compile) took ${SECONDS} s: ${TARGETS[*]} in $BUILD/bin"
 }
 
 # The build runs under an exclusive lock, so a second `build` or a `run` waits for one in progress
@@ -219,8 +234,23 @@ case "$cmd" in
         echo "== llama-bench took ${SECONDS} s, exit $rc"
         exit $rc
         ;;
+    spec)
+        # llama-speculative-simple (DFlash chain): every option passed through, e.g.
+        #   spec -m T -md D --spec-type draft-dflash --spec-draft-n-max 15 -ngl 99 -ngld 99 -fa on \
+        #        -c 4096 -f prompt.txt -n 256 --temp 0 --top-k 1 --seed 42 -lv 4
+        build_locked
+        [[ -x "$SPEC_BIN" ]] || die "no $SPEC_BIN: the tarball was staged without examples/speculative-simple (restage)"
+        echo "== $SPEC_BIN $*"
+        SECONDS=0
+        set +e
+        "$SPEC_BIN" "$@"
+        rc=$?
+        set -e
+        echo "== llama-speculative-simple took ${SECONDS} s, exit $rc"
+        exit $rc
+        ;;
     *)
-        sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+        sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
         [[ -z "$cmd" || "$cmd" == -h || "$cmd" == --help ]] || exit 2
         ;;
 esac
