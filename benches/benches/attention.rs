@@ -14,7 +14,7 @@ use kernel_abi::NodeBatch;
 fn main() {
     let Some(gpu) = gpu_or_skip("attention") else { return };
     let ceiling = ceiling_gbps(&gpu);
-    let d = AttnDims { n_head: 24, n_head_kv: 4, head_dim: 256, gated: true };
+    let d = AttnDims { n_head: 24, n_head_kv: 4, head_dim: 256, gated: true, window: 0 };
     let hsz = d.n_head * d.head_dim;
     // A 22-node tree: a chain of 8 with branches (DDTree-like: wide near the root).
     let tree: Vec<i32> = vec![-1, 0, 0, 1, 1, 2, 3, 3, 4, 6, 6, 7, 9, 9, 10, 12, 12, 15, 15, 17, 18, 19];

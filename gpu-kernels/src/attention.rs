@@ -9,13 +9,14 @@
 //!
 //! Invariant (batch invariance): node `i`'s outputs are a function of its own inputs and of its
 //! visible key/value sequence in logical order only. Keys are split and tiled by the node's key
-//! count `keys_i = n_past + |anc_i|` alone (`kernel_abi::attn_split_len`), and every reduction
+//! count `keys_i = nc_i + |anc_i|` alone (`nc_i` committed rows: all `n_past`, or the last ones
+//! a sliding window leaves) (`kernel_abi::attn_split_len`), and every reduction
 //! order is fixed by that and the head dim; the cache row a logical key is read from (a
 //! committed row or a scratch row of the tree) does not enter the arithmetic.
 
 use kernel_abi::{
-    attn_split_len_min, attn_splits_min, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch,
-    ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, ATTN_TILE_KEYS, MAX_NODES,
+    attn_split_len_min, attn_splits_min, attn_window_lo, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams,
+    NodeBatch, ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, ATTN_TILE_KEYS, MAX_NODES,
 };
 
 use crate::device::convert::{f16_to_f32, f32_to_f16};
@@ -238,20 +239,31 @@ fn unpack8(v: U32x4) -> [f32; 8] {
     o
 }
 
-/// Cache row of node-logical key `t`: committed row `t`, or the ancestor scratch row.
+/// Cache row of node-logical key `t` when the node sees the `nc` committed rows `lo .. lo + nc`:
+/// committed row `lo + t`, or the ancestor scratch row.
 #[inline(always)]
-unsafe fn key_row(t: u32, n_past: u32, rows: *const u32) -> u32 {
-    if t < n_past {
-        t
+unsafe fn key_row(t: u32, nc: u32, lo: u32, rows: *const u32) -> u32 {
+    if t < nc {
+        lo + t
     } else {
-        *rows.add((t - n_past) as usize & 31)
+        *rows.add((t - nc) as usize & 31)
     }
 }
 
+/// `(lo, nc)`: node `i` sees committed rows `lo .. lo + nc` (`lo = 0`, `nc = n_past` without a
+/// window; [`attn_window_lo`] with one).
+#[inline(always)]
+unsafe fn committed_keys(batch: *const NodeBatch, i: u32, n_past: u32, window: u32) -> (u32, u32) {
+    let lo = attn_window_lo(n_past, (*batch).depth[i as usize & 31], window);
+    (lo, n_past - lo)
+}
+
 /// `attn_tree_split_g{G}`: one split of one node's attention for the `G = n_head / n_kv` query heads of KV head
-/// `blockIdx.y`: node `i = blockIdx.z`, split `s = blockIdx.x` of its `keys_i = n_past + |anc_i|`
-/// logical keys (key `t < n_past` is cache row `t`; key `n_past + d` is the scratch row
-/// `n_past + j` of the `d`-th set bit `j` of `anc[i]`), keys `s·L .. min((s+1)·L, keys_i)` with
+/// `blockIdx.y`: node `i = blockIdx.z`, split `s = blockIdx.x` of its `keys_i = nc + |anc_i|`
+/// logical keys, where the node sees the committed rows `lo .. n_past` (`nc = n_past − lo`;
+/// `lo = 0` without a sliding window, else `attn_window_lo(n_past, depth_i, window)`): key
+/// `t < nc` is cache row `lo + t`; key `nc + d` is the scratch row `n_past + j` of the `d`-th set
+/// bit `j` of `anc[i]`), keys `s·L .. min((s+1)·L, keys_i)` with
 /// `L = attn_split_len(keys_i)`; blocks past `attn_splits(keys_i)` exit.
 ///
 /// Per tile of 64 keys (scores in the base-2 domain, `σ = scale_log2`):
@@ -291,7 +303,8 @@ unsafe fn tree_split<const G: usize>(
         return; // the combine pass writes NaN
     }
     let anc = (*batch).anc[i as usize & 31] & if nb >= 32 { u32::MAX } else { (1u32 << nb) - 1 };
-    let keys = n_past + anc.count_ones();
+    let (lo, nc) = committed_keys(batch, i, n_past, p.window);
+    let keys = nc + anc.count_ones();
     let split_len = attn_split_len_min(keys, p.min_split_keys);
     let s = block_x();
     if s >= attn_splits_min(keys, p.min_split_keys) {
@@ -358,7 +371,7 @@ unsafe fn tree_split<const G: usize>(
             while kk < 2 {
                 let t = lane + 32 * kk;
                 if t < valid {
-                    let r = key_row(t0 + t as u32, n_past, rows);
+                    let r = key_row(t0 + t as u32, nc, lo, rows);
                     let base = k_cache.add(r as usize * row_elems + kvh * hd) as *const U32x4;
                     let mut j = 0;
                     while j < 4 {
@@ -449,7 +462,7 @@ unsafe fn tree_split<const G: usize>(
         while j < 8 {
             let t = kg + kgs * j;
             if t < valid {
-                let r = key_row(t0 + t as u32, n_past, rows);
+                let r = key_row(t0 + t as u32, nc, lo, rows);
                 vb[j] = ld_v4((v_cache.add(r as usize * row_elems + kvh * hd) as *const U32x4).add(vc));
             }
             j += 1;
@@ -591,7 +604,8 @@ pub unsafe extern "ptx-kernel" fn attn_tree_combine(
         return;
     }
     let anc = (*batch).anc[i as usize & 31] & if nb >= 32 { u32::MAX } else { (1u32 << nb) - 1 };
-    let splits = attn_splits_min(n_past + anc.count_ones(), p.min_split_keys) as usize;
+    let (_, nc) = committed_keys(batch, i, n_past, p.window);
+    let splits = attn_splits_min(nc + anc.count_ones(), p.min_split_keys) as usize;
     let base = (i as usize * p.n_head as usize + h) * p.slots as usize;
     let ml = scratch.add(p.n as usize * p.n_head as usize * p.slots as usize * hd);
     let mut m = f32::NEG_INFINITY;

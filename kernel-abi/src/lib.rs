@@ -685,6 +685,28 @@ pub const fn attn_splits_min(keys: u32, min_keys: u32) -> u32 {
     keys.div_ceil(attn_split_len_min(keys, min_keys))
 }
 
+/// First committed key a node sees under a sliding `window` (0 = no window): a query at position
+/// `p = n_past + depth` sees keys at positions `> p − window`, so committed rows
+/// `attn_window_lo(..) .. n_past` (`max(0, p + 1 − window)`, at most `n_past`). With
+/// `window ≥ MAX_NODES` (the only windows the launchers take) every tree key — an ancestor at a
+/// depth `≥ 0 > depth − window` — stays visible, so the window only ever trims committed rows.
+pub const fn attn_window_lo(n_past: u32, depth: u32, window: u32) -> u32 {
+    if window == 0 {
+        return 0;
+    }
+    let end = n_past as u64 + depth as u64 + 1;
+    if end <= window as u64 {
+        0
+    } else {
+        let lo = end - window as u64;
+        if lo > n_past as u64 {
+            n_past
+        } else {
+            lo as u32
+        }
+    }
+}
+
 /// Split slots per (node, head) that a launch over a cache of `ctx` rows provides (the grid's
 /// `x` and the scratch stride): `clamp(⌈ctx / ATTN_MIN_SPLIT_KEYS⌉, 1, ATTN_MAX_SPLITS)`, which
 /// bounds [`attn_splits`]`(keys)` for every `keys ≤ ctx`.
@@ -747,6 +769,9 @@ pub struct AttnTreeParams {
     /// The split rule's fewest keys per split ([`attn_split_len_min`]): [`ATTN_MIN_SPLIT_KEYS`]
     /// for the target (its batch-invariant rule), larger for the draft.
     pub min_split_keys: u32,
+    /// Sliding window (0 = none, else `≥ MAX_NODES`): node `i` sees committed rows
+    /// [`attn_window_lo`]`(n_past, depth_i, window) .. n_past` (the DFlash draft's sliding layers).
+    pub window: u32,
 }
 
 /// Parameters of `kv_commit`.
@@ -784,6 +809,28 @@ mod attn_tests {
         assert_eq!(attn_split_len(8192), 128);
         assert_eq!(attn_splits(8192), 64);
         assert_eq!(attn_splits(513), 5);
+    }
+
+    #[test]
+    fn the_window_trims_committed_rows_only() {
+        assert_eq!(attn_window_lo(100, 0, 0), 0);
+        // p = 100 + 3 = 103 sees positions > 103 − 64 = 39: rows 40..100.
+        assert_eq!(attn_window_lo(100, 3, 64), 40);
+        assert_eq!(attn_window_lo(10, 3, 64), 0);
+        assert_eq!(attn_window_lo(63, 0, 64), 0);
+        assert_eq!(attn_window_lo(64, 0, 64), 1);
+        assert_eq!(attn_window_lo(u32::MAX, 31, 32), u32::MAX);
+        assert_eq!(attn_window_lo(u32::MAX, 0, 32), u32::MAX - 31);
+        for n_past in [0u32, 1, 31, 32, 33, 1000] {
+            for depth in 0..MAX_NODES {
+                for w in [MAX_NODES, 33, 64, 2048] {
+                    let lo = attn_window_lo(n_past, depth, w);
+                    assert!(lo <= n_past);
+                    // Visible committed keys plus the node's ancestors never exceed the window.
+                    assert!((n_past - lo) as u64 + depth as u64 + 1 <= w as u64, "{n_past} {depth} {w}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -13,6 +13,10 @@ pub struct AttnDims {
     pub n_head: usize,
     pub n_head_kv: usize,
     pub head_dim: usize,
+    /// Sliding window (0 = none): a query at position `p` sees committed rows at positions
+    /// `> p − window` (`kernel_abi::attn_window_lo`); tree keys are always visible (the kernels
+    /// take windows `≥ MAX_NODES`, larger than any depth).
+    pub window: usize,
 }
 
 impl AttnDims {
@@ -31,14 +35,17 @@ pub struct Prepared {
     pub gate: Vec<f32>,
 }
 
-/// Cache rows a node sees, in logical order: committed rows `0..n_past`, then the scratch rows
-/// `n_past + j` of its ancestors and itself (`anc` bits `j < n`, ascending).
-pub fn visible_rows(b: &NodeBatch, i: usize) -> Vec<usize> {
+/// Cache rows a node sees, in logical order: committed rows `lo..n_past` (`lo = 0` without a
+/// window, else the first position `> p − window` for the node at `p = n_past + depth[i]`), then
+/// the scratch rows `n_past + j` of its ancestors and itself (`anc` bits `j < n`, ascending).
+pub fn visible_rows(b: &NodeBatch, i: usize, window: usize) -> Vec<usize> {
     let n = b.n as usize;
     let mask = if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
     let anc = b.anc[i] & mask;
     let n_past = b.n_past as usize;
-    (0..n_past).chain((0..n).filter(|&j| anc >> j & 1 == 1).map(|j| n_past + j)).collect()
+    let p = n_past + b.depth[i] as usize;
+    let lo = if window == 0 { 0 } else { (p + 1).saturating_sub(window).min(n_past) };
+    (lo..n_past).chain((0..n).filter(|&j| anc >> j & 1 == 1).map(|j| n_past + j)).collect()
 }
 
 /// `attn_prep` for nodes `0..b.n`: splits `qg` per head into q and gate, per-head RMSNorm of q and
@@ -87,7 +94,7 @@ pub fn attn_prep(
 }
 
 /// `attn_tree` for nodes `0..b.n`: `out[i, h·hd + e] = sigmoid(gate[i, h·hd + e]) ·
-/// Σ_t softmax_t(q_{i,h}·K_t/√hd)·V_t[e]` over the node's [`visible_rows`] of the f16 caches, GQA
+/// Σ_t softmax_t(q_{i,h}·K_t/√hd)·V_t[e]` over the node's [`visible_rows`] (under `d.window`) of the f16 caches, GQA
 /// (head `h` reads KV head `h / (n_head / n_kv)`). Scores, softmax and sums in f64; returns f64.
 pub fn attn_tree(d: AttnDims, b: &NodeBatch, q: &[f32], gate: &[f32], k_cache: &[u16], v_cache: &[u16]) -> Vec<f64> {
     let (hd, n) = (d.head_dim, b.n as usize);
@@ -96,7 +103,7 @@ pub fn attn_tree(d: AttnDims, b: &NodeBatch, q: &[f32], gate: &[f32], k_cache: &
     let h16 = |x: u16| f16::from_bits(x).to_f64();
     let mut out = Vec::with_capacity(n * d.n_head * hd);
     for i in 0..n {
-        let rows = visible_rows(b, i);
+        let rows = visible_rows(b, i, d.window);
         for h in 0..d.n_head {
             let kvh = h / group;
             let qh = &q[(i * d.n_head + h) * hd..][..hd];
@@ -136,7 +143,7 @@ pub fn attn_tree_error_terms(
     let h16 = |x: u16| f16::from_bits(x).to_f64();
     let mut out = Vec::new();
     for i in 0..b.n as usize {
-        let rows = visible_rows(b, i);
+        let rows = visible_rows(b, i, d.window);
         for h in 0..d.n_head {
             let kvh = h / group;
             let qh = &q[(i * d.n_head + h) * hd..][..hd];
@@ -226,7 +233,7 @@ mod tests {
             .collect()
     }
 
-    const D: AttnDims = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 32 };
+    const D: AttnDims = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 32, window: 0 };
 
     fn f16_rows(x: &[f32]) -> Vec<u16> {
         x.iter().map(|&v| f16::from_f32(v).to_bits()).collect()
@@ -285,7 +292,15 @@ mod tests {
         assert_eq!(t[4 * hsz..5 * hsz], c[2 * hsz..3 * hsz]);
         assert_eq!(t[2 * hsz..3 * hsz], c[hsz..2 * hsz]);
         assert_eq!(t[..hsz], c[..hsz]);
-        assert_eq!(visible_rows(&tree, 3), (0..5).chain([5, 6, 8]).collect::<Vec<_>>());
+        assert_eq!(visible_rows(&tree, 3, 0), (0..5).chain([5, 6, 8]).collect::<Vec<_>>());
+        // Node 3 (depth 2) sits at p = 7: a window of 4 leaves the committed positions > 3 (row
+        // 4), and the tree keys stay; the same rule as the DFlash draft's `kp + w > p`.
+        assert_eq!(tree.depth[3], 2);
+        assert_eq!(visible_rows(&tree, 3, 4), vec![4, 5, 6, 8]);
+        assert_eq!(visible_rows(&tree, 3, 8), (0..5).chain([5, 6, 8]).collect::<Vec<_>>());
+        let p = 7;
+        let committed: Vec<usize> = (0..5).filter(|&kp| kp + 4 > p).collect();
+        assert_eq!(committed, vec![4]);
     }
 
     #[test]

@@ -8,17 +8,17 @@
 //!   per draft layer `K = RoPE(k_norm(W_k·c))`, `V = W_v·c` at the token's position, written as
 //!   f16 rows of the draft's KV cache (`attn_prep` with no query heads). Chunks of ≤ 32 rows.
 //! * **Block** ([`DraftEngine::propose`]): the `B` nodes `[bonus, MASK × (B−1)]` at positions
-//!   `n_ctx …` through every layer — pre-norm attention over all context rows and the block
+//!   `n_ctx …` through every layer — pre-norm attention over the context rows and the block
 //!   (non-causal for full layers; causal when the config says so), SwiGLU MLP — then the final
 //!   norm, the target's LM head on slots `1 … B−1`, and the top-K log-probs of each row on the
 //!   device. The block's K/V rows sit after the context rows and are overwritten when the next
 //!   committed tokens' context rows are written.
 //!
 //! Arithmetic: the target's (`qmm` with f16-rounded inputs, f16 KV, f32 elsewhere), so the logits
-//! follow the reference draft within the f16 rounding of the matmul inputs and the cache. Every
-//! committed row is attended: sliding-window layers (causal inside the block, with their own
-//! masks) are exact while the context plus one block fits in the window, and a draft whose window
-//! is smaller than the planned context is refused (no runtime window yet).
+//! follow the reference draft within the f16 rounding of the matmul inputs and the cache. Full
+//! layers attend every committed row; sliding-window layers (causal inside the block unless the
+//! config says otherwise) attend the committed rows at positions `> p − window` for a block slot
+//! at `p`, as the reference draft does (`attn_tree`'s window; windows of at least 32 keys).
 
 use std::sync::Arc;
 
@@ -199,7 +199,7 @@ fn tensor<'d>(d: &'d DraftModel, name: &str) -> Result<crate::model::draft::Draf
 impl DraftEngine {
     /// Uploads `draft` for the target whose weights are `target` (`tcfg`), with room for `ctx`
     /// context rows (the target engine's context). Refuses a draft the kernels do not cover
-    /// (sliding layers, head shapes outside the attention kernels, a vocabulary over the
+    /// (sliding windows under 32 keys, head shapes outside the attention kernels, a vocabulary over the
     /// target's) and a pair that does not match.
     pub fn load(
         gpu: Arc<Gpu>,
@@ -210,16 +210,14 @@ impl DraftEngine {
     ) -> Result<DraftEngine, EngineError> {
         let cfg = draft.config.clone();
         cfg.check_target(tcfg, &draft.path)?;
-        // Sliding-window layers: a query at position p sees context keys > p − W. The GPU draft
-        // attends every context row, which is that exactly while the context and one block fit in
-        // the window.
+        // Sliding-window layers: a query at position p sees context keys > p − W (`attn_tree`'s
+        // window, which keeps every block key visible for W ≥ MAX_NODES).
         if let (Some(l), w) = (cfg.sliding_layers.iter().position(|&s| s), cfg.sliding_window.unwrap_or(0)) {
-            if ctx + cfg.block_size > w {
+            if w < N {
                 return Err(EngineError::Unsupported(format!(
-                    "{}: draft layer {l} is a sliding-window layer (window {w}); the GPU draft covers a context \
-                     of at most window − block = {} tokens, not {ctx}",
-                    draft.path.display(),
-                    w.saturating_sub(cfg.block_size)
+                    "{}: draft layer {l} is a sliding-window layer with window {w}; the GPU draft takes windows of \
+                     at least {N}",
+                    draft.path.display()
                 )));
             }
         }
@@ -232,7 +230,7 @@ impl DraftEngine {
                 cfg.block_size
             )));
         }
-        let dims = AttnDims { n_head: nh, n_head_kv: nkv, head_dim: hd, gated: false };
+        let dims = AttnDims { n_head: nh, n_head_kv: nkv, head_dim: hd, gated: false, window: 0 };
         let g = &*gpu;
         // Every matrix packed in parallel: fc, then per layer q, k, v, o, gate/up, down.
         let mut jobs = vec![PackJob::matrix("fc.weight".into(), h, kh)];
@@ -547,6 +545,7 @@ impl DraftEngine {
         for (li, l) in self.layers.iter().enumerate() {
             let sliding = self.cfg.sliding_layers.get(li).copied().unwrap_or(false);
             let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
+            let window = if sliding { self.cfg.sliding_window.unwrap_or(0) } else { 0 };
             if li == 0 {
                 rms_norm_rows_span(gpu, s(&self.e), s(&l.attn_norm), s(&self.x), bs, h, eps)?;
             } else {
@@ -579,7 +578,7 @@ impl DraftEngine {
             )?;
             attn::attn_tree_min_split(
                 gpu,
-                self.dims,
+                AttnDims { window, ..self.dims },
                 batch,
                 bs,
                 s(&self.qo),

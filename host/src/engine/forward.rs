@@ -828,7 +828,7 @@ fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspa
 }
 
 fn attn_dims(cfg: &Qwen35Config) -> AttnDims {
-    AttnDims { n_head: cfg.head_count, n_head_kv: cfg.head_count_kv, head_dim: cfg.key_length, gated: true }
+    AttnDims { n_head: cfg.head_count, n_head_kv: cfg.head_count_kv, head_dim: cfg.key_length, gated: true, window: 0 }
 }
 
 fn gdn_shape(cfg: &Qwen35Config) -> GdnShape {

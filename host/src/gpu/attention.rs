@@ -26,6 +26,10 @@ pub struct AttnDims {
     /// the output is multiplied by `sigmoid(gate)`), or plain (the DFlash draft: `q` per head, no
     /// gate; the gate spans are not read and may be empty).
     pub gated: bool,
+    /// Sliding window of [`attn_tree`] (0 = none, else `≥ MAX_NODES`): a node at position `p`
+    /// sees the committed rows at positions `> p − window` (`kernel_abi::attn_window_lo`) and all
+    /// its tree keys. The DFlash draft's sliding-window layers; the target has none.
+    pub window: usize,
 }
 
 impl AttnDims {
@@ -231,8 +235,8 @@ fn split_kernel(g: usize) -> &'static str {
 
 /// Gated attention of `n` nodes of `batch` over the f16 KV cache (plain, without the sigmoid
 /// factor, when `!d.gated`): `out[i, h·hd ..] = sigmoid(gate[i, h·hd ..]) ⊙ Σ_t softmax_t(q_{i,h}·K_t/√hd)·V_t` over node `i`'s visible keys
-/// (committed rows `0..n_past`, then rows `n_past + j` of its ancestors and itself, `j` in
-/// `anc[i]`), query head `h` on KV head `h / (n_head/n_kv)`. `q`, `gate`, `out`
+/// (committed rows `0..n_past` — the last ones only under `d.window` —, then rows `n_past + j`
+/// of its ancestors and itself, `j` in `anc[i]`), query head `h` on KV head `h / (n_head/n_kv)`. `q`, `gate`, `out`
 /// `[n, n_head·hd]` f32; `scratch` ≥ [`attn_tree_scratch_len`]. Bitwise batch-invariant: a
 /// node's output depends only on its q, gate and visible key/value sequence. A batch with
 /// `n_past + NodeBatch::n > ctx` gives NaN outputs (and reads nothing outside the planes).
@@ -276,6 +280,10 @@ pub fn attn_tree_min_split(
     if min_split_keys == 0 {
         return Err(GpuError::shape(K, "min_split_keys must be ≥ 1"));
     }
+    let window = u32::try_from(d.window).unwrap_or(u32::MAX);
+    if window != 0 && window < MAX_NODES {
+        return Err(GpuError::shape(K, format!("sliding window {}: 0 (none) or ≥ {MAX_NODES}", d.window)));
+    }
     d.check(K)?;
     let n32 = check_n(K, n)?;
     check_batch(K, batch)?;
@@ -296,6 +304,7 @@ pub fn attn_tree_min_split(
         scale_log2: (std::f64::consts::LOG2_E / (d.head_dim as f64).sqrt()) as f32,
         gated: d.gated as u32,
         min_split_keys,
+        window,
     };
     let cfg = LaunchConfig {
         grid_dim: (slots, d.n_head_kv as u32, n32),

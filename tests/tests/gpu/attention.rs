@@ -61,12 +61,12 @@ fn dims_strategy() -> impl Strategy<Value = (AttnDims, usize)> {
         prop::bool::weighted(0.75),
     )
         .prop_map(|(kv, g, hd, rot, gated)| {
-            (AttnDims { n_head: kv * g, n_head_kv: kv, head_dim: hd, gated }, 2 * rot.index(hd / 2 + 1))
+            (AttnDims { n_head: kv * g, n_head_kv: kv, head_dim: hd, gated, window: 0 }, 2 * rot.index(hd / 2 + 1))
         })
 }
 
 fn ref_dims(d: AttnDims) -> reference::AttnDims {
-    reference::AttnDims { n_head: d.n_head, n_head_kv: d.n_head_kv, head_dim: d.head_dim }
+    reference::AttnDims { n_head: d.n_head, n_head_kv: d.n_head_kv, head_dim: d.head_dim, window: d.window }
 }
 
 fn batch_span(gpu: &Gpu, b: &NodeBatch) -> (CudaSlice<u32>, DevSpan<NodeBatch>) {
@@ -163,7 +163,7 @@ fn check_tree_min_split(
     let terms = reference::attn_tree_error_terms(ref_dims(d), b, q, kc, vc);
     let hd = d.head_dim;
     for i in 0..b.n as usize {
-        let keys = reference::visible_rows(b, i).len();
+        let keys = reference::visible_rows(b, i, d.window).len();
         let big_k = kernel_abi::attn_split_len_min(keys as u32, min_split) as usize + 140;
         for h in 0..d.n_head {
             let (a_max, spread, vmax) = terms[i * d.n_head + h];
@@ -289,13 +289,16 @@ proptest! {
         check_tree(d, &b, &q, &gate, &kc, &vc, &got)?;
     }
 
-    /// The same against the reference with the draft's longer splits (`attn_tree_min_split`).
+    /// The same against the reference with the draft's longer splits (`attn_tree_min_split`)
+    /// and its sliding windows (none, or 32 … 2048 keys: the window trims committed rows only).
     #[test]
     fn attn_tree_with_longer_splits_matches_reference(
         (d, _rot) in dims_strategy(), n in 1usize..=16, n_past in 0usize..5000,
-        min_split in prop::sample::select(vec![256u32, 1024, 4096]), seed in any::<u64>()
+        min_split in prop::sample::select(vec![256u32, 1024, 4096]),
+        window in prop::sample::select(vec![0usize, 0, 32, 47, 64, 500, 2048]), seed in any::<u64>()
     ) {
         let Some(gpu) = gpu_or_skip("attn_tree_with_longer_splits_matches_reference") else { return Ok(()) };
+        let d = AttnDims { window, ..d };
         let (d, n) = if n_past > 2000 { (AttnDims { n_head: d.n_head_kv * (d.n_head / d.n_head_kv).min(2), ..d }, n.min(6)) } else { (d, n) };
         let b = reference::node_batch(n_past as u32, &random_parents(seed, n));
         let ctx = n_past + n + 5;
@@ -309,12 +312,16 @@ proptest! {
     }
 
     /// Batch invariance: every node of a random tree gives bitwise the same output as the single
-    /// node of an AR batch whose committed rows hold its ancestors (same values, other rows).
+    /// node of an AR batch whose committed rows hold its visible keys (same values, other rows),
+    /// with or without a sliding window (a windowed node sees at most `window` keys, so alone at
+    /// depth 0 it sees them all).
     #[test]
     fn attn_tree_node_is_bitwise_the_same_alone_as_in_a_tree(
-        (d, _rot) in dims_strategy(), n in 1usize..=32, n_past in n_past_strategy(), seed in any::<u64>()
+        (d, _rot) in dims_strategy(), n in 1usize..=32, n_past in n_past_strategy(),
+        window in prop::sample::select(vec![0usize, 0, 32, 100]), seed in any::<u64>()
     ) {
         let Some(gpu) = gpu_or_skip("attn_tree_node_is_bitwise_the_same_alone_as_in_a_tree") else { return Ok(()) };
+        let d = AttnDims { window, ..d };
         let n = if n_past > 2000 { n.min(8) } else { n };
         let b = reference::node_batch(n_past as u32, &random_parents(seed, n));
         let ctx = n_past + n + 40;
@@ -325,7 +332,7 @@ proptest! {
         let gate = values(seed ^ 24, n * hsz, 4.0);
         let all = run_tree(gpu, d, &b, &q, &gate, &kc, &vc, ctx);
         for i in 0..n {
-            let rows = reference::visible_rows(&b, i);
+            let rows = reference::visible_rows(&b, i, d.window);
             let n_past1 = rows.len() - 1;
             let mut kc1 = vec![0u16; ctx * row];
             let mut vc1 = vec![0u16; ctx * row];
@@ -371,7 +378,7 @@ proptest! {
 #[test]
 fn attention_launchers_reject_bad_shapes() {
     let Some(gpu) = gpu_or_skip("attention_launchers_reject_bad_shapes") else { return };
-    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 48, gated: true };
+    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 48, gated: true, window: 0 };
     let b = reference::node_batch(0, &[-1]);
     let (_bb, bs) = batch_span(gpu, &b);
     let f = gpu.zeros::<f32>(4096).unwrap();
@@ -379,9 +386,12 @@ fn attention_launchers_reject_bad_shapes() {
     let (fs, hs) = (DevSpan::of(gpu, &f), DevSpan::of(gpu, &h));
     let err = attn_tree(gpu, d, bs, 1, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
     assert!(err.contains("attn_tree") && err.contains("head_dim"), "{err}");
-    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 32, gated: true };
+    let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 32, gated: true, window: 0 };
     let err = attn_tree(gpu, d, bs, 1, fs, fs, hs, hs, 1000, fs, fs).unwrap_err().to_string();
     assert!(err.contains("k_cache"), "{err}");
     let err = attn_tree(gpu, d, bs, 33, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
     assert!(err.contains("nodes"), "{err}");
+    let w = AttnDims { window: 31, ..d };
+    let err = attn_tree(gpu, w, bs, 1, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
+    assert!(err.contains("window 31"), "{err}");
 }

@@ -178,12 +178,13 @@ fn a_broken_deltanet_rollback_makes_the_tree_output_differ_from_ar() {
 
 /// A draft with a sliding-window layer (the tiny draft's config with `layer_types` =
 /// `[sliding_attention, full_attention]`, window 64): the sliding layer attends causally inside
-/// the block, and while context + block fit in the window the GPU logits match the reference
-/// (which applies the causal mask and the window); a context the window does not cover is refused.
+/// the block and, for a block slot at position `p`, only the context rows at positions `> p − 64`:
+/// the GPU logits match the reference (which applies the causal mask and the window) for contexts
+/// inside and well past the window; a window under 32 keys is refused.
 #[test]
 fn gpu_draft_with_a_sliding_layer_matches_the_reference() {
     let test = "gpu_draft_with_a_sliding_layer_matches_the_reference";
-    let Some(mut e) = engine(test, 48) else {
+    let Some(mut e) = engine(test, 192) else {
         return;
     };
     let t = tiny();
@@ -202,14 +203,16 @@ fn gpu_draft_with_a_sliding_layer_matches_the_reference() {
     std::fs::write(&cfg_path, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
     let (_, dw) = flashtree::convert::dflash::load_draft(&dir).expect("draft loads");
     assert_eq!(dw.hparams.sliding, vec![true, false]);
+    let mut model = DraftModel::open(&dir).unwrap();
+    model.config.sliding_window = Some(16);
+    let err = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, 192).err().expect("refused");
+    assert!(err.to_string().contains("window 16"), "{err}");
     let model = DraftModel::open(&dir).unwrap();
-    let err = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, 512).err().expect("refused");
-    assert!(err.to_string().contains("sliding"), "{err}");
-    let mut d = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, 48).expect("fits the window");
+    let mut d = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, 192).expect("GPU draft loads");
     let layers = dw.hparams.target_layer_ids.clone();
     let bs = dw.hparams.block_size;
     let vocab = e.cfg.vocab_size;
-    for len in [1usize, 17, 30] {
+    for len in [1usize, 17, 30, 47, 48, 100, 170] {
         let prompt = tokens(300 + len as u64, len, vocab);
         let (bonus, features) = {
             let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
