@@ -827,7 +827,7 @@ mod attn_tests {
                     let lo = attn_window_lo(n_past, depth, w);
                     assert!(lo <= n_past);
                     // Visible committed keys plus the node's ancestors never exceed the window.
-                    assert!((n_past - lo) as u64 + depth as u64 + 1 <= w as u64, "{n_past} {depth} {w}");
+                    assert!(((n_past - lo) as u64 + depth as u64) < w as u64, "{n_past} {depth} {w}");
                 }
             }
         }

@@ -129,7 +129,10 @@ pub struct CpuDraft<'w> {
     /// Every layer's K/V of each committed token's context row, computed once when the row
     /// arrives (position order from 0).
     ctx: Vec<ContextKv>,
-    /// At most this many most recent context rows are attended (the trained context, e.g. 4096).
+    /// At most this many most recent context rows are attended by every layer (sliding layers
+    /// further keep their own window). Default: all of them, as the z-lab drafts' full layers
+    /// were trained and as the GPU draft attends; a smaller value is z-lab's opt-in runtime
+    /// window, an approximation the draft was not trained with.
     pub window: usize,
 }
 
@@ -143,7 +146,7 @@ impl<'w> CpuDraft<'w> {
     /// `[n_vocab, H]`; the draft checks their shapes on every pass). Call [`check_pair_shape`]
     /// first.
     pub fn with_target_matrices(d: &'w DFlashWeights, embd: &'w Matrix, head: &'w Matrix) -> Self {
-        Self { d, embd, head, ctx: Vec::new(), window: 4096 }
+        Self { d, embd, head, ctx: Vec::new(), window: usize::MAX }
     }
 }
 
