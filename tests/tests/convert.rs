@@ -225,11 +225,11 @@ fn logits_command_on_a_converted_fixture_reproduces_transformers() {
     assert!(render(&bad.args).is_err(), "a non-numeric token is an error");
 }
 
-fn draft_round_trip(name: &str, out: OutType) {
+fn draft_round_trip(target_name: &str, name: &str, out: OutType) {
     let dir = fixture(name);
     let (cfg, zlab) = load_draft(&dir).expect("z-lab load");
     let path = scratch(&format!("{name}-{out:?}.gguf"));
-    convert_dflash(&dir, &cfg, &open_folder(&dir).expect("files"), Some(Path::new(&fixture("a"))), out, &path)
+    convert_dflash(&dir, &cfg, &open_folder(&dir).expect("files"), Some(Path::new(&fixture(target_name))), out, &path)
         .unwrap_or_else(|e| panic!("{e}"));
     let (gcfg, w) = load_draft(&path).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(gcfg.target_layer_ids, cfg.target_layer_ids, "target_layers stored as id+1 and read back");
@@ -242,7 +242,7 @@ fn draft_round_trip(name: &str, out: OutType) {
         assert_eq!(format!("{:?}", w.layers), format!("{:?}", zlab.layers));
         assert_eq!(w.fc, zlab.fc);
     }
-    let (_, target) = load_hf(&fixture("a")).expect("target");
+    let (_, target) = load_hf(&fixture(target_name)).expect("target");
     let exp = SafeTensors::open(&dir.join("expected.safetensors")).expect("expected");
     let block: Vec<u32> = exp.read_i64("block_tokens").expect("block").into_iter().map(|t| t as u32).collect();
     let start = exp.read_i64("block_start").expect("start")[0] as usize;
@@ -255,9 +255,11 @@ fn draft_round_trip(name: &str, out: OutType) {
 
 #[test]
 fn dflash_drafts_convert_to_llamacpp_layout_and_back() {
-    draft_round_trip("draft-full", OutType::BF16);
-    draft_round_trip("draft-swa", OutType::BF16);
-    draft_round_trip("draft-swa", OutType::Q8_0);
+    draft_round_trip("a", "draft-full", OutType::BF16);
+    draft_round_trip("a", "draft-swa", OutType::BF16);
+    draft_round_trip("a", "draft-swa", OutType::Q8_0);
+    draft_round_trip("c", "draft-c-full", OutType::BF16);
+    draft_round_trip("c", "draft-c-swa", OutType::Q8_0);
 }
 
 #[test]

@@ -196,8 +196,9 @@ fn bad_tokens_and_capture_layers_are_errors_not_panics() {
     assert_eq!(st.n_past, 0, "a failed forward leaves the state untouched");
 }
 
-fn check_draft(name: &str) {
-    let (_, target) = load_hf(&fixture("a")).unwrap_or_else(|e| panic!("{e}"));
+/// The HF draft `name` (made for HF target `target`) against the script's PyTorch logits.
+fn check_draft(target_name: &str, name: &str) {
+    let (_, target) = load_hf(&fixture(target_name)).unwrap_or_else(|e| panic!("{e}"));
     let (cfg, draft) = load_draft(&fixture(name)).unwrap_or_else(|e| panic!("{e}"));
     let exp = SafeTensors::open(&fixture(name).join("expected.safetensors")).expect("expected");
     let feats = rows(&exp, "features");
@@ -213,7 +214,7 @@ fn check_draft(name: &str) {
     }
 
     // End to end: the same features from our own target forward (layers `target_layer_ids`).
-    let toks = tokens(&SafeTensors::open(&fixture("a").join("expected.safetensors")).expect("target expected"));
+    let toks = tokens(&SafeTensors::open(&fixture(target_name).join("expected.safetensors")).expect("target expected"));
     let mut st = Qwen35State::new(&target.hparams);
     let opts = ForwardOptions { capture_layers: cfg.target_layer_ids.clone(), ..Default::default() };
     let o = target.forward(&mut st, &toks[..start], &opts).expect("target");
@@ -224,10 +225,12 @@ fn check_draft(name: &str) {
 
 #[test]
 fn dflash_draft_all_full_attention_matches_pytorch_reference() {
-    check_draft("draft-full");
+    check_draft("a", "draft-full");
+    check_draft("c", "draft-c-full");
 }
 
 #[test]
 fn dflash_draft_sliding_window_causal_layer_matches_pytorch_reference() {
-    check_draft("draft-swa");
+    check_draft("a", "draft-swa");
+    check_draft("c", "draft-c-swa");
 }

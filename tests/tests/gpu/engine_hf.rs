@@ -61,13 +61,13 @@ const CTX: usize = 256;
 /// they lose low bits — a negligible change at these magnitudes).
 const TYPES: [(OutType, bool); 3] = [(OutType::BF16, true), (OutType::F16, true), (OutType::Q8_0, false)];
 
-struct HfTarget {
-    name: String,
-    dir: PathBuf,
-    cfg: HfQwen35Config,
+pub(super) struct HfTarget {
+    pub(super) name: String,
+    pub(super) dir: PathBuf,
+    pub(super) cfg: HfQwen35Config,
 }
 
-fn loud(msg: &str) {
+pub(super) fn loud(msg: &str) {
     // Straight to the process's stderr: libtest captures `eprintln!` of passing tests.
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
@@ -126,7 +126,7 @@ fn unsupported(hp: &Qwen35Hparams, context_length: usize, need_ctx: usize) -> Ve
 
 /// Every qwen35 target under `tests/fixtures/hf/` (drafts are not targets) whose shapes the GPU
 /// kernels take; the others are named with their reasons (once per process).
-fn hf_targets() -> Vec<HfTarget> {
+pub(super) fn hf_targets() -> Vec<HfTarget> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
@@ -161,24 +161,24 @@ fn hf_targets() -> Vec<HfTarget> {
     ok
 }
 
-fn expected(dir: &Path) -> SafeTensors {
+pub(super) fn expected(dir: &Path) -> SafeTensors {
     SafeTensors::open(&dir.join("expected.safetensors")).expect("expected.safetensors")
 }
 
-fn tokens(exp: &SafeTensors) -> Vec<u32> {
+pub(super) fn tokens(exp: &SafeTensors) -> Vec<u32> {
     exp.read_i64("tokens").expect("tokens").into_iter().map(|t| t as u32).collect()
 }
 
-fn rows(st: &SafeTensors, name: &str) -> Vec<Vec<f32>> {
+pub(super) fn rows(st: &SafeTensors, name: &str) -> Vec<Vec<f32>> {
     let t = st.read_f32(name).unwrap_or_else(|e| panic!("{name}: {e}"));
     let cols = *t.shape.last().expect("2-D tensor");
     t.data.chunks_exact(cols).map(|r| r.to_vec()).collect()
 }
 
 /// A converted GGUF in a scratch folder of its own, removed when dropped.
-struct Converted {
+pub(super) struct Converted {
     dir: PathBuf,
-    path: PathBuf,
+    pub(super) path: PathBuf,
 }
 
 impl Drop for Converted {
@@ -188,7 +188,7 @@ impl Drop for Converted {
 }
 
 /// `flashtree convert --outtype <ty>` of the fixture into a scratch folder.
-fn convert(t: &HfTarget, ty: OutType, test: &str) -> Converted {
+pub(super) fn convert(t: &HfTarget, ty: OutType, test: &str) -> Converted {
     let tag = format!("{ty:?}").to_lowercase();
     let dir = std::env::temp_dir().join(format!("flashtree-engine-hf-{}-{test}-{}-{tag}", std::process::id(), t.name));
     let _ = std::fs::remove_dir_all(&dir);

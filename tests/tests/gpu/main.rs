@@ -6,6 +6,7 @@ mod copy;
 mod deltanet;
 mod demo_pair;
 mod draft;
+mod draft_hf;
 mod embed;
 mod engine;
 mod engine_hf;
