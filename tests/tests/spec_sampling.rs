@@ -21,7 +21,7 @@
 
 use std::ops::ControlFlow;
 
-use flashtree::spec::sample::{draw, filtered, uniform};
+use flashtree::spec::sample::{filtered, uniform};
 use flashtree::spec::{generate, DecodingRule, Draft, GenerateConfig, Mode, SpecError, Stats, Target, VerifyBatch};
 use flashtree_tests::markov::{softmax_rows, step, MarkovDraft, MarkovTarget};
 
@@ -221,10 +221,18 @@ impl Leviathan {
     }
 }
 
-/// A sample of the dense distribution `p` with uniform `u`.
+/// A sample of the dense distribution `p` with uniform `u`: the first token whose cumulative
+/// probability exceeds `u · Σ p` (the last one with mass when rounding leaves none).
 fn sample_dense(p: &[f64], u: f64) -> u32 {
-    let kept: Vec<(u32, f64)> = p.iter().enumerate().map(|(i, &w)| (i as u32, w)).collect();
-    draw(&kept, u)
+    let target = u * p.iter().sum::<f64>();
+    let mut acc = 0.0;
+    for (i, &w) in p.iter().enumerate() {
+        acc += w;
+        if acc > target {
+            return i as u32;
+        }
+    }
+    p.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
 }
 
 impl Target for Leviathan {
