@@ -126,7 +126,7 @@ pub struct TopkParams {
 }
 
 /// Threads per block of `sample_rows` (one block per row).
-pub const SAMPLE_THREADS: u32 = 1024;
+pub const SAMPLE_THREADS: u32 = 512;
 /// Rows one `sample_rows` launch samples (its parameters carry one position per row).
 pub const SAMPLE_MAX_ROWS: u32 = 32;
 

@@ -15,6 +15,42 @@
 //! No other operation may fuse: plain `a * b + c` is two roundings on both targets (rustc emits
 //! no contraction; ptxas fuses nothing it is not given).
 
+/// A sampling rule (definition: `flashtree_reference::sample::draw`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleRule {
+    /// Softmax temperature, finite and > 0 (T = 0 is the argmax: not a sampling rule).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (0 = all; more than the vocabulary = all).
+    pub top_k: usize,
+    /// Nucleus mass in (0, 1] (1 = no cut).
+    pub top_p: f32,
+    /// Minimum probability relative to the most likely token, in [0, 1] (0 = no cut).
+    pub min_p: f32,
+    /// The seed of the random stream.
+    pub seed: u64,
+}
+
+impl SampleRule {
+    /// The first field out of range: `(field, value, what was expected)`.
+    pub fn range_error(&self) -> Option<(&'static str, f32, &'static str)> {
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return Some(("temperature", self.temperature, "a finite value > 0"));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Some(("top_p", self.top_p, "a value in (0, 1]"));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Some(("min_p", self.min_p, "a value in [0, 1]"));
+        }
+        None
+    }
+
+    /// `1 / f64(temperature)`, the factor of every weight.
+    pub fn inv_temperature(&self) -> f64 {
+        1.0 / self.temperature as f64
+    }
+}
+
 /// Fixed-point one: the weight of the most likely token.
 pub const WEIGHT_ONE: u64 = 1 << 44;
 

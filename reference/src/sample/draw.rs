@@ -28,20 +28,7 @@
 
 use kernel_abi::sampling::{self, order_key};
 
-/// A sampling rule as the kernel takes it (ranges checked by [`sample_row`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SampleRule {
-    /// Softmax temperature, finite and > 0 (T = 0 is the argmax: not a sampling rule).
-    pub temperature: f32,
-    /// Keep the `top_k` most likely tokens (0 = all; more than the vocabulary = all).
-    pub top_k: usize,
-    /// Nucleus mass in (0, 1] (1 = no cut).
-    pub top_p: f32,
-    /// Minimum probability relative to the most likely token, in [0, 1] (0 = no cut).
-    pub min_p: f32,
-    /// The seed of the random stream.
-    pub seed: u64,
-}
+pub use kernel_abi::sampling::SampleRule;
 
 /// Why a row cannot be sampled.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -54,25 +41,11 @@ pub enum SampleError {
     NothingToDraw,
 }
 
-impl SampleRule {
-    /// Checks the ranges, naming the field.
-    pub fn validate(&self) -> Result<(), SampleError> {
-        let range = |field, value: f32, expected| Err(SampleError::Range { field, value: value as f64, expected });
-        if !(self.temperature.is_finite() && self.temperature > 0.0) {
-            return range("temperature", self.temperature, "a finite value > 0");
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return range("top_p", self.top_p, "a value in (0, 1]");
-        }
-        if !(0.0..=1.0).contains(&self.min_p) {
-            return range("min_p", self.min_p, "a value in [0, 1]");
-        }
-        Ok(())
-    }
-
-    /// `1 / f64(temperature)`, the factor of every weight.
-    pub fn inv_temperature(&self) -> f64 {
-        1.0 / self.temperature as f64
+/// Checks the rule's ranges, naming the field.
+pub fn validate(rule: &SampleRule) -> Result<(), SampleError> {
+    match rule.range_error() {
+        Some((field, value, expected)) => Err(SampleError::Range { field, value: value as f64, expected }),
+        None => Ok(()),
     }
 }
 
@@ -105,7 +78,7 @@ pub fn weights(row: &[f32], inv_t: f64) -> Option<(Vec<u64>, u32)> {
 
 /// The kept tokens (in logit order, then id) and their weights, per the module's definition.
 pub fn kept(row: &[f32], rule: &SampleRule) -> Result<Vec<(u32, u64)>, SampleError> {
-    rule.validate()?;
+    validate(rule)?;
     if row.is_empty() || row.len() > sampling::MAX_VOCAB as usize {
         return Err(SampleError::Vocab(row.len()));
     }
