@@ -163,4 +163,6 @@ pub fn sample_rows(
 }
 
 #[cfg(test)]
+mod kernel_model;
+#[cfg(test)]
 mod tests;
