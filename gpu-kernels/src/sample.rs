@@ -11,7 +11,8 @@
 //!
 //! Traffic: `rows·cols·4` bytes read (pass 1) plus `rows·ARGMAX_SPLITS·8` written and read.
 //!
-//! Top-k (`topk_partial`, `topk_finish`): see [`topk_partial`]. Every kernel here is chainable
+//! Top-k (`topk_partial`, `topk_finish`): see [`topk_partial`]. Seeded sampling (`sample_rows`):
+//! [`draw`]. Every kernel here is chainable
 //! (programmatic dependent launch: `launch_dependents(); grid_dependency_wait();` first).
 
 use kernel_abi::{ArgmaxParams, TopkParams, ARGMAX_SPLITS, TOPK_ITEMS, TOPK_MAX_K, TOPK_SEGMENT};
@@ -533,3 +534,7 @@ pub unsafe extern "ptx-kernel" fn topk_finish(
         *logprobs.add(o) = (key_value((me >> 32) as u32) - big_m) - ln_s;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Seeded sampling (after `for_items!`, which it uses).
+pub mod draw;

@@ -4,6 +4,8 @@
 //! by construction. The crate is `no_std` and dependency-free so it builds for both targets.
 #![no_std]
 
+pub mod sampling;
+
 /// Threads per block of the row-wise reductions (`norm`, `sample::argmax`).
 pub const ROW_BLOCK_THREADS: u32 = 256;
 
@@ -120,6 +122,36 @@ pub struct TopkParams {
     pub splits: u32,
     /// Non-zero: rows start 16-byte aligned (`vocab % 4 == 0` and an aligned base), so
     /// `topk_partial` loads 16 bytes at a time. Changes the loads only, never the result.
+    pub vec4: u32,
+}
+
+/// Threads per block of `sample_rows` (one block per row).
+pub const SAMPLE_THREADS: u32 = 512;
+/// Rows one `sample_rows` launch samples (its parameters carry one position per row).
+pub const SAMPLE_MAX_ROWS: u32 = 32;
+
+/// Parameters of `sample_rows`: row `r < rows` of `vocab` f32 logits is sampled with the rule
+/// below and the random stream of `(seed, positions[r])` (definition:
+/// `flashtree_reference::sample::draw`; arithmetic: [`sampling`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleParams {
+    /// `1 / f64(temperature)`, temperature > 0.
+    pub inv_temperature: f64,
+    pub seed: u64,
+    /// The absolute position each row's picked token will occupy.
+    pub positions: [u64; SAMPLE_MAX_ROWS as usize],
+    pub rows: u32,
+    /// `1..=`[`sampling::MAX_VOCAB`].
+    pub vocab: u32,
+    /// Keep the `top_k` most likely tokens; 0 = all.
+    pub top_k: u32,
+    /// In (0, 1]; 1 = no nucleus cut.
+    pub top_p: f32,
+    /// In [0, 1]; 0 = no min-p cut.
+    pub min_p: f32,
+    /// Non-zero: rows start 16-byte aligned (`vocab % 4 == 0` and an aligned base): 16-byte
+    /// loads. Changes the loads only, never the result.
     pub vec4: u32,
 }
 

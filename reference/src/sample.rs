@@ -1,4 +1,6 @@
-//! Reference of `sample`.
+//! Reference of `sample`: argmax, top-k log-probabilities, and the seeded sampler ([`draw`]).
+
+pub mod draw;
 
 /// Index of the largest value; ties go to the lowest index; NaN never wins; `u32::MAX` when
 /// every value is NaN (or the row is empty). The same total order as the GPU kernel.

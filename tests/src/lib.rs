@@ -3,5 +3,6 @@
 pub mod gpu;
 pub mod markov;
 pub mod serve;
+pub mod stats;
 pub mod tolerance;
 pub mod toy;

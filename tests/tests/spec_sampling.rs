@@ -7,11 +7,9 @@
 //! accepted) is compared with its exact distribution under AR sampling, `J[a][b] = π₂[a] · M[a][b]`
 //! (`M` the filtered transition matrix, `π₂ = e_last · M²`), by Pearson's chi-square over the
 //! cells of nonzero probability (a sample in a zero cell fails outright). Threshold: the 0.999
-//! quantile of χ²(df), df = cells − 1, by the Wilson–Hilferty approximation
-//! `df · (1 − 2/(9 df) + z √(2/(9 df)))³` with z = 3.0902 (within 0.5 % of the table value for
-//! df ≥ 3: 37.8 vs 37.70 at df = 15). Every expected count is ≥ 5 (asserted), so the chi-square
-//! approximation holds; a correct sampler fails with probability 10⁻³ per configuration for a
-//! random seed set — the seeds here are fixed, so the test is deterministic.
+//! quantile of χ²(df) (`flashtree_tests::stats`). Every expected count is ≥ 5 (asserted), so the
+//! chi-square approximation holds; a correct sampler fails with probability 10⁻³ per
+//! configuration for a random seed set — the seeds here are fixed, so the test is deterministic.
 //!
 //! **The planted bias.** [`Leviathan`] verifies the same chain trees with the textbook rule:
 //! accept the drafted token `x` with probability `min(1, p(x)/q(x))` (`q` = the draft's marginal
@@ -21,9 +19,10 @@
 
 use std::ops::ControlFlow;
 
-use flashtree::spec::sample::{draw, filtered, uniform};
+use flashtree::spec::sample::{filtered, uniform};
 use flashtree::spec::{generate, DecodingRule, Draft, GenerateConfig, Mode, SpecError, Stats, Target, VerifyBatch};
 use flashtree_tests::markov::{softmax_rows, step, MarkovDraft, MarkovTarget};
+use flashtree_tests::stats::chi_square;
 
 const V: usize = 4;
 #[rustfmt::skip]
@@ -117,28 +116,6 @@ fn run<T: Target<Features = Vec<u32>>>(
     run_stats(target, mode, budget, rule, n).0
 }
 
-/// Pearson's statistic of `counts` against `probs` over `total` samples, and the threshold
-/// (module doc); `Err` for a sample in a zero-probability cell.
-fn chi_square(counts: &[usize], probs: &[f64], total: usize) -> Result<(f64, f64), String> {
-    let mut stat = 0.0;
-    let mut cells = 0;
-    for (c, (&o, &p)) in counts.iter().zip(probs).enumerate() {
-        if p == 0.0 {
-            if o > 0 {
-                return Err(format!("{o} samples in cell {c} of probability 0"));
-            }
-            continue;
-        }
-        let e = p * total as f64;
-        assert!(e >= 5.0, "cell {c}: expected count {e} < 5 (chi-square approximation)");
-        stat += (o as f64 - e).powi(2) / e;
-        cells += 1;
-    }
-    let df = (cells - 1) as f64;
-    let h = 2.0 / (9.0 * df);
-    Ok((stat, df * (1.0 - h + 3.0902 * h.sqrt()).powi(3)))
-}
-
 /// Counts of the (token 2, token 3) pairs over the seeded runs of `sample_run`.
 fn joint_counts(mut sample_run: impl FnMut(u64) -> Vec<u32>) -> Vec<usize> {
     let mut counts = vec![0usize; V * V];
@@ -221,10 +198,18 @@ impl Leviathan {
     }
 }
 
-/// A sample of the dense distribution `p` with uniform `u`.
+/// A sample of the dense distribution `p` with uniform `u`: the first token whose cumulative
+/// probability exceeds `u · Σ p` (the last one with mass when rounding leaves none).
 fn sample_dense(p: &[f64], u: f64) -> u32 {
-    let kept: Vec<(u32, f64)> = p.iter().enumerate().map(|(i, &w)| (i as u32, w)).collect();
-    draw(&kept, u)
+    let target = u * p.iter().sum::<f64>();
+    let mut acc = 0.0;
+    for (i, &w) in p.iter().enumerate() {
+        acc += w;
+        if acc > target {
+            return i as u32;
+        }
+    }
+    p.iter().rposition(|&w| w > 0.0).unwrap_or(0) as u32
 }
 
 impl Target for Leviathan {

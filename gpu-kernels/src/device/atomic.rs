@@ -16,3 +16,10 @@ pub unsafe fn atomic_add_u32(p: *mut u32, v: u32) -> u32 {
 pub unsafe fn red_add_f32(p: *mut f32, v: f32) {
     asm!("red.global.add.f32 [{0}], {1};", in(reg64) p, in(reg32) v, options(nostack));
 }
+
+/// `atom.add.u64` (relaxed) on a global or shared address; returns the old value. Integer adds
+/// commute, so a sum built from them is the same whatever order the adds land in.
+#[inline(always)]
+pub unsafe fn atomic_add_u64(p: *mut u64, v: u64) -> u64 {
+    core::sync::atomic::AtomicU64::from_ptr(p).fetch_add(v, Ordering::Relaxed)
+}

@@ -89,3 +89,41 @@ pub fn warp_max_u32(mut v: u32) -> u32 {
     }
     v
 }
+
+/// [`shfl_xor_u32`] on a u64 (two shuffles).
+#[inline(always)]
+pub fn shfl_xor_u64(v: u64, mask: u32) -> u64 {
+    ((shfl_xor_u32((v >> 32) as u32, mask) as u64) << 32) | shfl_xor_u32(v as u32, mask) as u64
+}
+
+/// [`shfl_up_u32`] on a u64 (two shuffles).
+#[inline(always)]
+pub fn shfl_up_u64(v: u64, delta: u32) -> u64 {
+    ((shfl_up_u32((v >> 32) as u32, delta) as u64) << 32) | shfl_up_u32(v as u32, delta) as u64
+}
+
+/// Sum over the 32 lanes (integer: exact, any order); every lane gets it.
+#[inline(always)]
+pub fn warp_sum_u64(mut v: u64) -> u64 {
+    let mut m = 16;
+    while m > 0 {
+        v = v.wrapping_add(shfl_xor_u64(v, m));
+        m >>= 1;
+    }
+    v
+}
+
+/// Inclusive prefix sum of a u64 over the 32 lanes (lane `l` gets `Σ_{i ≤ l} v_i`).
+#[inline(always)]
+pub fn warp_inclusive_scan_u64(mut v: u64) -> u64 {
+    let lane = super::lane_id();
+    let mut d = 1;
+    while d < 32 {
+        let o = shfl_up_u64(v, d);
+        if lane >= d {
+            v = v.wrapping_add(o);
+        }
+        d <<= 1;
+    }
+    v
+}

@@ -1,7 +1,8 @@
 //! `flashtree bench`: decode speed of the GPU engine against the bandwidth limit measured in
 //! the same run: AR tok/s, ms per step, weight GB/s and its fraction of the copy ceiling, the
 //! time of a tree verify forward against an AR step, chunked prefill tok/s, load time, memory,
-//! and a per-kernel-family breakdown of one step.
+//! and a per-kernel-family breakdown of one step; for the speculative modes the acceptance
+//! length and tok/s (at T = 0, and with `--temperature` at T > 0 beside it).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -58,6 +59,11 @@ pub struct BenchArgs {
     /// Non-root nodes per round of the speculative modes (DDTree budget).
     #[arg(long, default_value_t = 22)]
     pub budget: usize,
+    /// Speculative modes: also decode with seeded sampling at this temperature (no other
+    /// filter, seed `--seed`) and report its acceptance length and tok/s beside T = 0's; the
+    /// output must equal AR sampling's with the same seed. 0 = greedy only.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
 }
 
 fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
@@ -84,6 +90,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if mode != Mode::Ar && (args.budget == 0 || args.budget >= kernel_abi::MAX_NODES as usize) {
         bail!("--budget {}: the GPU verifies 1..={} nodes per round", args.budget, kernel_abi::MAX_NODES - 1);
+    }
+    if !(args.temperature.is_finite() && args.temperature >= 0.0) {
+        bail!("--temperature {}: expected a finite value ≥ 0", args.temperature);
     }
     if args.prompt_tokens == 0 || args.tokens == 0 || args.tree_nodes == 0 || args.tree_nodes > 32 {
         bail!("--prompt-tokens and --tokens must be ≥ 1 and --tree-nodes in 1..=32");
@@ -232,6 +241,8 @@ fn bench_spec(
         GenerateConfig { mode, budget: args.budget, max_tokens: ar.len(), eos: vec![], rule: DecodingRule::Greedy };
     let seq: Vec<u32> = prompt.iter().chain(ar).copied().collect();
     let caps: Vec<Option<usize>> = std::iter::once(None).chain(args.oracle_depths.iter().map(|&c| Some(c))).collect();
+    // Acceptance length and decode tok/s of the draft's own proposals at T = 0.
+    let mut greedy = (0.0, 0.0);
     for cap in caps {
         let mut target = GpuTarget::with_capture(e, &layers)?;
         let go = |_: &[u32]| ControlFlow::Continue(());
@@ -250,6 +261,9 @@ fn bench_spec(
             );
         }
         let al = stats.acceptance_length();
+        if cap.is_none() {
+            greedy = (al, stats.decode_tokens_per_second());
+        }
         let label = cap.map_or_else(|| "the draft's own proposals".to_string(), |c| format!("oracle depth {c}"));
         println!(
             "{} budget {}, {label}: {} tokens equal to AR; acceptance length {al:.2}, {:.1} tok/s decode \
@@ -263,6 +277,54 @@ fn bench_spec(
         for line in stats.summary().lines() {
             println!("  {line}");
         }
+    }
+    if args.temperature > 0.0 {
+        bench_sampled(e, &mut draft, &layers, mode, args, prompt, ar.len(), greedy)?;
+    }
+    Ok(())
+}
+
+/// The speculative `mode` with seeded sampling at `--temperature` (the draft's own proposals),
+/// after AR sampling with the same seed, which it must equal token for token; prints its
+/// acceptance length and decode tok/s beside the greedy run's (`greedy`).
+#[allow(clippy::too_many_arguments)]
+fn bench_sampled(
+    e: &mut Engine,
+    draft: &mut crate::engine::GpuDraft,
+    layers: &[usize],
+    mode: Mode,
+    args: &BenchArgs,
+    prompt: &[u32],
+    n: usize,
+    (al0, tps0): (f64, f64),
+) -> anyhow::Result<()> {
+    let t = args.temperature;
+    let rule = DecodingRule::sample(t, 0, 1.0, 0.0, args.seed)?;
+    let go = |_: &[u32]| ControlFlow::Continue(());
+    let ar_cfg = GenerateConfig { mode: Mode::Ar, budget: 0, max_tokens: n, eos: vec![], rule };
+    let (ar, ar_stats) = generate(&mut GpuTarget::new(e), None::<&mut CpuDraftOnGpu>, prompt, &ar_cfg, go)?;
+    let cfg = GenerateConfig { mode, budget: args.budget, max_tokens: n, eos: vec![], rule };
+    let (out, stats) = generate(&mut GpuTarget::with_capture(e, layers)?, Some(draft), prompt, &cfg, go)?;
+    if out != ar {
+        bail!(
+            "{} budget {} at T = {t}: the output differs from AR sampling with the same seed",
+            mode.name(),
+            args.budget
+        );
+    }
+    println!(
+        "{} budget {}, T = {t} (seed {}): {} tokens equal to AR sampling; acceptance length {:.2} (T = 0: {al0:.2}), \
+         {:.1} tok/s decode (T = 0: {tps0:.1}; AR sampling {:.1})",
+        mode.name(),
+        args.budget,
+        args.seed,
+        out.len(),
+        stats.acceptance_length(),
+        stats.decode_tokens_per_second(),
+        ar_stats.decode_tokens_per_second()
+    );
+    for line in stats.summary().lines() {
+        println!("  {line}");
     }
     Ok(())
 }

@@ -99,8 +99,8 @@ pub struct GenerateArgs {
     pub verbose: bool,
     /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an
     /// error, `cpu` = the CPU reference. The draft runs on the same backend as the target.
-    /// Sampling (`--temperature` > 0) runs on the CPU only for now: `gpu` refuses it, `auto`
-    /// picks the CPU for it.
+    /// Sampling (`--temperature` > 0) runs on either: on the GPU one draw per tree node on
+    /// the device, the same definition as the CPU's.
     #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
     pub backend: super::backend::BackendArg,
     /// Decoding: greedy unless `--temperature` > 0.
@@ -150,13 +150,6 @@ fn read_prompt(args: &GenerateArgs, max_bytes: usize) -> anyhow::Result<String> 
 /// available, and only then are the weights loaded.
 pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> anyhow::Result<()> {
     let (rule, seed) = args.sampling.rule()?;
-    if !rule.is_greedy() && args.backend == super::backend::BackendArg::Gpu {
-        bail!(
-            "--backend gpu: the GPU sampler is not implemented yet, so --temperature {} cannot run there \
-             (use --backend cpu, or --temperature 0 for greedy decoding)",
-            args.sampling.temperature
-        );
-    }
     if let (true, Some(seed)) = (args.verbose, seed) {
         writeln!(err, "sampling seed {seed}")?;
     }
@@ -220,10 +213,7 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     }
     limits::check_prompt_fits(prompt.len(), args.max_tokens, ctx)?;
     if let Some(gpu) = super::backend::resolve(args.backend)? {
-        if rule.is_greedy() {
-            return run_gpu(args, gpu, mode, (&file, &cfg, ctx), &tk, &prompt, out, err);
-        }
-        writeln!(err, "note: sampling runs on the CPU backend (the GPU sampler is not implemented yet)")?;
+        return run_gpu(args, gpu, mode, (&file, &cfg, ctx), &tk, &prompt, (rule, seed), out, err);
     }
     let draft_f32 = match &args.draft {
         Some(p) => limits::draft_f32_bytes(p)?,
@@ -343,6 +333,7 @@ fn run_gpu(
     (file, cfg_t, ctx_limit): (&Gguf, &Qwen35Config, usize),
     tk: &GgufTokenizer,
     prompt: &[u32],
+    (rule, seed): (DecodingRule, Option<u64>),
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> anyhow::Result<()> {
@@ -380,9 +371,9 @@ fn run_gpu(
         budget: if mode == Mode::Ar { 0 } else { args.budget },
         max_tokens: args.max_tokens,
         eos: tk.stop_ids.clone(),
-        rule: DecodingRule::Greedy,
+        rule,
     };
-    let shown = (args.output_format, None);
+    let shown = (args.output_format, seed);
     let mut tgt = crate::engine::GpuTarget::new(&mut engine);
     let progress = limits::LoadProgress::new(args.verbose);
     progress.step(format!("prefill of {} prompt tokens on the GPU", prompt.len()));

@@ -13,8 +13,8 @@ use crate::spec::DecodingRule;
 #[derive(Debug, Clone, Args)]
 pub struct SamplingArgs {
     /// Sampling temperature; 0 = greedy (argmax, the other sampling flags ignored). T > 0 samples
-    /// exactly as AR sampling would in every mode, and needs the CPU backend (the GPU sampler is
-    /// not implemented yet: `--backend gpu` refuses it, `auto` then runs on the CPU).
+    /// exactly as AR sampling would in every mode, on either backend (one definition: the same
+    /// seed draws the same tokens from the same logits on the CPU and the GPU).
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
     /// Keep the K most likely tokens (0 = no limit). Applied after the temperature.

@@ -30,7 +30,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub api_key: Option<String>,
     /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an error,
-    /// `cpu` = the CPU reference. Sampling (temperature > 0) is refused on the GPU for now.
+    /// `cpu` = the CPU reference. Sampling (temperature > 0) runs on either.
     #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
     pub backend: super::backend::BackendArg,
     /// Decoding mode of every request.

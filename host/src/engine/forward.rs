@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice};
+use kernel_abi::sampling::SampleRule;
 use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
 
 use super::batch::bytes_of;
@@ -17,7 +18,7 @@ use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmWorkspace};
-use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len};
+use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len, sample_rows};
 use crate::gpu::{DevSpan, Gpu, GpuError};
 use crate::model::Qwen35Config;
 
@@ -694,6 +695,27 @@ impl Engine {
         Ok(())
     }
 
+    /// Replaces the argmax of every node of the last forward (in the buffer
+    /// [`Engine::argmax_tokens`] reads) by a seeded draw from the node's logits under `rule`,
+    /// node `i` with the stream of the position after it (`n_past + depth[i] + 1`, where its
+    /// picked token would go): one `sample_rows` launch on the device, no logits copied, no
+    /// sync. A node with nothing to draw gets `u32::MAX`. Errors without a forward to sample.
+    pub fn sample_nodes(&mut self, rule: &SampleRule) -> Result<(), EngineError> {
+        let b = self.last.as_ref().ok_or_else(|| EngineError::Batch("sampling without a forward".into()))?;
+        let positions: Vec<u64> = (0..b.n as usize).map(|i| b.n_past as u64 + b.depth[i] as u64 + 1).collect();
+        self.sample_rows_of_last(rule, 0, &positions)
+    }
+
+    /// Samples rows `first..first + positions.len()` of the last forward's logits into the
+    /// same rows of the argmax buffer, row `first + i` at `positions[i]`.
+    fn sample_rows_of_last(&mut self, rule: &SampleRule, first: usize, positions: &[u64]) -> Result<(), EngineError> {
+        let (gpu, vocab, n) = (&self.gpu, self.cfg.vocab_size, positions.len());
+        let logits = DevSpan::of(gpu, &self.logits).sub(first * vocab, n * vocab, "sample_rows logits")?;
+        let tokens = DevSpan::of(gpu, &self.am_idx).sub(first, n, "sample_rows tokens")?;
+        sample_rows(gpu, logits, vocab, rule, positions, tokens)?;
+        Ok(())
+    }
+
     /// The argmax token of each node of the last forward (waits for it: the step's sync).
     pub fn argmax_tokens(&self, n: usize) -> Result<Vec<u32>, EngineError> {
         let all = self.gpu.download(&self.am_idx)?;
@@ -781,12 +803,21 @@ impl Engine {
     /// Runs `tokens` (a prompt, or its continuation) in chains of at most 32 through the same
     /// forward, committing each chain. Returns the argmax after the last token.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<u32, EngineError> {
+        self.prefill_with(tokens, None)
+    }
+
+    /// [`Engine::prefill`] returning the token `sampling` draws after the last token (with the
+    /// stream of the position it will occupy), or the argmax with `None`.
+    pub fn prefill_with(&mut self, tokens: &[u32], sampling: Option<&SampleRule>) -> Result<u32, EngineError> {
         let mut last = None;
         let chunks = tokens.len().div_ceil(N);
         for (c, chunk) in tokens.chunks(N).enumerate() {
             let b = super::batch::chain_batch(self.n_past, chunk, self.cfg.vocab_size, self.ctx())?;
             self.forward(&b)?;
             if c + 1 == chunks {
+                if let Some(rule) = sampling {
+                    self.sample_rows_of_last(rule, chunk.len() - 1, &[(self.n_past + chunk.len()) as u64])?;
+                }
                 last = self.argmax_tokens(chunk.len())?.last().copied();
             }
             let path: Vec<usize> = (0..chunk.len()).collect();

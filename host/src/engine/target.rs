@@ -2,7 +2,10 @@
 //!
 //! `extend` (and so `prefill`) runs tokens in chains of ≤ 32 through the one forward; `verify`
 //! is one forward over the round's [`VerifyBatch`]; `commit` keeps the accepted path. The only
-//! host syncs of a round are reading the argmax tokens of the verify and writing the path.
+//! host syncs of a round are reading the verify's tokens and writing the path. The tokens are
+//! the device argmax (greedy) or, for [`DecodingRule::Sample`] at T > 0, one `sample_rows` draw
+//! per node on the device (`Engine::sample_nodes`: the definition the CPU backend uses, so a
+//! seed gives the same tokens on both up to the backends' logits).
 //!
 //! Draft features stay on the device: with [`GpuTarget::with_capture`] every forward copies the
 //! outputs of the draft's target layers, and every commit appends the kept rows to the engine's
@@ -14,6 +17,25 @@ use super::clock::{Phase, PhaseClock};
 use super::features::{DeviceFeatures, EngineFeatures};
 use super::forward::Engine;
 use crate::spec::{DecodingRule, PhaseTimes, SpecError, Target, VerifyBatch};
+use kernel_abi::sampling::SampleRule;
+
+/// Why a node got no token (the argmax's and the sampler's `u32::MAX`).
+const NOTHING_TO_PICK: &str = "no entry to pick (all NaN, or all NaN / −∞ when sampling)";
+
+/// The device's form of a rule: `None` for the argmax (greedy, or sampling at T = 0: the
+/// engine's argmax is the same pick), the checked parameters of `sample_rows` otherwise.
+fn device_rule(rule: DecodingRule) -> Result<Option<SampleRule>, SpecError> {
+    if rule.is_greedy() {
+        return Ok(None);
+    }
+    rule.validate()?;
+    match rule {
+        DecodingRule::Sample { temperature, top_k, top_p, min_p, seed } => {
+            Ok(Some(SampleRule { temperature, top_k, top_p, min_p, seed }))
+        }
+        _ => Err(SpecError::unsupported(rule, "the GPU engine")),
+    }
+}
 
 /// The GPU engine as a [`Target`].
 pub struct GpuTarget<'e> {
@@ -61,28 +83,23 @@ impl Target for GpuTarget<'_> {
     /// Chains of at most 32 tokens through the one forward, each committed whole (which appends
     /// its feature rows to the store).
     fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, DeviceFeatures), SpecError> {
-        // The engine's only rule is the device argmax (no device sampler yet).
-        if !rule.is_greedy() {
-            return Err(SpecError::unsupported(rule, "the GPU engine"));
-        }
+        let sampling = device_rule(rule)?;
         if tokens.is_empty() {
             return Err(SpecError::Config("extend: no tokens".into()));
         }
         let e = &mut *self.engine;
         let first_row = e.n_past();
         self.clock.start(&e.gpu, Phase::Prefill).map_err(SpecError::backend)?;
-        let next = e.prefill(tokens).map_err(SpecError::backend)?;
+        let next = e.prefill_with(tokens, sampling.as_ref()).map_err(SpecError::backend)?;
         self.clock.stop(&e.gpu, Phase::Prefill).map_err(SpecError::backend)?;
         if next == u32::MAX {
-            return Err(SpecError::Config("the target's logits after the last token are all NaN".into()));
+            return Err(SpecError::Config(format!("the target's logits after the last token: {NOTHING_TO_PICK}")));
         }
         Ok((next, DeviceFeatures { first_row, rows: tokens.len() }))
     }
 
     fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
-        if !rule.is_greedy() {
-            return Err(SpecError::unsupported(rule, "the GPU engine"));
-        }
+        let sampling = device_rule(rule)?;
         let e = &mut *self.engine;
         if batch.committed() != e.n_past() {
             return Err(SpecError::Config(format!(
@@ -97,12 +114,15 @@ impl Target for GpuTarget<'_> {
             .map_err(SpecError::backend)?;
         self.clock.start(&e.gpu, Phase::Verify).map_err(SpecError::backend)?;
         e.forward(&b).map_err(SpecError::backend)?;
+        if let Some(r) = &sampling {
+            e.sample_nodes(r).map_err(SpecError::backend)?;
+        }
         self.clock.stop(&e.gpu, Phase::Verify).map_err(SpecError::backend)?;
         // The round's sync: everything recorded before it has finished, so reading it is free.
         let out = e.argmax_tokens(batch.len()).map_err(SpecError::backend)?;
         self.clock.collect().map_err(SpecError::backend)?;
         if let Some(i) = out.iter().position(|&t| t == u32::MAX) {
-            return Err(SpecError::Config(format!("node {i}: the target's logits are all NaN")));
+            return Err(SpecError::Config(format!("node {i}: the target's logits: {NOTHING_TO_PICK}")));
         }
         Ok(out)
     }

@@ -1,11 +1,12 @@
 //! Launchers of `sample` (`gpu-kernels/src/sample.rs`): argmax and top-k log-probabilities over
-//! rows of logits. Every launch is chained ([`ChainedLaunch`]) and takes device views, so the
+//! rows of logits, and seeded sampling ([`sample_rows`]). Every launch is chained ([`ChainedLaunch`]) and takes device views, so the
 //! engine can graph-capture it; [`argmax`] is the owning-buffer wrapper of [`argmax_rows_span`].
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
+use kernel_abi::sampling::{SampleRule, MAX_VOCAB};
 use kernel_abi::{
-    topk_fits, topk_scratch_words, topk_splits, ArgmaxParams, TopkParams, ARGMAX_SPLITS, ROW_BLOCK_THREADS, TOPK_MAX_K,
-    TOPK_SEGMENT,
+    topk_fits, topk_scratch_words, topk_splits, ArgmaxParams, SampleParams, TopkParams, ARGMAX_SPLITS,
+    ROW_BLOCK_THREADS, SAMPLE_MAX_ROWS, SAMPLE_THREADS, TOPK_MAX_K, TOPK_SEGMENT,
 };
 
 use super::error::GpuError;
@@ -192,5 +193,104 @@ pub fn topk_logprobs_rows(
     let cfg = LaunchConfig { grid_dim: (rows, 1, 1), block_dim: (ROW_BLOCK_THREADS, 1, 1), shared_mem_bytes: 0 };
     unsafe {
         ChainedLaunch::new(gpu, "topk_finish").span(scratch).span(tokens).span(logprobs).value(Param(p)).launch(cfg)
+    }
+}
+
+/// The parameters of one `sample_rows` launch, checked: `rows = positions.len()` in
+/// `1..=32`, `vocab` in `1..=MAX_VOCAB`, the rule's ranges (T = 0 is the argmax, never sampled
+/// here). `vec4` tells whether the logits' base is 16-byte aligned.
+pub fn sample_params(
+    rows: usize,
+    vocab: usize,
+    rule: &SampleRule,
+    positions: &[u64],
+    aligned: bool,
+) -> Result<SampleParams, GpuError> {
+    const K: &str = "sample_rows";
+    if rows == 0 || rows > SAMPLE_MAX_ROWS as usize || positions.len() != rows {
+        return Err(GpuError::shape(
+            K,
+            format!(
+                "{rows} rows with {} positions (expected 1..={SAMPLE_MAX_ROWS} rows, one position each)",
+                positions.len()
+            ),
+        ));
+    }
+    if vocab == 0 || vocab > MAX_VOCAB as usize {
+        return Err(GpuError::shape(K, format!("vocab = {vocab}: expected 1..={MAX_VOCAB}")));
+    }
+    if let Some((field, value, expected)) = rule.range_error() {
+        return Err(GpuError::shape(K, format!("{field} = {value}: expected {expected}")));
+    }
+    let mut pos = [0u64; SAMPLE_MAX_ROWS as usize];
+    pos[..rows].copy_from_slice(positions);
+    Ok(SampleParams {
+        inv_temperature: rule.inv_temperature(),
+        seed: rule.seed,
+        positions: pos,
+        rows: rows as u32,
+        vocab: vocab as u32,
+        top_k: rule.top_k.min(vocab) as u32,
+        top_p: rule.top_p,
+        min_p: rule.min_p,
+        vec4: (vocab.is_multiple_of(4) && aligned) as u32,
+    })
+}
+
+/// Samples each of `positions.len()` rows of `vocab` f32 logits with `rule` into `tokens[r]`,
+/// row `r` with the random stream of `(rule.seed, positions[r])` (the absolute position the
+/// picked token will occupy): exactly the token of
+/// `flashtree_reference::sample::draw::sample_row`, whatever the number of rows; `u32::MAX`
+/// for a row with nothing to draw (all NaN / −∞). One chained launch of `sample_rows` (a block
+/// of 512 threads per row), no scratch, no host sync; at most 32 rows per call.
+pub fn sample_rows(
+    gpu: &Gpu,
+    logits: DevSpan<f32>,
+    vocab: usize,
+    rule: &SampleRule,
+    positions: &[u64],
+    tokens: DevSpan<u32>,
+) -> Result<(), GpuError> {
+    const K: &str = "sample_rows";
+    let rows = positions.len();
+    let p = sample_params(rows, vocab, rule, positions, logits.ptr().is_multiple_of(16))?;
+    logits.need(rows * vocab, K, &format!("logits ({rows} × {vocab})"))?;
+    tokens.need(rows, K, "tokens")?;
+    let cfg = LaunchConfig { grid_dim: (p.rows, 1, 1), block_dim: (SAMPLE_THREADS, 1, 1), shared_mem_bytes: 0 };
+    // Safety: the arguments match `sample_rows(x, out, SampleParams)`, sizes checked above; the
+    // kernel waits on the previous grid before touching memory.
+    unsafe { ChainedLaunch::new(gpu, "sample_rows").span(logits).span(tokens).value(Param(p)).launch(cfg) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SampleRule {
+        SampleRule { temperature, top_k, top_p, min_p, seed: 9 }
+    }
+
+    #[test]
+    fn sample_params_check_shapes_and_ranges() {
+        let p = sample_params(3, 248_320, &rule(0.7, 1_000_000, 0.9, 0.05), &[5, 6, 7], true).unwrap();
+        assert_eq!((p.rows, p.vocab, p.top_k, p.vec4), (3, 248_320, 248_320, 1));
+        assert_eq!(&p.positions[..4], &[5, 6, 7, 0]);
+        assert_eq!(p.inv_temperature, 1.0 / 0.7f32 as f64);
+        assert_eq!(sample_params(1, 10, &rule(1.0, 0, 1.0, 0.0), &[0], true).unwrap().vec4, 0, "10 % 4 ≠ 0");
+        assert_eq!(sample_params(1, 12, &rule(1.0, 0, 1.0, 0.0), &[0], false).unwrap().vec4, 0, "unaligned");
+        for (rows, vocab, r, pos, what) in [
+            (0, 10, rule(1.0, 0, 1.0, 0.0), vec![], "rows"),
+            (33, 10, rule(1.0, 0, 1.0, 0.0), vec![0; 33], "rows"),
+            (2, 10, rule(1.0, 0, 1.0, 0.0), vec![0], "positions"),
+            (1, 0, rule(1.0, 0, 1.0, 0.0), vec![0], "vocab"),
+            (1, 1 << 20, rule(1.0, 0, 1.0, 0.0), vec![0], "vocab"),
+            (1, 10, rule(0.0, 0, 1.0, 0.0), vec![0], "temperature"),
+            (1, 10, rule(f32::NAN, 0, 1.0, 0.0), vec![0], "temperature"),
+            (1, 10, rule(1.0, 0, 0.0, 0.0), vec![0], "top_p"),
+            (1, 10, rule(1.0, 0, 1.0, 2.0), vec![0], "min_p"),
+        ] {
+            let e = sample_params(rows, vocab, &r, &pos, true).unwrap_err().to_string();
+            assert!(e.contains(what), "{what}: {e}");
+        }
     }
 }

@@ -115,9 +115,9 @@ fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
-/// The decoding rule of a request: greedy unless `temperature` > 0; sampling is refused on
-/// the GPU backend (its sampler is not implemented), never silently replaced by greedy.
-fn rule(req: &ChatRequest, gpu: bool) -> Result<DecodingRule, ApiError> {
+/// The decoding rule of a request: greedy unless `temperature` > 0 (then seeded sampling, on
+/// either backend; a random seed unless the request gives one).
+fn rule(req: &ChatRequest) -> Result<DecodingRule, ApiError> {
     let t = req.temperature.unwrap_or(0.0);
     let (top_k, top_p, min_p) = (req.top_k.unwrap_or(0), req.top_p.unwrap_or(1.0), req.min_p.unwrap_or(0.0));
     let check = |t, seed| {
@@ -130,12 +130,6 @@ fn rule(req: &ChatRequest, gpu: bool) -> Result<DecodingRule, ApiError> {
         check(0.0, 0)?;
         return Ok(DecodingRule::Greedy);
     }
-    if gpu {
-        return Err(ApiError::bad_request(format!(
-            "temperature {t}: sampling is not implemented on the GPU backend yet; use temperature 0 (greedy) or \
-             a server started with --backend cpu"
-        )));
-    }
     let seed = req.seed.unwrap_or_else(|| now() ^ 0x9E37_79B9_7F4A_7C15);
     check(t, seed)
 }
@@ -144,7 +138,7 @@ fn rule(req: &ChatRequest, gpu: bool) -> Result<DecodingRule, ApiError> {
 fn plan(st: &AppState, req: &ChatRequest) -> Result<(Vec<u32>, GenerateConfig, Vec<String>), ApiError> {
     let messages = req.messages()?;
     let stops = req.stops()?;
-    let rule = rule(req, st.model.gpu)?;
+    let rule = rule(req)?;
     let requested = req.max_tokens()?;
     let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).unwrap_or(true);
     let text = st

@@ -30,18 +30,21 @@ pub enum DecodingRule {
     /// error). Speculative output then equals greedy AR output token for token.
     #[default]
     Greedy,
-    /// Seeded sampling. With logits `l` (NaN and −∞ entries never picked):
-    /// 1. temperature: `z = l / temperature` (f64); `temperature = 0` is [`DecodingRule::Greedy`]
-    ///    exactly (the same argmax, the other fields ignored);
-    /// 2. tokens ordered by `z` descending, ties by token id ascending; weights
-    ///    `w_i = exp(z_i − z_max)` (so `w = p / p_max`);
+    /// Seeded sampling ([`flashtree_reference::sample::draw`] is the definition, shared by the
+    /// CPU backend and the device kernel). With logits `l` (NaN and −∞ entries never picked):
+    /// 1. temperature: `temperature = 0` is [`DecodingRule::Greedy`] exactly (the same argmax,
+    ///    the other fields ignored); else each token's weight relative to the most likely one is
+    ///    `w = e^{(l − l_max)/T}` (f64), held in fixed point `W = ⌊w · 2^44⌋` so every sum is
+    ///    exact (tokens with `p < p_max · 2^-44` get none);
+    /// 2. tokens ordered by `l` descending, ties by token id ascending;
     /// 3. top-k: keep the first `top_k` tokens (`0` = all);
     /// 4. top-p: keep the shortest prefix whose weight is at least `top_p` of the kept total
     ///    (`1` = all; at least one token);
-    /// 5. min-p: keep the tokens with `p ≥ min_p · p_max`, i.e. `w ≥ min_p` (`0` = all);
-    /// 6. draw `u ∈ [0, 1)` from the counter-based stream `(seed, position)`
+    /// 5. min-p: keep the leading tokens with `p ≥ min_p · p_max` (`0` = all);
+    /// 6. draw the 53-bit uniform of the counter-based stream `(seed, position)`
     ///    ([`sample::uniform`]; `position` = the absolute position the picked token will
-    ///    occupy) and pick the first kept token whose cumulative weight exceeds `u · Σ w`.
+    ///    occupy) and pick, in token-id order, the first kept token whose cumulative weight
+    ///    exceeds `⌊u · Σ W⌋`: token `i` with probability `W_i / Σ W` exactly.
     ///
     /// Ranges (checked by [`DecodingRule::validate`]): `temperature` finite and ≥ 0, `top_p` in
     /// (0, 1], `min_p` in [0, 1].
@@ -134,8 +137,7 @@ impl DecodingRule {
             DecodingRule::Greedy => sample::greedy(logits),
             DecodingRule::Sample { temperature, top_k, top_p, min_p, seed } => {
                 self.validate()?;
-                let kept = sample::filtered(logits, temperature, top_k, top_p, min_p)?;
-                Ok(sample::draw(&kept, sample::uniform(seed, position as u64)))
+                sample::sample(logits, &sample::sample_rule(temperature, top_k, top_p, min_p, seed), position as u64)
             }
         }
     }

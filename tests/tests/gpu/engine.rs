@@ -592,28 +592,3 @@ fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
         assert!(err.contains("backend gpu") && err.contains("device time:"), "{err}");
     }
 }
-
-/// The engine has no device sampler yet: `GpuTarget` refuses a sampling rule (T > 0) by name in
-/// prefill and verify, and runs sampling at T = 0 as the greedy argmax, bit for bit.
-#[test]
-fn gpu_target_refuses_sampling_and_runs_zero_temperature_as_greedy() {
-    use flashtree::spec::{SpecError, Target, VerifyBatch};
-    let Some(mut e) = engine("gpu_target_refuses_sampling_and_runs_zero_temperature_as_greedy", 256) else {
-        return;
-    };
-    let prompt = tokens(5, 7, e.cfg.vocab_size);
-    let sampling = DecodingRule::sample(0.7, 0, 1.0, 0.0, 1).unwrap();
-    let mut target = flashtree::engine::GpuTarget::new(&mut e);
-    let refused = |r: Result<_, SpecError>| match r {
-        Err(SpecError::Unsupported { rule, .. }) => assert_eq!(rule, "sampling"),
-        Err(other) => panic!("expected Unsupported, got {other}"),
-        Ok(_) => panic!("the GPU target accepted a sampling rule"),
-    };
-    refused(target.prefill(&prompt, sampling).map(|_| ()));
-    let (bonus, _) = target.prefill(&prompt, DecodingRule::Greedy).unwrap();
-    let batch = VerifyBatch::chain(target.committed(), &[bonus]).unwrap();
-    refused(target.verify(&batch, sampling).map(|_| ()));
-    let greedy = target.verify(&batch, DecodingRule::Greedy).unwrap();
-    let t0 = DecodingRule::sample(0.0, 3, 0.5, 0.5, 9).unwrap();
-    assert_eq!(target.verify(&batch, t0).unwrap(), greedy);
-}

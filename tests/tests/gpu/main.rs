@@ -17,4 +17,5 @@ mod qmm;
 mod qmm_prep_norm;
 mod qmm_swiglu;
 mod sample;
+mod sampling;
 mod serve;

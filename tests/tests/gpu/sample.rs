@@ -275,3 +275,129 @@ fn reference_topk_agrees_with_the_draft_path_topk() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Seeded sampling: `sample_rows` vs `flashtree_reference::sample::draw::sample_row`, token for
+// token (the definition is integer arithmetic from shared code, so equality is exact or a bug).
+
+use flashtree::gpu::sample::sample_rows;
+use flashtree_reference::sample::draw::{sample_row, SampleRule};
+
+/// Rows of logits at `scale` (0: all equal) with planted ties (copies of the row's largest
+/// logits and of random entries), NaNs, −∞ and +∞.
+fn sampling_logits(rows: usize, vocab: usize, scale: f32, plants: (usize, usize, usize, usize), seed: u64) -> Vec<f32> {
+    let (ties, nans, neg_infs, pos_infs) = plants;
+    let mut x: Vec<f32> = logits(seed, rows * vocab).iter().map(|v| v * scale).collect();
+    let mut s = seed | 1;
+    let mut next = |n: usize| {
+        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (s >> 33) as usize % n
+    };
+    for row in x.chunks_exact_mut(vocab) {
+        let top = reference::argmax(row).0 as usize;
+        for t in 0..ties {
+            let from = if t % 2 == 0 { top } else { next(vocab) };
+            let to = next(vocab);
+            row[to] = row[from];
+        }
+        for _ in 0..nans {
+            row[next(vocab)] = f32::NAN;
+        }
+        for _ in 0..neg_infs {
+            row[next(vocab)] = f32::NEG_INFINITY;
+        }
+        for _ in 0..pos_infs {
+            row[next(vocab)] = f32::INFINITY;
+        }
+    }
+    x
+}
+
+fn run_sample(gpu: &Gpu, x: &[f32], vocab: usize, rule: &SampleRule, positions: &[u64]) -> Vec<u32> {
+    let dx = gpu.upload(x).unwrap();
+    let mut out = gpu.zeros::<u32>(positions.len()).unwrap();
+    gpu.fill_bytes(&mut out, 0xab).unwrap();
+    sample_rows(gpu, DevSpan::of(gpu, &dx), vocab, rule, positions, DevSpan::of(gpu, &out)).unwrap();
+    gpu.download(&out).unwrap()
+}
+
+fn expected(x: &[f32], vocab: usize, rule: &SampleRule, positions: &[u64]) -> Vec<u32> {
+    x.chunks_exact(vocab).zip(positions).map(|(row, &p)| sample_row(row, rule, p).unwrap_or(u32::MAX)).collect()
+}
+
+fn sample_rule() -> impl Strategy<Value = SampleRule> {
+    (
+        0.05f32..3.0,
+        prop_oneof![Just(0usize), Just(1usize), 2usize..50, 1000usize..400_000, Just(usize::MAX)],
+        prop_oneof![Just(1.0f32), 0.01f32..1.0],
+        prop_oneof![Just(0.0f32), 0.0f32..0.5, Just(1.0f32)],
+        any::<u64>(),
+    )
+        .prop_map(|(temperature, top_k, top_p, min_p, seed)| SampleRule { temperature, top_k, top_p, min_p, seed })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Tokens equal to the reference's exactly, over row counts, vocabularies (the 27B's,
+    /// non-multiples of 4, tiny), logit scales (from all-equal to sharply peaked), planted
+    /// ties / NaN / ±∞, and every rule shape.
+    #[test]
+    fn sample_rows_matches_reference_exactly(
+        rows in 1usize..=32,
+        vocab in prop_oneof![1usize..70, 70usize..20_000, Just(248_320usize), 200_000usize..300_000],
+        scale in prop_oneof![Just(0.0f32), 0.01f32..1.0, 1.0f32..40.0],
+        plants in (0usize..6, 0usize..4, 0usize..4, prop_oneof![4 => Just(0usize), 1 => 1usize..3]),
+        rule in sample_rule(),
+        seed in any::<u64>(),
+        position in 0u64..1 << 40,
+    ) {
+        let Some(gpu) = gpu_or_skip("sample_rows_matches_reference_exactly") else { return Ok(()) };
+        let x = sampling_logits(rows, vocab, scale, plants, seed);
+        let positions: Vec<u64> = (0..rows as u64).map(|r| position + r).collect();
+        let got = run_sample(gpu, &x, vocab, &rule, &positions);
+        prop_assert_eq!(got, expected(&x, vocab, &rule, &positions), "{:?}", rule);
+    }
+}
+
+/// The same rows give the same tokens sampled alone, inside batches of other sizes, and at
+/// another offset of the batch (nothing of a row's draw depends on the launch).
+#[test]
+fn sample_rows_are_independent_of_the_batch() {
+    let Some(gpu) = gpu_or_skip("sample_rows_are_independent_of_the_batch") else { return };
+    let vocab = 248_320;
+    let x = sampling_logits(32, vocab, 12.0, (3, 1, 1, 0), 77);
+    for rule in [
+        SampleRule { temperature: 0.7, top_k: 20, top_p: 0.95, min_p: 0.0, seed: 5 },
+        SampleRule { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 6 },
+        SampleRule { temperature: 2.5, top_k: 0, top_p: 0.5, min_p: 0.01, seed: 7 },
+    ] {
+        let positions: Vec<u64> = (100..132).collect();
+        let all = run_sample(gpu, &x, vocab, &rule, &positions);
+        assert_eq!(all, expected(&x, vocab, &rule, &positions), "{rule:?}");
+        for (first, n) in [(0, 1), (5, 1), (3, 7), (10, 22), (31, 1)] {
+            let part =
+                run_sample(gpu, &x[first * vocab..(first + n) * vocab], vocab, &rule, &positions[first..first + n]);
+            assert_eq!(part, all[first..first + n], "{rule:?}: rows {first}..{}", first + n);
+        }
+    }
+}
+
+/// All-NaN / −∞ rows give `u32::MAX`; a single +∞ entry is always drawn; shapes are checked.
+#[test]
+fn sample_rows_edge_rows_and_shapes() {
+    let Some(gpu) = gpu_or_skip("sample_rows_edge_rows_and_shapes") else { return };
+    let rule = SampleRule { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 1 };
+    let mut x = vec![f32::NAN; 3 * 1001];
+    x[1001..2002].fill(f32::NEG_INFINITY);
+    x[2002..].fill(1.0);
+    x[2002 + 500] = f32::INFINITY;
+    assert_eq!(run_sample(gpu, &x, 1001, &rule, &[0, 1, 2]), vec![u32::MAX, u32::MAX, 500]);
+    let dx = gpu.upload(&x).unwrap();
+    let out = gpu.zeros::<u32>(40).unwrap();
+    let (sx, so) = (DevSpan::of(gpu, &dx), DevSpan::of(gpu, &out));
+    assert!(sample_rows(gpu, sx, 1001, &rule, &[0; 33], so).is_err(), "33 rows");
+    assert!(sample_rows(gpu, sx, 2000, &rule, &[0, 1], so).is_err(), "logits too short");
+    let greedy = SampleRule { temperature: 0.0, ..rule };
+    assert!(sample_rows(gpu, sx, 1001, &greedy, &[0], so).is_err(), "T = 0 is not sampled");
+}

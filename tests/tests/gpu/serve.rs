@@ -1,6 +1,7 @@
 //! `flashtree serve --backend gpu` on the shipped demo pair: a greedy chat completion (JSON and
 //! SSE) gives the text `generate --chat --backend gpu` gives, a second turn reuses the first's
-//! caches, and temperature > 0 is refused with a message naming the GPU.
+//! caches, and a seeded sampled request (temperature > 0, on the device sampler) gives the text
+//! of `generate --backend gpu` with the same flags.
 
 use flashtree::cli::backend::BackendArg;
 use flashtree::cli::default_model;
@@ -11,14 +12,14 @@ use flashtree_tests::serve::{generate_text, start};
 use serde_json::{json, Value};
 
 #[test]
-fn serve_on_the_gpu_gives_the_text_of_generate_and_refuses_sampling() {
-    if gpu_or_skip("serve_on_the_gpu_gives_the_text_of_generate_and_refuses_sampling").is_none() {
+fn serve_on_the_gpu_gives_the_text_of_generate_greedy_and_sampled() {
+    if gpu_or_skip("serve_on_the_gpu_gives_the_text_of_generate_greedy_and_sampled").is_none() {
         return;
     }
     let model = default_model::target();
     let draft = default_model::draft_for(&model);
     let prompt = "def fibonacci(n):";
-    let want = generate_text(&GenerateArgs {
+    let args = GenerateArgs {
         model: model.clone(),
         draft: draft.clone(),
         mode: ModeArg::Tree,
@@ -33,7 +34,11 @@ fn serve_on_the_gpu_gives_the_text_of_generate_and_refuses_sampling() {
         backend: BackendArg::Gpu,
         sampling: Default::default(),
         output_format: Default::default(),
-    });
+    };
+    let want = generate_text(&args);
+    let sampling =
+        flashtree::cli::sampling::SamplingArgs { temperature: 0.7, top_k: 20, top_p: 0.95, min_p: 0.0, seed: Some(5) };
+    let want_sampled = generate_text(&GenerateArgs { sampling, max_tokens: 24, ..args.clone() });
     let url = start(ServeArgs {
         model,
         draft,
@@ -81,10 +86,11 @@ fn serve_on_the_gpu_gives_the_text_of_generate_and_refuses_sampling() {
         let v: Value = c.post(&chat).json(&second).send().await.unwrap().json().await.unwrap();
         assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(p1), "{v}");
 
-        let hot = json!({ "messages": [{ "role": "user", "content": prompt }], "temperature": 0.7 });
+        let hot = json!({ "messages": [{ "role": "user", "content": prompt }], "max_tokens": 24,
+                          "temperature": 0.7, "top_k": 20, "top_p": 0.95, "seed": 5 });
         let r = c.post(&chat).json(&hot).send().await.unwrap();
-        assert_eq!(r.status().as_u16(), 400);
+        assert_eq!(r.status().as_u16(), 200);
         let v: Value = r.json().await.unwrap();
-        assert!(v["error"]["message"].as_str().unwrap().contains("GPU"), "{v}");
+        assert_eq!(v["choices"][0]["message"]["content"], want_sampled.as_str(), "{v}");
     });
 }
