@@ -32,6 +32,9 @@ const MAX_ARGS: usize = 16;
 /// Bytes of one argument slot (8-byte aligned): a device pointer or a parameter struct of up to
 /// 64 bytes (`GdnParams` is 48).
 const SLOT_BYTES: usize = 64;
+/// Bytes of the one wide slot, for a single larger parameter struct per launch (`SampleParams`
+/// carries a position per row: 296 bytes).
+const WIDE_BYTES: usize = 512;
 
 /// One launch of a kernel with its arguments in order, held in fixed slots (no allocation per
 /// launch: the pointers the driver reads are taken from the slots at launch time).
@@ -39,6 +42,9 @@ pub struct ChainedLaunch<'a> {
     gpu: &'a Gpu,
     name: &'static str,
     slots: [[u64; SLOT_BYTES / 8]; MAX_ARGS],
+    /// The argument (its index) held in `wide` instead of its slot.
+    wide_arg: Option<usize>,
+    wide: [u64; WIDE_BYTES / 8],
     len: usize,
     /// Set when an argument did not fit (reported by [`Self::launch`]).
     overflow: Option<String>,
@@ -46,17 +52,32 @@ pub struct ChainedLaunch<'a> {
 
 impl<'a> ChainedLaunch<'a> {
     pub fn new(gpu: &'a Gpu, name: &'static str) -> Self {
-        ChainedLaunch { gpu, name, slots: [[0; SLOT_BYTES / 8]; MAX_ARGS], len: 0, overflow: None }
+        ChainedLaunch {
+            gpu,
+            name,
+            slots: [[0; SLOT_BYTES / 8]; MAX_ARGS],
+            wide_arg: None,
+            wide: [0; WIDE_BYTES / 8],
+            len: 0,
+            overflow: None,
+        }
     }
 
     fn push<T: Copy>(&mut self, v: T) -> &mut Self {
         let (size, align) = (std::mem::size_of::<T>(), std::mem::align_of::<T>());
-        if self.len == MAX_ARGS || size > SLOT_BYTES || align > 8 {
+        let wide = size > SLOT_BYTES && size <= WIDE_BYTES && self.wide_arg.is_none();
+        if self.len == MAX_ARGS || (size > SLOT_BYTES && !wide) || align > 8 {
             self.overflow = Some(format!("argument {} ({size} bytes, align {align})", self.len));
             return self;
         }
+        let dst = if wide {
+            self.wide_arg = Some(self.len);
+            self.wide.as_mut_ptr()
+        } else {
+            self.slots[self.len].as_mut_ptr()
+        };
         // Safety: the slot is 8-byte aligned and at least `size` bytes long.
-        unsafe { std::ptr::write(self.slots[self.len].as_mut_ptr() as *mut T, v) };
+        unsafe { std::ptr::write(dst as *mut T, v) };
         self.len += 1;
         self
     }
@@ -96,8 +117,8 @@ impl<'a> ChainedLaunch<'a> {
         }
         let f = self.gpu.function(name)?;
         let mut args = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
-        for (arg, slot) in args.iter_mut().zip(self.slots.iter_mut()).take(self.len) {
-            *arg = slot.as_mut_ptr() as *mut c_void;
+        for (i, (arg, slot)) in args.iter_mut().zip(self.slots.iter_mut()).take(self.len).enumerate() {
+            *arg = if self.wide_arg == Some(i) { self.wide.as_mut_ptr() } else { slot.as_mut_ptr() } as *mut c_void;
         }
         let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
         attr.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
