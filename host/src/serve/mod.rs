@@ -9,8 +9,11 @@
 pub mod error;
 pub mod load;
 pub mod openai;
+pub mod reply;
 pub mod routes;
 pub mod stop;
+pub mod thinking;
+pub mod tools;
 pub mod worker;
 
 use std::sync::atomic::AtomicU64;
