@@ -36,6 +36,8 @@ fn serve_args() -> ServeArgs {
         ctx: None,
         queue: 16,
         max_body_bytes: 1 << 20,
+        chat_template: None,
+        script: None,
     }
 }
 

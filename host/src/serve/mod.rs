@@ -17,6 +17,7 @@ pub mod messages;
 pub mod openai;
 pub mod reply;
 pub mod routes;
+pub mod script;
 pub mod stop;
 pub mod thinking;
 pub mod tools;
