@@ -8,8 +8,10 @@
 //! The token after the node at position `p` is script token `p + 1 − start`, where `start` is
 //! the position of the turn's first generated token; past the script's end it is EOS.
 //!
-//! FILE is JSON: `[{"when": "trigger text", "reply": "text the model answers"}, …]`; the script
-//! whose trigger occurs last in the turn's new text wins; no trigger = the model's own reply.
+//! FILE is JSON: `[{"when": "trigger text", "reply": "text the model answers"}, …]`. A script
+//! applies when its trigger occurs in the last [`TAIL_BYTES`] bytes of the prompt's text (the
+//! one occurring last wins); no trigger = the model's own reply. The choice depends on the
+//! prompt only, so a turn that reuses cached tokens picks what a cold run of it picks.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,6 +21,9 @@ use serde::Deserialize;
 
 use crate::spec::{DecodingRule, SpecError, Target, VerifyBatch};
 use crate::tokenizer::gguf::GgufTokenizer;
+
+/// How far from the prompt's end a trigger is looked for (bytes of its decoded text).
+pub const TAIL_BYTES: usize = 256;
 
 /// One scripted reply.
 #[derive(Debug, Clone, Deserialize)]
@@ -48,6 +53,8 @@ pub struct ScriptedTarget<T> {
     scripts: Vec<(String, Vec<u32>)>,
     /// The active script: the position of its first token and its tokens.
     active: Option<(usize, Vec<u32>)>,
+    /// The tokens in the inner target's caches.
+    history: Vec<u32>,
 }
 
 impl<T: Target> ScriptedTarget<T> {
@@ -62,18 +69,22 @@ impl<T: Target> ScriptedTarget<T> {
                 Ok((s.when.clone(), ids))
             })
             .collect::<anyhow::Result<_>>()?;
-        Ok(Self { inner, tk, scripts, active: None })
+        Ok(Self { inner, tk, scripts, active: None, history: Vec::new() })
     }
 
-    /// Picks the script for a turn that added `tokens` (now ending at `committed`).
-    fn choose(&mut self, tokens: &[u32], committed: usize, pending: u32) -> u32 {
-        let mut text = String::new();
-        for &id in tokens {
-            text.push_str(&String::from_utf8_lossy(self.tk.tokenizer.token_bytes(id).unwrap_or(b"")));
+    /// Picks the script for the prompt now in the caches (`pending` = the model's own pick).
+    fn choose(&mut self, pending: u32) -> u32 {
+        let mut tail = Vec::new();
+        for &id in self.history.iter().rev() {
+            tail.splice(0..0, self.tk.tokenizer.token_bytes(id).unwrap_or(b"").iter().copied());
+            if tail.len() >= TAIL_BYTES {
+                break;
+            }
         }
+        let text = String::from_utf8_lossy(&tail[tail.len().saturating_sub(TAIL_BYTES)..]).into_owned();
         let best =
             self.scripts.iter().filter_map(|(when, ids)| Some((text.rfind(when.as_str())?, ids))).max_by_key(|x| x.0);
-        self.active = best.map(|(_, ids)| (committed, ids.clone()));
+        self.active = best.map(|(_, ids)| (self.history.len(), ids.clone()));
         self.active.as_ref().map_or(pending, |(_, ids)| ids[0])
     }
 
@@ -98,19 +109,20 @@ impl<T: Target> Target for ScriptedTarget<T> {
 
     fn reset(&mut self) -> Result<(), SpecError> {
         self.active = None;
+        self.history.clear();
         self.inner.reset()
     }
 
     fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
         let (pending, f) = self.inner.extend(tokens, rule)?;
-        let committed = self.inner.committed();
-        Ok((self.choose(tokens, committed, pending), f))
+        self.history.extend_from_slice(tokens);
+        Ok((self.choose(pending), f))
     }
 
     fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
         let (pending, f) = self.inner.prefill(prompt, rule)?;
-        let committed = self.inner.committed();
-        Ok((self.choose(prompt, committed, pending), f))
+        self.history = prompt.to_vec();
+        Ok((self.choose(pending), f))
     }
 
     fn verify(&mut self, batch: &VerifyBatch, rule: DecodingRule) -> Result<Vec<u32>, SpecError> {
@@ -124,7 +136,9 @@ impl<T: Target> Target for ScriptedTarget<T> {
     }
 
     fn commit(&mut self, batch: &VerifyBatch, path: &[usize]) -> Result<Self::Features, SpecError> {
-        self.inner.commit(batch, path)
+        let f = self.inner.commit(batch, path)?;
+        self.history.extend(path.iter().map(|&i| batch.tokens()[i]));
+        Ok(f)
     }
 
     fn device_times(&mut self) -> Result<Option<crate::spec::PhaseTimes>, SpecError> {
