@@ -104,6 +104,11 @@ impl MessagesRequest {
         if self.messages.is_empty() {
             return Err(ApiError::bad_request("messages: at least one message is needed"));
         }
+        if self.messages.last().is_some_and(|m| m.role == "assistant") {
+            return Err(ApiError::bad_request(
+                "messages: a last assistant message (a prefill to continue) is not supported; end with a user turn",
+            ));
+        }
         let mut out = Vec::new();
         match &self.system {
             None => {}
@@ -322,6 +327,10 @@ mod tests {
             .chat_messages()
             .unwrap_err();
         assert!(e.message.contains("messages[0].content[0].type"), "{}", e.message);
+        let e = req(r#"{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}]}"#)
+            .chat_messages()
+            .unwrap_err();
+        assert!(e.message.contains("prefill"), "{}", e.message);
         let e = req(r#"{"messages":[{"role":"system","content":"x"}]}"#).chat_messages().unwrap_err();
         assert!(e.message.contains("messages[0].role"), "{}", e.message);
         let e = req(r#"{"messages":[],"tool_choice":{"type":"any"},"tools":[]}"#).tool_definitions().unwrap_err();

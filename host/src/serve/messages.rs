@@ -31,8 +31,9 @@ use super::thinking::Piece;
 use super::worker::{Event, Outcome};
 use crate::chat::RenderOptions;
 
-/// The request's prompt tokens: messages, system and tools rendered by the chat template.
-pub fn prompt_tokens(st: &AppState, req: &MessagesRequest) -> Result<Vec<u32>, ApiError> {
+/// The request's prompt tokens (messages, system and tools rendered by the chat template) and
+/// whether the prompt leaves a think block open.
+pub fn prompt_tokens(st: &AppState, req: &MessagesRequest) -> Result<(Vec<u32>, bool), ApiError> {
     let messages = req.chat_messages()?;
     let tools = req.tool_definitions()?;
     let opts = RenderOptions { add_generation_prompt: true, enable_thinking: req.thinking_on()? };
@@ -41,14 +42,14 @@ pub fn prompt_tokens(st: &AppState, req: &MessagesRequest) -> Result<Vec<u32>, A
         .template
         .render_with_tools(&messages, &tools, opts)
         .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
-    tokenize(st, &text)
+    Ok((tokenize(st, &text)?, super::thinking::prompt_opens_think(&text)))
 }
 
 /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`.
 pub async fn count_tokens(State(st): State<Arc<AppState>>, b: Result<Bytes, BytesRejection>) -> Response {
     let r = async {
         let req = MessagesRequest::parse(&body(b)?)?;
-        let n = blocking(move || prompt_tokens(&st, &req).map(|p| p.len())).await?;
+        let n = blocking(move || prompt_tokens(&st, &req).map(|p| p.0.len())).await?;
         Ok::<_, ApiError>(Json(json!({ "input_tokens": n })).into_response())
     };
     r.await.unwrap_or_else(|e| e.anthropic().into_response())
@@ -76,17 +77,16 @@ impl Head {
 async fn messages(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req = Arc::new(MessagesRequest::parse(&body(b)?)?);
     let (st2, req2) = (st.clone(), req.clone());
-    let (prompt, cfg, stops) = blocking(move || {
+    let (prompt, cfg, stops, thinking) = blocking(move || {
         let stops = req2.stops()?;
         let rule = rule(&req2.sampling(), st2.model.gpu)?;
         let requested = req2.max_tokens()?;
-        let prompt = prompt_tokens(&st2, &req2)?;
+        let (prompt, thinking) = prompt_tokens(&st2, &req2)?;
         let cfg = config(&st2, &prompt, requested, rule, false)?;
-        Ok((prompt, cfg, stops))
+        Ok((prompt, cfg, stops, thinking))
     })
     .await?;
     let prompt_len = prompt.len();
-    let thinking = req.thinking_on()?;
     let tools = Some(req.tool_definitions()?).filter(|t| !t.is_empty());
     let rx = submit(&st, prompt, cfg, stops.clone())?;
     let n = st.served.fetch_add(1, Ordering::Relaxed);

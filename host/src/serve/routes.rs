@@ -209,25 +209,31 @@ pub(super) fn config(
     Ok(GenerateConfig { mode: st.mode, budget, max_tokens, eos, rule })
 }
 
-/// Renders, tokenises and checks a chat request; returns the job's parts.
-fn plan(st: &AppState, req: &ChatRequest) -> Result<(Vec<u32>, GenerateConfig, Vec<String>), ApiError> {
+/// A checked job's parts, and whether its prompt leaves a think block open.
+pub(super) struct Planned {
+    pub prompt: Vec<u32>,
+    pub cfg: GenerateConfig,
+    pub stops: Vec<String>,
+    /// The reply starts inside a think block ([`super::thinking::prompt_opens_think`]).
+    pub thinking: bool,
+}
+
+/// Renders, tokenises and checks a chat request.
+fn plan(st: &AppState, req: &ChatRequest) -> Result<Planned, ApiError> {
     let messages = req.messages()?;
     let tools = req.tools()?;
     let stops = req.stops()?;
     let rule = rule(&req.sampling(), st.model.gpu)?;
     let requested = req.max_tokens()?;
+    let opts = RenderOptions { add_generation_prompt: true, enable_thinking: req.thinking() };
     let text = st
         .model
         .template
-        .render_with_tools(
-            &messages,
-            &tools,
-            RenderOptions { add_generation_prompt: true, enable_thinking: req.thinking() },
-        )
+        .render_with_tools(&messages, &tools, opts)
         .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
     let prompt = tokenize(st, &text)?;
     let cfg = config(st, &prompt, requested, rule, req.ignore_eos == Some(true))?;
-    Ok((prompt, cfg, stops))
+    Ok(Planned { prompt, cfg, stops, thinking: super::thinking::prompt_opens_think(&text) })
 }
 
 /// Queues a job; returns where its events arrive. Full queue → 429 with `Retry-After`.
@@ -283,21 +289,22 @@ async fn chat_completions(State(st): State<Arc<AppState>>, b: Result<Bytes, Byte
 async fn chat(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req = Arc::new(ChatRequest::parse(&body(b)?)?);
     let (st2, req2) = (st.clone(), req.clone());
-    let (prompt, cfg, stops) = blocking(move || plan(&st2, &req2)).await?;
-    let rx = submit(&st, prompt, cfg, stops)?;
+    let p = blocking(move || plan(&st2, &req2)).await?;
+    let thinking = p.thinking;
+    let rx = submit(&st, p.prompt, p.cfg, p.stops)?;
     let n = st.served.fetch_add(1, Ordering::Relaxed);
     let answer = Answer {
         id: format!("chatcmpl-{n}-{}", now()),
         created: now(),
         model: req.model.clone().unwrap_or_else(|| st.model.id.clone()),
     };
-    let splitter = ReplySplitter::new(req.thinking(), req.parsed_tools());
+    let splitter = ReplySplitter::new(thinking, req.parsed_tools());
     let (stream, include_usage) = req.streaming();
     if stream {
         return Ok(sse(answer, rx, splitter, include_usage).into_response());
     }
     let (text, o) = collect(rx).await?;
-    let (reasoning, content, calls) = reply::split_all(&text, req.thinking(), req.parsed_tools());
+    let (reasoning, content, calls) = reply::split_all(&text, thinking, req.parsed_tools());
     let finish = if calls.is_empty() { o.finish } else { "tool_calls" };
     Ok(Json(answer.completion(&content, &reasoning, &calls, finish, usage(&o))).into_response())
 }

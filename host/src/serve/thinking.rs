@@ -1,6 +1,8 @@
-//! Thinking split from the reply: with thinking on, the Qwen3.5 generation prompt ends in an
-//! open `<think>\n`, so the model's text up to `</think>` is reasoning (OpenAI
-//! `reasoning_content`, Anthropic `thinking` blocks) and the rest is the reply. Works on streamed
+//! Thinking split from the reply: when the rendered prompt leaves a think block open (the
+//! Qwen3.5 generation prompt with thinking on ends in `<think>\n`), the model's text up to
+//! `</think>` is reasoning (OpenAI `reasoning_content`, Anthropic `thinking` blocks) and the
+//! rest is the reply; a prompt without an open block (thinking off, or a template without
+//! thinking) gives a reply that is all text. Works on streamed
 //! text: a suffix that may begin `</think>` is held back until the next piece decides it.
 //!
 //! Lenient: a reply that opens with its own `<think>` (some models repeat the tag) has it
@@ -19,6 +21,16 @@ pub fn partial_tag_suffix(text: &str, tag: &str) -> usize {
         .map(|(i, _)| i)
         .find(|&i| tag.starts_with(&text[i..]) && text.len() - i < tag.len())
         .map_or(0, |i| text.len() - i)
+}
+
+/// Whether a rendered prompt leaves a think block open (its last `<think>` comes after its last
+/// `</think>`): the Qwen3.5 generation prompt with thinking on does; with thinking off it closes
+/// an empty block; a template without thinking (plain ChatML) has neither.
+pub fn prompt_opens_think(prompt: &str) -> bool {
+    match (prompt.rfind(OPEN), prompt.rfind(CLOSE)) {
+        (Some(o), Some(c)) => o > c,
+        (o, _) => o.is_some(),
+    }
 }
 
 /// One piece of a split reply.
@@ -41,9 +53,10 @@ pub struct ThinkingSplitter {
 }
 
 impl ThinkingSplitter {
-    /// `thinking` = the prompt opened a think block (the generation prompt with thinking on).
+    /// `thinking` = the prompt opened a think block ([`prompt_opens_think`]); without one the
+    /// text passes through unchanged.
     pub fn new(thinking: bool) -> Self {
-        Self { thinking, at_start: true, held: String::new() }
+        Self { thinking, at_start: thinking, held: String::new() }
     }
 
     /// Whether the text so far is still reasoning.
@@ -155,6 +168,14 @@ mod tests {
     }
 
     #[test]
+    fn an_open_think_block_is_found_in_the_prompt() {
+        assert!(prompt_opens_think("<|im_start|>assistant\n<think>\n"));
+        assert!(!prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(!prompt_opens_think("<|im_start|>assistant\n"));
+        assert!(prompt_opens_think("<think>a</think> b <think>\n"));
+    }
+
+    #[test]
     fn reasoning_ends_at_the_close_tag_in_any_streaming_cut() {
         let r = |a: &str, b: &str| (a.to_string(), b.to_string());
         assert_eq!(streamed("let me see\n</think>\n\nThe answer is 4.", true), r("let me see", "The answer is 4."));
@@ -162,8 +183,9 @@ mod tests {
         assert_eq!(streamed("\n</think>\n\nhi", true), r("", "hi"));
         // Never closed: all reasoning (cut by max_tokens).
         assert_eq!(streamed("still thinking </thi", true), r("still thinking </thi", ""));
-        // Thinking off: everything is text, a stray tag included.
+        // Thinking off: everything is text, unchanged, a stray tag included.
         assert_eq!(streamed("a </think> b", false), r("", "a </think> b"));
+        assert_eq!(streamed("\n\nx\n", false), r("", "\n\nx\n"));
         // Only the first close tag splits.
         assert_eq!(streamed("x</think>y</think>z", true), r("x", "y</think>z"));
         assert_eq!(streamed("", true), r("", ""));
