@@ -145,6 +145,65 @@ mod tests {
         }
     }
 
+    /// Runs `pieces` through a splitter: (reasoning, text, calls), text untrimmed.
+    fn run(pieces: &[&str], thinking: bool, tools: Option<Vec<Value>>) -> (String, String, Vec<ToolCall>) {
+        let mut s = ReplySplitter::new(thinking, tools);
+        let mut out: Vec<Piece> = pieces.iter().flat_map(|p| s.push(p)).collect();
+        let tail = s.finish();
+        out.extend(tail.pieces);
+        let (mut r, mut t) = (String::new(), String::new());
+        for p in out {
+            match p {
+                Piece::Reasoning(x) => r.push_str(&x),
+                Piece::Text(x) => t.push_str(&x),
+            }
+        }
+        (r, t, tail.calls)
+    }
+
+    #[test]
+    fn random_tag_soup_streams_like_the_whole_text_and_never_panics() {
+        const BITS: &[&str] = &[
+            "<tool_call>",
+            "</tool_call>",
+            "<function=f>",
+            "<function=",
+            "<parameter=a>",
+            "</parameter>",
+            "</function>",
+            "<think>",
+            "</think>",
+            "{\"name\":\"f\",\"arguments\":{\"k\":1}}",
+            "\n",
+            "x",
+            "é",
+            "<",
+            ">",
+            "{",
+            "\"",
+        ];
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for case in 0..2000 {
+            let text: String = (0..next(24)).map(|_| BITS[next(BITS.len())]).collect();
+            let thinking = case % 2 == 0;
+            let tools = if case % 3 == 0 { None } else { Some(Vec::new()) };
+            let whole = run(&[&text], thinking, tools.clone());
+            // The same text in random pieces (at char boundaries).
+            let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+            let mut cuts: Vec<usize> = (0..next(6)).map(|_| bounds[next(bounds.len())]).collect();
+            cuts.extend([0, text.len()]);
+            cuts.sort_unstable();
+            let pieces: Vec<&str> = cuts.windows(2).map(|w| &text[w[0]..w[1]]).collect();
+            assert_eq!(run(&pieces, thinking, tools), whole, "{text:?} in {pieces:?}");
+        }
+    }
+
     #[test]
     fn without_tools_a_call_is_text_and_a_failed_parse_is_text() {
         let text = "<tool_call>{\"name\":\"f\",\"arguments\":{}}</tool_call>";
