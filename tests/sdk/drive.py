@@ -176,6 +176,7 @@ assert [b.type for b in final.content] == ["thinking", "text", "tool_use"], fina
 assert final.content[0].thinking == "I need the weather." and final.content[1].text.strip() == "Let me check."
 assert final.content[2].input == {"city": "Paris", "days": 3} and final.stop_reason == "tool_use"
 assert final.usage.output_tokens == m.usage.output_tokens
+assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) == count, final.usage
 ok("messages stream: full event sequence, thinking / text / tool_use (input_json_delta) blocks")
 
 m = an.messages.create(model="x", max_tokens=100, messages=user("say the stop word"), stop_sequences=["STOP"])
@@ -239,7 +240,9 @@ results = [None] * 4
 
 
 def client(i):
-    results[i] = oa.chat.completions.create(model="m", messages=user("four at once"), max_tokens=12)
+    results[i] = oa.completions.create(
+        model="m", prompt=f"def client_{i}(x):", max_tokens=12, extra_body={"ignore_eos": True}
+    ).choices[0].text
 
 
 threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
@@ -247,9 +250,14 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-texts = {(extra(r.choices[0].message, "reasoning_content"), r.choices[0].message.content) for r in results}
-assert all(r is not None for r in results) and len(texts) == 1, texts
-ok("4 concurrent clients served (one at a time), the same greedy text")
+alone = [
+    oa.completions.create(model="m", prompt=f"def client_{i}(x):", max_tokens=12, extra_body={"ignore_eos": True})
+    .choices[0]
+    .text
+    for i in range(4)
+]
+assert results == alone, (results, alone)
+ok("4 concurrent clients served (one at a time), each the text it gets alone")
 
 t0 = time.monotonic()
 oa.completions.create(model="m", prompt="timing", max_tokens=64, extra_body={"ignore_eos": True})

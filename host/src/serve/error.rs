@@ -95,3 +95,33 @@ impl IntoResponse for ApiError {
         r
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anthropic_errors_have_anthropics_shape_and_type_names() {
+        let e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "full").shaped_for("/v1/messages");
+        assert_eq!(
+            e.body(),
+            serde_json::json!({ "type": "error", "error": { "type": "rate_limit_error", "message": "full" } })
+        );
+        let kind = |s: u16| ApiError::new(StatusCode::from_u16(s).unwrap(), "x", "m").anthropic_kind();
+        assert_eq!(
+            [400, 401, 404, 413, 500, 503].map(kind),
+            [
+                "invalid_request_error",
+                "authentication_error",
+                "not_found_error",
+                "request_too_large",
+                "api_error",
+                "overloaded_error"
+            ]
+        );
+        // Other paths keep OpenAI's shape.
+        let e = ApiError::bad_request("m").shaped_for("/v1/chat/completions");
+        assert_eq!(e.body()["error"]["type"], "invalid_request_error");
+        assert!(e.body().get("type").is_none());
+    }
+}
