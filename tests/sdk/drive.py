@@ -104,7 +104,10 @@ assert finish == "tool_calls" and calls[0]["name"] == "get_weather", (finish, ca
 assert json.loads(calls[0]["arguments"]) == {"city": "Paris", "days": 3}
 r = oa.chat.completions.create(model="m", messages=user("use the json form"), tools=[WEATHER])
 assert json.loads(r.choices[0].message.tool_calls[0].function.arguments) == {"city": "Oslo"}
-ok("tools accepted; tool calls parsed back (Qwen3-Coder XML and JSON forms), stream and not")
+r = oa.chat.completions.create(model="m", messages=user("a broken call"), tools=[WEATHER])
+assert not r.choices[0].message.tool_calls and "junk" in r.choices[0].message.content, r.choices[0].message
+assert r.choices[0].finish_reason == "stop"
+ok("tools accepted; tool calls parsed back (Qwen3-Coder XML and JSON forms), stream and not; a broken one is text")
 
 history = [
     {"role": "user", "content": "weather in Paris?"},

@@ -1,8 +1,8 @@
 //! `flashtree serve`'s tool calls, thinking split, `/v1/completions` and the Anthropic routes,
 //! over HTTP on a `synth --preset tiny` pair (CPU). The tiny model's own text is noise, so the
-//! replies that must hold a tool call or a think block come from `--script` (the real model
-//! runs under the speculative loop; only its picked tokens follow the script, see
-//! `flashtree::serve::script`). The server renders with the built-in Qwen3.5 template
+//! replies that must hold a tool call or a think block come from `--script
+//! tests/sdk/script.json` (the real model runs under the speculative loop; only its picked
+//! tokens follow the script, see `flashtree::serve::script`). The server renders with the built-in Qwen3.5 template
 //! (`--chat-template qwen35`: tools section, open think block); the tiny GGUF carries a bare
 //! ChatML one.
 
@@ -15,28 +15,14 @@ use flashtree::cli::serve::ServeArgs;
 use flashtree_tests::serve::start;
 use serde_json::{json, Value};
 
-/// The scripted replies: (trigger, reply).
-pub const SCRIPTS: &[(&str, &str)] = &[
-    (
-        "call the weather tool",
-        "I need the weather.\n</think>\n\nLet me check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n\
-         </parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
-    ),
-    ("use the json form", "</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"),
-    ("think then answer", "Two plus two is four.\n</think>\n\nThe answer is 4."),
-    ("a broken call", "</think>\n\n<tool_call>\n<function=get_weather>junk\n</tool_call>"),
-    ("say the stop word", "</think>\n\nalpha beta STOP gamma"),
-];
-
+/// The tiny pair and the scripted replies (shared with the SDK test: `tests/sdk/script.json`).
 fn tiny() -> &'static (PathBuf, PathBuf, PathBuf) {
     static PAIR: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
     PAIR.get_or_init(|| {
         let dir = std::env::temp_dir().join(format!("flashtree-serve-api-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
-        let script = dir.join("script.json");
-        let list: Vec<Value> = SCRIPTS.iter().map(|(w, r)| json!({ "when": w, "reply": r })).collect();
-        std::fs::write(&script, serde_json::to_string(&list).unwrap()).unwrap();
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/script.json");
         (out.target, out.draft_dir.expect("draft written"), script)
     })
 }
