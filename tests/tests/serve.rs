@@ -36,6 +36,8 @@ fn serve_args() -> ServeArgs {
         ctx: None,
         queue: 16,
         max_body_bytes: 1 << 20,
+        chat_template: None,
+        script: None,
     }
 }
 
@@ -208,7 +210,7 @@ fn malformed_requests_get_400_in_openai_shape_and_the_server_keeps_serving() {
             (json!({ "messages": user, "stop": ["a", "b", "c", "d", "e"] }), "stop"),
             (json!({ "messages": user, "top_p": 2.0 }), "top_p"),
             (json!({ "messages": user, "temperature": -1.0 }), "temperature"),
-            (json!({ "messages": user, "tools": [{ "type": "function" }] }), "tools"),
+            (json!({ "messages": user, "tools": [{ "type": "function" }] }), "tools[0]"),
             (json!({ "messages": user, "logprobs": true }), "logprobs"),
         ];
         for (body, needle) in cases {

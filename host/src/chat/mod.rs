@@ -66,12 +66,15 @@ pub struct Message {
     pub content: String,
     /// An assistant turn's thinking, if kept apart from `content`.
     pub reasoning_content: Option<String>,
+    /// An assistant turn's tool calls, in OpenAI's shape
+    /// (`{"type":"function","function":{"name","arguments": {…}}}`, arguments as an object).
+    pub tool_calls: Vec<serde_json::Value>,
 }
 
 impl Message {
     /// A message without reasoning.
     pub fn new(role: &str, content: &str) -> Self {
-        Self { role: role.into(), content: content.into(), reasoning_content: None }
+        Self { role: role.into(), content: content.into(), reasoning_content: None, tool_calls: Vec::new() }
     }
 }
 
@@ -117,6 +120,18 @@ impl ChatTemplate {
 
     /// Renders `messages` to the prompt text.
     pub fn render(&self, messages: &[Message], opts: RenderOptions) -> Result<String, ChatError> {
+        self.render_with_tools(messages, &[], opts)
+    }
+
+    /// Renders `messages` with tool definitions `tools` (OpenAI's
+    /// `{"type":"function","function":{"name","description","parameters"}}`; none = the template's
+    /// `tools` is undefined, as without tools).
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        opts: RenderOptions,
+    ) -> Result<String, ChatError> {
         let msgs: Vec<serde_json::Value> = messages
             .iter()
             .map(|m| {
@@ -124,12 +139,18 @@ impl ChatTemplate {
                 if let Some(r) = &m.reasoning_content {
                     v["reasoning_content"] = json!(r);
                 }
+                if !m.tool_calls.is_empty() {
+                    v["tool_calls"] = json!(m.tool_calls);
+                }
                 v
             })
             .collect();
+        let tools_value =
+            if tools.is_empty() { minijinja::Value::UNDEFINED } else { minijinja::Value::from_serialize(tools) };
         let tmpl = self.env.get_template("chat").map_err(|e| ChatError::Render(format!("{e:#}")))?;
         let ctx = context! {
             messages => minijinja::Value::from_serialize(&msgs),
+            tools => tools_value,
             add_generation_prompt => opts.add_generation_prompt,
             enable_thinking => opts.enable_thinking,
             bos_token => "",

@@ -49,6 +49,14 @@ pub struct ServeArgs {
     /// Largest request body accepted (bytes); larger ones are answered 413.
     #[arg(long, default_value_t = 8 << 20)]
     pub max_body_bytes: usize,
+    /// Chat template instead of the model's `tokenizer.chat_template`: a Jinja file, or
+    /// `qwen35` for the built-in Qwen3.5 format (tools, thinking).
+    #[arg(long)]
+    pub chat_template: Option<PathBuf>,
+    /// Tests only (CPU backend): scripted replies, a JSON list of `{"when", "reply"}` — a turn
+    /// whose new text contains `when` is answered `reply` (see `serve::script`).
+    #[arg(long, hide = true)]
+    pub script: Option<PathBuf>,
 }
 
 /// Loads the model, binds, prints the address and serves until Ctrl+C.

@@ -72,10 +72,16 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
         .map(<[u8]>::len)
         .max()
         .unwrap_or(1);
-    let template = match &tk.chat_template {
-        Some(src) => ChatTemplate::new(src)
+    let template = match (&args.chat_template, &tk.chat_template) {
+        (Some(p), _) if p.as_os_str() == "qwen35" => ChatTemplate::qwen35(),
+        (Some(p), _) => {
+            let src =
+                std::fs::read_to_string(p).with_context(|| format!("--chat-template: reading {}", p.display()))?;
+            ChatTemplate::new(&src).with_context(|| format!("--chat-template {}", p.display()))?
+        }
+        (None, Some(src)) => ChatTemplate::new(src)
             .with_context(|| format!("the tokenizer.chat_template of {}", args.model.display()))?,
-        None => ChatTemplate::qwen35(),
+        (None, None) => ChatTemplate::qwen35(),
     };
     drop(file);
 
@@ -158,6 +164,12 @@ fn cpu_worker(
     let tgt = CpuTarget::new(&target, capture);
     let dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
     progress.finish();
+    if let Some(path) = &args.script {
+        let tgt = super::script::ScriptedTarget::new(tgt, &super::script::read(path)?, tk.clone())?;
+        let _ = ready.send(Ok(Ready { gpu: false, ctx, reserve: 0 }));
+        run_jobs(Session::new(tgt, dft), rx, tk);
+        return Ok(());
+    }
     let _ = ready.send(Ok(Ready { gpu: false, ctx, reserve: 0 }));
     run_jobs(Session::new(tgt, dft), rx, tk);
     Ok(())
@@ -174,6 +186,9 @@ fn gpu_worker(
     rx: mpsc::Receiver<Job>,
     tk: Arc<GgufTokenizer>,
 ) -> anyhow::Result<()> {
+    if args.script.is_some() {
+        bail!("--script (for tests) runs on the CPU backend only");
+    }
     let nodes = if mode == Mode::Ar { 1 } else { kernel_abi::MAX_NODES as usize };
     if mode != Mode::Ar && args.budget >= nodes {
         bail!("--budget {}: the GPU engine verifies at most {nodes} nodes (budget + 1) per round", args.budget);

@@ -1,16 +1,26 @@
-//! `flashtree serve`: an OpenAI-compatible HTTP server over one model pair (serving.md).
+//! `flashtree serve`: an OpenAI- and Anthropic-compatible HTTP server over one model pair
+//! (serving.md).
 //!
 //! One worker thread ([`worker`]) owns the pair and a [`crate::spec::Session`], so a request
 //! that extends the previous conversation prefills only its new suffix; requests wait in a
 //! bounded FIFO queue (full → 429 with `Retry-After`). The HTTP side ([`routes`], axum on tokio)
-//! parses and checks requests ([`openai`]), tokenises them, queues them and relays the worker's
-//! text as JSON or server-sent events; errors use OpenAI's shape ([`error`]).
+//! parses and checks requests ([`openai`], [`completions`], [`anthropic`] + [`messages`]),
+//! tokenises them, queues them and relays the worker's text as JSON or server-sent events,
+//! split into reasoning, text and tool calls ([`reply`], [`thinking`], [`tools`]); errors use
+//! each API's shape ([`error`]).
 
+pub mod anthropic;
+pub mod completions;
 pub mod error;
 pub mod load;
+pub mod messages;
 pub mod openai;
+pub mod reply;
 pub mod routes;
+pub mod script;
 pub mod stop;
+pub mod thinking;
+pub mod tools;
 pub mod worker;
 
 use std::sync::atomic::AtomicU64;

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::tools::ToolCall;
 use crate::chat::Message;
 
 /// `POST /v1/chat/completions` body (the fields read; others are ignored).
@@ -39,8 +40,14 @@ pub struct ChatRequest {
     pub n: Option<u32>,
     /// Token log-probabilities: not implemented, so `true` is refused.
     pub logprobs: Option<bool>,
-    /// Tools: not implemented yet, so a non-empty list is refused.
+    /// Tool definitions (`{"type":"function","function":{"name","description","parameters"}}`),
+    /// rendered by the chat template; calls are parsed from the reply.
     pub tools: Option<Vec<Value>>,
+    /// `"auto"` (default) or `"none"` (tools neither shown nor parsed); `"required"` and a named
+    /// function are refused (the output is not constrained).
+    pub tool_choice: Option<Value>,
+    /// Several calls per reply (the default) are always allowed; `false` is refused.
+    pub parallel_tool_calls: Option<bool>,
     /// Keep generating after an EOS token (vLLM's extension; for benchmarks and tests).
     pub ignore_eos: Option<bool>,
     /// Template switches (vLLM's name): `enable_thinking`.
@@ -80,6 +87,39 @@ pub struct ChatMessage {
     pub content: Option<Content>,
     /// An assistant turn's earlier thinking.
     pub reasoning_content: Option<String>,
+    /// An assistant turn's tool calls.
+    pub tool_calls: Option<Vec<RequestToolCall>>,
+}
+
+/// An assistant turn's tool call in a request.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RequestToolCall {
+    /// The call.
+    pub function: RequestFunction,
+}
+
+/// The function of a request's tool call.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RequestFunction {
+    /// Its name.
+    pub name: String,
+    /// Its arguments: a JSON object, or (as OpenAI sends them) a string holding one.
+    pub arguments: Option<Value>,
+}
+
+/// A tool call's arguments as an object (the template writes each as a parameter); `what` names
+/// the field in errors.
+pub fn arguments_object(args: Option<&Value>, what: &str) -> Result<Value, ApiError> {
+    match args {
+        None | Some(Value::Null) => Ok(json!({})),
+        Some(v @ Value::Object(_)) => Ok(v.clone()),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(json!({})),
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
+            Ok(v @ Value::Object(_)) => Ok(v),
+            _ => Err(ApiError::bad_request(format!("{what}: must be a JSON object (or a string holding one)"))),
+        },
+        Some(_) => Err(ApiError::bad_request(format!("{what}: must be a JSON object (or a string holding one)"))),
+    }
 }
 
 /// Message content.
@@ -129,9 +169,6 @@ impl ChatRequest {
         if self.logprobs == Some(true) {
             return Err(ApiError::bad_request("logprobs: log-probabilities are not supported"));
         }
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(ApiError::bad_request("tools: tool calls are not supported yet"));
-        }
         if self.messages.is_empty() {
             return Err(ApiError::bad_request("messages: at least one message is needed"));
         }
@@ -175,9 +212,65 @@ impl ChatRequest {
                 };
                 let mut msg = Message::new(role, &content);
                 msg.reasoning_content = m.reasoning_content.clone();
+                for (j, c) in m.tool_calls.iter().flatten().enumerate() {
+                    if role != "assistant" {
+                        return Err(ApiError::bad_request(format!(
+                            "messages[{i}].tool_calls: only an assistant message has tool calls"
+                        )));
+                    }
+                    let what = format!("messages[{i}].tool_calls[{j}].function.arguments");
+                    let arguments = arguments_object(c.function.arguments.as_ref(), &what)?;
+                    msg.tool_calls.push(json!({ "type": "function",
+                        "function": { "name": c.function.name, "arguments": arguments } }));
+                }
                 Ok(msg)
             })
             .collect()
+    }
+
+    /// The tool definitions to render (OpenAI's shape), none when `tool_choice` is `"none"`.
+    pub fn tools(&self) -> Result<Vec<Value>, ApiError> {
+        let tools = self.tools.as_deref().unwrap_or(&[]);
+        if self.parallel_tool_calls == Some(false) && !tools.is_empty() {
+            return Err(ApiError::bad_request(
+                "parallel_tool_calls: false is not supported (the model may call several tools in one reply)",
+            ));
+        }
+        match &self.tool_choice {
+            None => {}
+            Some(Value::String(c)) if c == "auto" => {}
+            Some(Value::String(c)) if c == "none" => return Ok(Vec::new()),
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "tool_choice: {} is not supported; use \"auto\" or \"none\" (the output is not constrained, so \
+                     a call cannot be forced)",
+                    crate::cli::limits::cut(&other.to_string())
+                )))
+            }
+        }
+        super::tools::normalise(tools, "tools").map_err(ApiError::bad_request)
+    }
+
+    /// The tools to parse calls with (`None` = no tools offered: tool-call text stays text).
+    pub fn parsed_tools(&self) -> Option<Vec<Value>> {
+        self.tools().ok().filter(|t| !t.is_empty())
+    }
+
+    /// Whether the generation prompt opens a think block (`chat_template_kwargs.enable_thinking`,
+    /// default on as the template does).
+    pub fn thinking(&self) -> bool {
+        self.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).unwrap_or(true)
+    }
+
+    /// The sampling parameters.
+    pub fn sampling(&self) -> super::routes::Sampling {
+        super::routes::Sampling {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            seed: self.seed,
+        }
     }
 
     /// The stop strings (at most [`MAX_STOPS`], none empty).
@@ -247,18 +340,35 @@ pub struct Answer {
 }
 
 impl Answer {
-    /// The non-streamed `chat.completion`.
-    pub fn completion(&self, text: &str, finish: &str, usage: Usage) -> Value {
+    /// The non-streamed `chat.completion`: `content` (null when empty and tools were called),
+    /// `reasoning_content` when there was reasoning, `tool_calls` when calls were parsed.
+    pub fn completion(&self, text: &str, reasoning: &str, calls: &[ToolCall], finish: &str, usage: Usage) -> Value {
+        let mut message = json!({ "role": "assistant", "content": text });
+        if text.is_empty() && !calls.is_empty() {
+            message["content"] = Value::Null;
+        }
+        if !reasoning.is_empty() {
+            message["reasoning_content"] = json!(reasoning);
+        }
+        if !calls.is_empty() {
+            message["tool_calls"] = calls.iter().enumerate().map(|(i, c)| self.tool_call(i, c, false)).collect();
+        }
         json!({
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-            "choices": [{
-                "index": 0,
-                "message": { "role": "assistant", "content": text },
-                "logprobs": null,
-                "finish_reason": finish,
-            }],
+            "choices": [{ "index": 0, "message": message, "logprobs": null, "finish_reason": finish }],
             "usage": usage.json(),
         })
+    }
+
+    /// Call `i` of this answer in OpenAI's shape (with `index` in a stream delta); ids are
+    /// `call_<answer id>_<i>`.
+    pub fn tool_call(&self, i: usize, c: &ToolCall, delta: bool) -> Value {
+        let mut v = json!({ "id": format!("call_{}_{i}", self.id), "type": "function",
+                            "function": { "name": c.name, "arguments": c.arguments_json() } });
+        if delta {
+            v["index"] = json!(i);
+        }
+        v
     }
 
     /// One `chat.completion.chunk` with `delta` and `finish_reason`; `"usage": null` when the

@@ -1,5 +1,7 @@
 //! The HTTP routes: `/health`, `/v1/models`, `/v1/chat/completions` (JSON or SSE), the API-key
-//! check, the body limit, and errors in OpenAI's shape for everything else.
+//! check, the body limit, and errors in OpenAI's shape for everything else (Anthropic's under
+//! `/v1/messages`); the helpers every generation route shares (sampling rule, tokenising, context
+//! check, queueing). `/v1/completions` and `/v1/messages` live in their own files.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +22,8 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::openai::{Answer, ChatRequest, Usage};
+use super::reply::{self, ReplySplitter};
+use super::thinking::Piece;
 use super::worker::{Event, Job, Outcome};
 use super::Loaded;
 use crate::chat::RenderOptions;
@@ -48,6 +52,9 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(super::completions::handler))
+        .route("/v1/messages", post(super::messages::handler))
+        .route("/v1/messages/count_tokens", post(super::messages::count_tokens))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(DefaultBodyLimit::max(max_body))
@@ -64,6 +71,7 @@ async fn not_found(req: Request) -> ApiError {
         "invalid_request_error",
         format!("no route {} {}", req.method(), req.uri().path()),
     )
+    .shaped_for(req.uri().path())
 }
 
 /// Everything but `/health` needs the key when one is set.
@@ -85,6 +93,7 @@ async fn auth(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Resp
                     "a valid API key is needed: `Authorization: Bearer KEY` or `x-api-key: KEY`",
                 )
                 .with_code("invalid_api_key")
+                .shaped_for(req.uri().path())
                 .into_response();
             }
         }
@@ -97,7 +106,8 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn now() -> u64 {
+/// Unix seconds.
+pub(super) fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
@@ -109,15 +119,30 @@ async fn models(State(st): State<Arc<AppState>>) -> Json<Value> {
 }
 
 /// The body as bytes: too large → 413, unreadable → 400, both in OpenAI's shape.
-fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(super) fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     b.map_err(|e| {
         ApiError::new(e.status(), "invalid_request_error", format!("reading the request body: {}", e.body_text()))
     })
 }
 
+/// A request's sampling parameters (the same names in both APIs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sampling {
+    /// 0 (or absent) = greedy.
+    pub temperature: Option<f32>,
+    /// Nucleus mass in (0, 1].
+    pub top_p: Option<f32>,
+    /// Keep the K most likely tokens (0 = no limit).
+    pub top_k: Option<usize>,
+    /// Drop tokens below this fraction of the most likely one.
+    pub min_p: Option<f32>,
+    /// Sampling seed.
+    pub seed: Option<u64>,
+}
+
 /// The decoding rule of a request: greedy unless `temperature` > 0 (then seeded sampling, on
 /// either backend; a random seed unless the request gives one).
-fn rule(req: &ChatRequest) -> Result<DecodingRule, ApiError> {
+pub(super) fn rule(req: &Sampling) -> Result<DecodingRule, ApiError> {
     let t = req.temperature.unwrap_or(0.0);
     let (top_k, top_p, min_p) = (req.top_k.unwrap_or(0), req.top_p.unwrap_or(1.0), req.min_p.unwrap_or(0.0));
     let check = |t, seed| {
@@ -134,33 +159,36 @@ fn rule(req: &ChatRequest) -> Result<DecodingRule, ApiError> {
     check(t, seed)
 }
 
-/// Renders, tokenises and checks a request; returns the job's parts.
-fn plan(st: &AppState, req: &ChatRequest) -> Result<(Vec<u32>, GenerateConfig, Vec<String>), ApiError> {
-    let messages = req.messages()?;
-    let stops = req.stops()?;
-    let rule = rule(req)?;
-    let requested = req.max_tokens()?;
-    let enable_thinking = req.chat_template_kwargs.as_ref().and_then(|k| k.enable_thinking).unwrap_or(true);
-    let text = st
-        .model
-        .template
-        .render(&messages, RenderOptions { add_generation_prompt: true, enable_thinking })
-        .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
+/// Tokenises a rendered prompt (its byte length checked against the context first, so a huge
+/// text is refused before the tokenizer runs).
+pub(super) fn tokenize(st: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
     let ctx = st.model.ctx;
-    let overflow = |what: String| ApiError::bad_request(what).with_code("context_length_exceeded");
     if text.len() > crate::cli::limits::max_prompt_bytes(ctx, st.model.longest_token) {
         return Err(overflow(format!(
             "the rendered prompt is {} bytes, more than the context of {ctx} tokens can hold",
             text.len()
         )));
     }
-    let prompt = st
-        .model
-        .tk
-        .tokenizer
-        .encode(&text)
-        .map_err(|e| ApiError::bad_request(format!("messages: tokenising the prompt: {e}")))?;
-    let reserve = st.model.reserve;
+    st.model.tk.tokenizer.encode(text).map_err(|e| ApiError::bad_request(format!("tokenising the prompt: {e}")))
+}
+
+fn overflow(what: String) -> ApiError {
+    ApiError::bad_request(what).with_code("context_length_exceeded")
+}
+
+/// Checks `prompt` against the context and builds the job's configuration: `requested` most
+/// tokens clamped to what the context leaves (a client's large default must not fail).
+pub(super) fn config(
+    st: &AppState,
+    prompt: &[u32],
+    requested: Option<usize>,
+    rule: DecodingRule,
+    ignore_eos: bool,
+) -> Result<GenerateConfig, ApiError> {
+    let (ctx, reserve) = (st.model.ctx, st.model.reserve);
+    if prompt.is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty"));
+    }
     if prompt.len().saturating_add(reserve) >= ctx {
         return Err(overflow(format!(
             "the prompt has {} tokens; the context is {ctx} tokens{}, which leaves no room to generate",
@@ -168,13 +196,81 @@ fn plan(st: &AppState, req: &ChatRequest) -> Result<(Vec<u32>, GenerateConfig, V
             if reserve > 0 { format!(" ({reserve} kept for the verify batch)") } else { String::new() }
         )));
     }
-    // Clamped to what the context leaves (a client's large default must not fail the request).
     let room = ctx - prompt.len() - reserve;
     let max_tokens = requested.map_or(room, |n| n.min(room));
     let budget = if st.mode == Mode::Ar { 0 } else { st.budget };
-    let eos = if req.ignore_eos == Some(true) { Vec::new() } else { st.model.tk.stop_ids.clone() };
-    let cfg = GenerateConfig { mode: st.mode, budget, max_tokens, eos, rule };
-    Ok((prompt, cfg, stops))
+    let eos = if ignore_eos { Vec::new() } else { st.model.tk.stop_ids.clone() };
+    Ok(GenerateConfig { mode: st.mode, budget, max_tokens, eos, rule })
+}
+
+/// A checked job's parts, and whether its prompt leaves a think block open.
+pub(super) struct Planned {
+    pub prompt: Vec<u32>,
+    pub cfg: GenerateConfig,
+    pub stops: Vec<String>,
+    /// The reply starts inside a think block ([`super::thinking::prompt_opens_think`]).
+    pub thinking: bool,
+}
+
+/// Renders, tokenises and checks a chat request.
+fn plan(st: &AppState, req: &ChatRequest) -> Result<Planned, ApiError> {
+    let messages = req.messages()?;
+    let tools = req.tools()?;
+    let stops = req.stops()?;
+    let rule = rule(&req.sampling())?;
+    let requested = req.max_tokens()?;
+    let opts = RenderOptions { add_generation_prompt: true, enable_thinking: req.thinking() };
+    let text = st
+        .model
+        .template
+        .render_with_tools(&messages, &tools, opts)
+        .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
+    let prompt = tokenize(st, &text)?;
+    let cfg = config(st, &prompt, requested, rule, req.ignore_eos == Some(true))?;
+    Ok(Planned { prompt, cfg, stops, thinking: super::thinking::prompt_opens_think(&text) })
+}
+
+/// Queues a job; returns where its events arrive. Full queue → 429 with `Retry-After`.
+pub(super) fn submit(
+    st: &AppState,
+    prompt: Vec<u32>,
+    cfg: GenerateConfig,
+    stops: Vec<String>,
+) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let job = Job { prompt, cfg, stops, events: tx };
+    st.model.jobs.try_send(job).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => ApiError {
+            retry_after: Some(RETRY_AFTER_S),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "the request queue is full; retry later")
+        },
+        mpsc::error::TrySendError::Closed(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the generation worker has stopped")
+        }
+    })?;
+    Ok(rx)
+}
+
+/// Runs blocking preparation (rendering, tokenising) off the async threads.
+pub(super) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", format!("preparing the prompt: {e}"))
+    })?
+}
+
+/// The whole text of a job (non-streamed answers).
+pub(super) async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<(String, Outcome), ApiError> {
+    let mut text = String::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Text(t)) => text.push_str(&t),
+            Some(Event::Done(o)) => return Ok((text, o)),
+            Some(Event::Failed(m)) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", m)),
+            None => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the worker stopped")),
+        }
+    }
 }
 
 async fn chat_completions(State(st): State<Arc<AppState>>, b: Result<Bytes, BytesRejection>) -> Response {
@@ -186,74 +282,76 @@ async fn chat_completions(State(st): State<Arc<AppState>>, b: Result<Bytes, Byte
 
 async fn chat(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req = Arc::new(ChatRequest::parse(&body(b)?)?);
-    // Rendering and tokenising a long prompt is CPU work: off the async threads.
     let (st2, req2) = (st.clone(), req.clone());
-    let (prompt, cfg, stops) = tokio::task::spawn_blocking(move || plan(&st2, &req2)).await.map_err(|e| {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", format!("preparing the prompt: {e}"))
-    })??;
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let job = Job { prompt, cfg, stops, events: tx };
-    st.model.jobs.try_send(job).map_err(|e| match e {
-        mpsc::error::TrySendError::Full(_) => ApiError {
-            retry_after: Some(RETRY_AFTER_S),
-            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "the request queue is full; retry later")
-        },
-        mpsc::error::TrySendError::Closed(_) => {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the generation worker has stopped")
-        }
-    })?;
+    let p = blocking(move || plan(&st2, &req2)).await?;
+    let thinking = p.thinking;
+    let rx = submit(&st, p.prompt, p.cfg, p.stops)?;
     let n = st.served.fetch_add(1, Ordering::Relaxed);
     let answer = Answer {
         id: format!("chatcmpl-{n}-{}", now()),
         created: now(),
         model: req.model.clone().unwrap_or_else(|| st.model.id.clone()),
     };
+    let splitter = ReplySplitter::new(thinking, req.parsed_tools());
     let (stream, include_usage) = req.streaming();
     if stream {
-        return Ok(sse(answer, rx, include_usage).into_response());
+        return Ok(sse(answer, rx, splitter, include_usage).into_response());
     }
-    let mut text = String::new();
-    loop {
-        match rx.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
-            Some(Event::Done(o)) => return Ok(Json(answer.completion(&text, o.finish, usage(&o))).into_response()),
-            Some(Event::Failed(m)) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", m)),
-            None => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "the worker stopped")),
-        }
-    }
+    let (text, o) = collect(rx).await?;
+    let (reasoning, content, calls) = reply::split_all(&text, thinking, req.parsed_tools());
+    let finish = if calls.is_empty() { o.finish } else { "tool_calls" };
+    Ok(Json(answer.completion(&content, &reasoning, &calls, finish, usage(&o))).into_response())
 }
 
-fn usage(o: &Outcome) -> Usage {
+/// OpenAI's usage of a job.
+pub(super) fn usage(o: &Outcome) -> Usage {
     Usage { prompt: o.prompt_tokens, reused: o.reused_tokens, completion: o.completion_tokens }
 }
 
-/// The SSE answer: a role chunk, content chunks, a chunk with `finish_reason`, the usage chunk
-/// when asked, then `[DONE]`. A failure mid-stream is sent as an `error` object before `[DONE]`.
+/// The SSE answer: a role chunk, reasoning and content chunks, the tool calls (one chunk each,
+/// whole arguments) when generation ends, a chunk with `finish_reason`, the usage chunk when
+/// asked, then `[DONE]`. A failure mid-stream is sent as an `error` object before `[DONE]`.
 /// Dropping the stream (client gone) closes `rx`, which stops the worker after its round.
 fn sse(
     answer: Answer,
     rx: mpsc::UnboundedReceiver<Event>,
+    splitter: ReplySplitter,
     include_usage: bool,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
     let first = answer.chunk(json!({ "role": "assistant", "content": "" }), None, include_usage).to_string();
-    let state = (rx, vec![first], false);
-    let stream = futures_util::stream::unfold(state, move |(mut rx, mut pending, mut ended)| {
+    let delta = |p: Piece| match p {
+        Piece::Reasoning(r) => json!({ "reasoning_content": r }),
+        Piece::Text(t) => json!({ "content": t }),
+    };
+    let state = (rx, vec![first], false, splitter);
+    let stream = futures_util::stream::unfold(state, move |(mut rx, mut pending, mut ended, mut splitter)| {
         let answer = answer.clone();
         async move {
             loop {
                 if !pending.is_empty() {
                     let data = pending.remove(0);
-                    return Some((Ok(SseEvent::default().data(data)), (rx, pending, ended)));
+                    return Some((Ok(SseEvent::default().data(data)), (rx, pending, ended, splitter)));
                 }
                 if ended {
                     return None;
                 }
                 match rx.recv().await {
                     Some(Event::Text(t)) => {
-                        pending.push(answer.chunk(json!({ "content": t }), None, include_usage).to_string())
+                        for p in splitter.push(&t) {
+                            pending.push(answer.chunk(delta(p), None, include_usage).to_string());
+                        }
                     }
                     Some(Event::Done(o)) => {
-                        pending.push(answer.chunk(json!({}), Some(o.finish), include_usage).to_string());
+                        let tail = splitter.finish();
+                        for p in tail.pieces {
+                            pending.push(answer.chunk(delta(p), None, include_usage).to_string());
+                        }
+                        for (i, c) in tail.calls.iter().enumerate() {
+                            let d = json!({ "tool_calls": [answer.tool_call(i, c, true)] });
+                            pending.push(answer.chunk(d, None, include_usage).to_string());
+                        }
+                        let finish = if tail.calls.is_empty() { o.finish } else { "tool_calls" };
+                        pending.push(answer.chunk(json!({}), Some(finish), include_usage).to_string());
                         if include_usage {
                             pending.push(answer.usage_chunk(usage(&o)).to_string());
                         }

@@ -9,17 +9,27 @@ pub struct StopMatcher {
     held: String,
     /// A stop string was found; everything after it is dropped.
     hit: bool,
+    /// Which one (index into `stops` as given, empty ones counted).
+    which: Option<usize>,
+    /// Index in the caller's list of each kept stop string.
+    index: Vec<usize>,
 }
 
 impl StopMatcher {
     /// A matcher for `stops` (empty strings are never matched).
     pub fn new(stops: Vec<String>) -> Self {
-        Self { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), hit: false }
+        let (index, stops) = stops.into_iter().enumerate().filter(|(_, s)| !s.is_empty()).unzip();
+        Self { stops, held: String::new(), hit: false, which: None, index }
     }
 
     /// Whether a stop string was found.
     pub fn hit(&self) -> bool {
         self.hit
+    }
+
+    /// The index (in the list given to [`new`](Self::new)) of the stop string found.
+    pub fn which(&self) -> Option<usize> {
+        self.which
     }
 
     /// Takes `piece` and returns the text now safe to release: everything before the first stop
@@ -30,8 +40,10 @@ impl StopMatcher {
             return String::new();
         }
         self.held.push_str(piece);
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        let found = self.stops.iter().enumerate().filter_map(|(k, s)| Some((self.held.find(s.as_str())?, k))).min();
+        if let Some((at, k)) = found {
             self.hit = true;
+            self.which = Some(self.index[k]);
             let out = self.held[..at].to_string();
             self.held.clear();
             return out;
@@ -75,7 +87,11 @@ mod tests {
         assert_eq!(m.push("N"), "");
         assert_eq!(m.push("Dxyz"), "");
         assert!(m.hit());
+        assert_eq!(m.which(), Some(0));
         assert_eq!(m.finish(), "");
+        let mut m = StopMatcher::new(vec!["".into(), "zz".into(), "y".into()]);
+        assert_eq!(m.push("xyzz"), "x");
+        assert_eq!(m.which(), Some(2));
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub enum Event {
 pub struct Outcome {
     /// OpenAI's `finish_reason`: `stop` (EOS or a stop string) or `length`.
     pub finish: &'static str,
+    /// The index (in the job's `stops`) of the stop string that ended the text.
+    pub stop_string: Option<usize>,
     /// Prompt tokens.
     pub prompt_tokens: usize,
     /// Of them, kept in the caches from the previous job.
@@ -123,6 +125,7 @@ where
     };
     Ok(Outcome {
         finish,
+        stop_string: stop.which(),
         prompt_tokens: stats.prompt_tokens,
         reused_tokens: stats.reused_tokens,
         completion_tokens: stats.generated,

@@ -51,6 +51,8 @@ fn serve_on_the_gpu_gives_the_text_of_generate_greedy_and_sampled() {
         ctx: None,
         queue: 4,
         max_body_bytes: 1 << 20,
+        chat_template: None,
+        script: None,
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {

@@ -1,0 +1,310 @@
+//! `flashtree serve`'s tool calls, thinking split, `/v1/completions` and the Anthropic routes,
+//! over HTTP on a `synth --preset tiny` pair (CPU). The tiny model's own text is noise, so the
+//! replies that must hold a tool call or a think block come from `--script
+//! tests/sdk/script.json` (the real model runs under the speculative loop; only its picked
+//! tokens follow the script, see `flashtree::serve::script`). The server renders with the built-in Qwen3.5 template
+//! (`--chat-template qwen35`: tools section, open think block); the tiny GGUF carries a bare
+//! ChatML one.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use flashtree::cli::backend::BackendArg;
+use flashtree::cli::generate::ModeArg;
+use flashtree::cli::serve::ServeArgs;
+use flashtree_tests::serve::start;
+use serde_json::{json, Value};
+
+/// The tiny pair and the scripted replies (shared with the SDK test: `tests/sdk/script.json`).
+fn tiny() -> &'static (PathBuf, PathBuf, PathBuf) {
+    static PAIR: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
+    PAIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("flashtree-serve-api-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/script.json");
+        (out.target, out.draft_dir.expect("draft written"), script)
+    })
+}
+
+fn server() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let (model, draft, script) = tiny().clone();
+        start(ServeArgs {
+            model,
+            draft: Some(draft),
+            host: "127.0.0.1".parse().unwrap(),
+            port: 0,
+            api_key: None,
+            backend: BackendArg::Cpu,
+            mode: ModeArg::Tree,
+            budget: 22,
+            ctx: None,
+            queue: 16,
+            max_body_bytes: 1 << 20,
+            chat_template: Some("qwen35".into()),
+            script: Some(script),
+        })
+    })
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+async fn post(path: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::Client::new().post(format!("{}{path}", server())).json(body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap())
+}
+
+/// (event name, data) of an SSE answer.
+async fn events(path: &str, body: &Value) -> Vec<(String, String)> {
+    let r = reqwest::Client::new().post(format!("{}{path}", server())).json(body).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let text = r.text().await.unwrap();
+    let mut out = Vec::new();
+    let mut name = String::new();
+    for l in text.lines() {
+        if let Some(n) = l.strip_prefix("event: ") {
+            name = n.to_string();
+        } else if let Some(d) = l.strip_prefix("data: ") {
+            out.push((std::mem::take(&mut name), d.to_string()));
+        }
+    }
+    out
+}
+
+fn user(text: &str) -> Value {
+    json!([{ "role": "user", "content": text }])
+}
+
+fn weather_tool() -> Value {
+    json!([{ "type": "function", "function": { "name": "get_weather", "description": "Weather of a city",
+             "parameters": { "type": "object", "properties": { "city": { "type": "string" },
+                                                               "days": { "type": "integer" } } } } }])
+}
+
+#[test]
+fn openai_tool_calls_are_parsed_from_the_xml_and_json_forms() {
+    rt().block_on(async {
+        let body =
+            json!({ "messages": user("please call the weather tool"), "tools": weather_tool(), "max_tokens": 200 });
+        let (status, v) = post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+        assert_eq!(choice["message"]["reasoning_content"], "I need the weather.");
+        assert_eq!(choice["message"]["content"], "Let me check.");
+        let call = &choice["message"]["tool_calls"][0];
+        assert_eq!(call["type"], "function");
+        assert_eq!(call["function"]["name"], "get_weather");
+        let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({ "city": "Paris", "days": 3 }));
+
+        // Streamed: the same reasoning, text and call.
+        let mut s = body.clone();
+        s["stream"] = json!(true);
+        let ev = events("/v1/chat/completions", &s).await;
+        assert_eq!(ev.last().unwrap().1, "[DONE]");
+        let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(&e.1).unwrap()).collect();
+        let field = |f: &str| -> String {
+            chunks.iter().filter_map(|c| c["choices"][0]["delta"][f].as_str().map(str::to_string)).collect()
+        };
+        assert_eq!(field("reasoning_content"), "I need the weather.");
+        assert_eq!(field("content").trim(), "Let me check.");
+        let calls: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0]["delta"].get("tool_calls")).collect();
+        assert_eq!(calls.len(), 1, "{chunks:?}");
+        assert_eq!(calls[0][0]["index"], 0);
+        assert_eq!(calls[0][0]["function"]["name"], "get_weather");
+        assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
+
+        // The older JSON form.
+        let body = json!({ "messages": user("use the json form"), "tools": weather_tool() });
+        let (_, v) = post("/v1/chat/completions", &body).await;
+        let call = &v["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["arguments"], r#"{"city":"Oslo"}"#, "{v}");
+        assert!(v["choices"][0]["message"]["content"].is_null(), "{v}");
+
+        // Without tools in the request, the same text is plain content.
+        let (_, v) = post("/v1/chat/completions", &json!({ "messages": user("use the json form") })).await;
+        assert!(v["choices"][0]["message"]["content"].as_str().unwrap().starts_with("<tool_call>"), "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+        // A broken call degrades to text.
+        let body = json!({ "messages": user("a broken call"), "tools": weather_tool() });
+        let (status, v) = post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert!(v["choices"][0]["message"].get("tool_calls").is_none(), "{v}");
+        assert!(v["choices"][0]["message"]["content"].as_str().unwrap().contains("junk"), "{v}");
+    });
+}
+
+#[test]
+fn a_tool_result_turn_renders_and_answers() {
+    rt().block_on(async {
+        let messages = json!([
+            { "role": "user", "content": "weather in Paris?" },
+            { "role": "assistant", "content": null, "tool_calls": [{ "id": "c1", "type": "function",
+              "function": { "name": "get_weather", "arguments": "{\"city\":\"Paris\"}" } }] },
+            { "role": "tool", "tool_call_id": "c1", "content": "sunny" },
+            { "role": "user", "content": "think then answer" },
+        ]);
+        let (status, v) = post("/v1/chat/completions", &json!({ "messages": messages, "tools": weather_tool() })).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["choices"][0]["message"]["content"], "The answer is 4.");
+        assert_eq!(v["choices"][0]["message"]["reasoning_content"], "Two plus two is four.");
+        // Arguments that are not a JSON object are refused, naming the field.
+        let mut bad = messages.clone();
+        bad[1]["tool_calls"][0]["function"]["arguments"] = json!("[1,");
+        let (status, v) = post("/v1/chat/completions", &json!({ "messages": bad })).await;
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("tool_calls[0].function.arguments"), "{v}");
+        let (status, v) = post(
+            "/v1/chat/completions",
+            &json!({ "messages": user("x"), "tools": weather_tool(), "tool_choice": "required" }),
+        )
+        .await;
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("tool_choice"), "{v}");
+    });
+}
+
+#[test]
+fn completions_answer_a_raw_prompt_stream_and_not() {
+    rt().block_on(async {
+        let body = json!({ "model": "m", "prompt": "def add(a, b):", "max_tokens": 8 });
+        let (status, v) = post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["object"], "text_completion");
+        assert_eq!(v["model"], "m");
+        let text = v["choices"][0]["text"].as_str().unwrap().to_string();
+        let completion = v["usage"]["completion_tokens"].as_u64().unwrap();
+        assert!((1..=8).contains(&completion), "{v}");
+        let mut s = body.clone();
+        s["stream"] = json!(true);
+        s["stream_options"] = json!({ "include_usage": true });
+        let ev = events("/v1/completions", &s).await;
+        assert_eq!(ev.last().unwrap().1, "[DONE]");
+        let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(&e.1).unwrap()).collect();
+        let streamed: String = chunks.iter().filter_map(|c| c["choices"].get(0)?["text"].as_str()).collect();
+        assert_eq!(streamed, text);
+        assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"].as_u64(), Some(completion));
+        for bad in [json!({ "prompt": ["a", "b"] }), json!({ "prompt": "a", "echo": true }), json!({ "prompt": 5 })] {
+            let (status, v) = post("/v1/completions", &bad).await;
+            assert_eq!(status, 400, "{bad}: {v}");
+            assert_eq!(v["error"]["type"], "invalid_request_error");
+        }
+    });
+}
+
+fn anthropic_tools() -> Value {
+    json!([{ "name": "get_weather", "description": "Weather of a city",
+             "input_schema": { "type": "object", "properties": { "city": { "type": "string" },
+                                                                 "days": { "type": "integer" } } } }])
+}
+
+#[test]
+fn messages_give_thinking_text_and_tool_use_blocks() {
+    rt().block_on(async {
+        let body = json!({ "model": "claude-sonnet-4-5", "max_tokens": 64000, "system": "be brief",
+                           "messages": user("please call the weather tool"), "tools": anthropic_tools() });
+        let (status, v) = post("/v1/messages", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["type"], "message");
+        assert_eq!(v["model"], "claude-sonnet-4-5");
+        assert_eq!(v["stop_reason"], "tool_use");
+        let kinds: Vec<&str> = v["content"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["thinking", "text", "tool_use"], "{v}");
+        assert_eq!(v["content"][0]["thinking"], "I need the weather.");
+        assert_eq!(v["content"][1]["text"], "Let me check.");
+        assert_eq!(v["content"][2]["input"], json!({ "city": "Paris", "days": 3 }));
+        let counted = post("/v1/messages/count_tokens", &body).await.1["input_tokens"].as_u64().unwrap();
+        let u = &v["usage"];
+        let prompt = u["input_tokens"].as_u64().unwrap() + u["cache_read_input_tokens"].as_u64().unwrap();
+        assert_eq!(counted, prompt, "count_tokens vs the prefill the worker ran: {v}");
+
+        // The stream: the full event sequence, in order.
+        let mut s = body.clone();
+        s["stream"] = json!(true);
+        let ev = events("/v1/messages", &s).await;
+        let names: Vec<&str> = ev.iter().map(|e| e.0.as_str()).collect();
+        let data: Vec<Value> = ev.iter().map(|e| serde_json::from_str(&e.1).unwrap()).collect();
+        assert_eq!(names[..2], ["message_start", "ping"], "{names:?}");
+        assert_eq!(names[names.len() - 2..], ["message_delta", "message_stop"], "{names:?}");
+        for (n, d) in names.iter().zip(&data) {
+            assert_eq!(d["type"], *n, "the data's type is the event's name");
+        }
+        assert_eq!(data[0]["message"]["model"], "claude-sonnet-4-5");
+        let starts: Vec<&Value> = data.iter().filter(|d| d["type"] == "content_block_start").collect();
+        let kinds: Vec<&str> = starts.iter().map(|d| d["content_block"]["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["thinking", "text", "tool_use"], "{names:?}");
+        let stops = data.iter().filter(|d| d["type"] == "content_block_stop").count();
+        assert_eq!(stops, 3);
+        let deltas = |k: &str, f: &str| -> String {
+            data.iter().filter(|d| d["delta"]["type"] == k).map(|d| d["delta"][f].as_str().unwrap()).collect()
+        };
+        assert_eq!(deltas("thinking_delta", "thinking"), "I need the weather.");
+        assert_eq!(deltas("text_delta", "text").trim(), "Let me check.");
+        let input: Value = serde_json::from_str(&deltas("input_json_delta", "partial_json")).unwrap();
+        assert_eq!(input, json!({ "city": "Paris", "days": 3 }));
+        assert!(data.iter().any(|d| d["delta"]["type"] == "signature_delta"));
+        let md = &data[data.len() - 2];
+        assert_eq!(md["delta"]["stop_reason"], "tool_use");
+        assert!(md["usage"]["output_tokens"].as_u64().unwrap() > 0);
+        // Each block's deltas carry its index, blocks numbered from 0.
+        for (i, st) in starts.iter().enumerate() {
+            assert_eq!(st["index"], i);
+        }
+    });
+}
+
+#[test]
+fn messages_stop_sequences_and_count_tokens_match_the_prefill() {
+    rt().block_on(async {
+        let body = json!({ "model": "x", "max_tokens": 100, "messages": user("say the stop word"),
+                           "stop_sequences": ["STOP"] });
+        let (status, v) = post("/v1/messages", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["stop_reason"], "stop_sequence");
+        assert_eq!(v["stop_sequence"], "STOP");
+        assert_eq!(v["content"][0]["text"], "alpha beta ");
+        // A system prompt given as blocks and tools are both counted.
+        let plain = json!({ "messages": user("hello") });
+        let with = json!({ "messages": user("hello"), "system": [{ "type": "text", "text": "be brief" }],
+                           "tools": anthropic_tools() });
+        let a = post("/v1/messages/count_tokens", &plain).await.1["input_tokens"].as_u64().unwrap();
+        let b = post("/v1/messages/count_tokens", &with).await.1["input_tokens"].as_u64().unwrap();
+        assert!(b > a + 20, "system and tools not counted: {a} vs {b}");
+        // Disabled thinking pre-fills an empty think block: the reply is all text.
+        let body =
+            json!({ "max_tokens": 50, "messages": user("say the stop word"), "thinking": { "type": "disabled" } });
+        let (_, v) = post("/v1/messages", &body).await;
+        assert_eq!(v["content"][0]["type"], "text", "{v}");
+    });
+}
+
+#[test]
+fn messages_errors_use_anthropics_shape() {
+    rt().block_on(async {
+        let c = reqwest::Client::new();
+        for bad in ["{", r#"{"messages": 3}"#, r#"{"messages": [{"role": "tool", "content": "x"}]}"#] {
+            for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+                let r = c.post(format!("{}{path}", server())).body(bad).send().await.unwrap();
+                assert_eq!(r.status().as_u16(), 400, "{bad}");
+                let v: Value = r.json().await.unwrap();
+                assert_eq!(v["type"], "error", "{v}");
+                assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+            }
+        }
+        // A prompt longer than the context is a recognisable error.
+        let long = "word ".repeat(20_000);
+        let (status, v) = post("/v1/messages", &json!({ "max_tokens": 5, "messages": user(&long) })).await;
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("context"), "{v}");
+        let r = c.get(format!("{}/v1/messages/nothing", server())).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 404);
+        assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "not_found_error");
+    });
+}
