@@ -30,6 +30,35 @@ pub fn shfl_idx_u32(v: u32, src: u32) -> u32 {
     r
 }
 
+/// `match.any.sync.b32` (full mask): the lanes whose `v` equals this lane's.
+#[inline(always)]
+pub fn match_any_u32(v: u32) -> u32 {
+    let r: u32;
+    unsafe { asm!("match.any.sync.b32 {0}, {1}, 0xffffffff;", out(reg32) r, in(reg32) v, options(nomem, nostack)) };
+    r
+}
+
+/// `redux.sync.add.u32` over the lanes of `group` (which must hold this lane, and every lane of
+/// the group must pass the same `group`, e.g. from [`match_any_u32`]): the group's sum.
+#[inline(always)]
+pub fn group_sum_u32(v: u32, group: u32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("redux.sync.add.u32 {0}, {1}, {2};", out(reg32) r, in(reg32) v, in(reg32) group, options(nomem, nostack))
+    };
+    r
+}
+
+/// The sum over the lanes of `group` (as [`group_sum_u32`]) of values below 2^48: three 16-bit
+/// slices summed with `redux` (each slice sum < 2^21), so the result is exact.
+#[inline(always)]
+pub fn group_sum_u48(v: u64, group: u32) -> u64 {
+    let s0 = group_sum_u32((v & 0xffff) as u32, group) as u64;
+    let s1 = group_sum_u32(((v >> 16) & 0xffff) as u32, group) as u64;
+    let s2 = group_sum_u32((v >> 32) as u32, group) as u64;
+    s0 + (s1 << 16) + (s2 << 32)
+}
+
 /// `shfl.sync.down.b32`: value of lane `lane + delta` (own value past the end).
 #[inline(always)]
 pub fn shfl_down_u32(v: u32, delta: u32) -> u32 {

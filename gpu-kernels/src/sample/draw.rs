@@ -25,7 +25,8 @@
 //!    exclusive scans per chunk, the ties' ranks by a second scan when the cut splits them)
 //!    to the first kept token whose cumulative weight exceeds the target.
 //!
-//! Every histogram bin, sum and scan is an integer (shared-memory atomics and shuffles on u32 /
+//! Every histogram bin, sum and scan is an integer (per-warp shared-memory histograms — the
+//! count passes add once per distinct bin of a warp — summed in warp order; shuffles on u32 /
 //! u64), so nothing depends on the order threads or warps run in: the token is a function of
 //! the row's bits, the rule and `(seed, position)` only — whatever the launch or row count.
 //!
@@ -45,7 +46,9 @@ use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v4, U32x4};
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
-use crate::device::warp::{shfl_idx_u32, warp_inclusive_scan_u64, warp_max_u32, warp_sum_u64};
+use crate::device::warp::{
+    group_sum_u48, match_any_u32, shfl_idx_u32, warp_inclusive_scan_u64, warp_max_u32, warp_sum_u64,
+};
 use crate::device::*;
 
 const ITEMS: usize = 16;
@@ -54,8 +57,11 @@ const _: () = assert!(ITEMS == super::ITEMS, "for_items! unrolls 16 items");
 const CHUNK: u32 = SAMPLE_THREADS * ITEMS as u32;
 const WARPS: usize = SAMPLE_THREADS as usize / 32;
 
+/// The radix select's histograms: one 256-bin histogram per warp (so the atomics of a pass
+/// contend within a warp only — logits crowd into a few bins of the top digits), summed into
+/// warp 0's bins before each scan (integer sums: the order cannot matter).
 #[link_section = ".shared"]
-static HIST: Shared<[u64; 256]> = Shared::uninit();
+static HIST: Shared<[u64; 256 * WARPS]> = Shared::uninit();
 #[link_section = ".shared"]
 static RED64: Shared<[u64; WARPS]> = Shared::uninit();
 #[link_section = ".shared"]
@@ -205,14 +211,44 @@ fn in_prefix(key: u32, prefix: u32, shift: u32) -> bool {
     (key as u64) >> shift == (prefix as u64) >> shift
 }
 
-/// Zeroes the histogram (ends past a barrier).
+/// Zeroes every warp's histogram (ends past a barrier).
 #[inline(always)]
 unsafe fn clear_hist() {
     sync_threads();
-    if thread_x() < 256 {
-        *(HIST.as_mut_ptr() as *mut u64).add(thread_x() as usize) = 0;
+    let h = HIST.as_mut_ptr() as *mut u64;
+    let mut i = thread_x() as usize;
+    while i < 256 * WARPS {
+        *h.add(i) = 0;
+        i += SAMPLE_THREADS as usize;
     }
     sync_threads();
+}
+
+/// This warp's histogram.
+#[inline(always)]
+unsafe fn warp_hist() -> *mut u64 {
+    (HIST.as_mut_ptr() as *mut u64).add(warp_id() as usize * 256)
+}
+
+/// Adds one to bin `bin` of this warp's histogram for every lane with `bin < 256`: one atomic
+/// per distinct bin of the warp (the lanes sharing a bin are counted by their leader).
+#[inline(always)]
+unsafe fn count_into(hist: *mut u64, bin: u32) {
+    let peers = match_any_u32(bin);
+    if bin < 256 && lane_id() == peers.trailing_zeros() {
+        atomic_add_u64(hist.add(bin as usize), peers.count_ones() as u64);
+    }
+}
+
+/// Adds `w` (a weight, ≤ 2^44) to bin `bin` of this warp's histogram for every lane with
+/// `bin < 256`: one atomic per distinct bin of the warp, with the group's exact integer sum.
+#[inline(always)]
+unsafe fn weigh_into(hist: *mut u64, bin: u32, w: u64) {
+    let peers = match_any_u32(bin);
+    let sum = group_sum_u48(w, peers);
+    if bin < 256 && sum > 0 && lane_id() == peers.trailing_zeros() {
+        atomic_add_u64(hist.add(bin as usize), sum);
+    }
 }
 
 /// After a histogram pass: the digit (bins taken from 255 down) whose bin holds the `need`-th
@@ -224,6 +260,18 @@ unsafe fn clear_hist() {
 unsafe fn find_bin(need: u64, first_top_p: Option<f32>) -> (u32, u64, u64, u64) {
     let hist = HIST.as_mut_ptr() as *mut u64;
     let pick = PICK.as_mut_ptr() as *mut u64;
+    sync_threads();
+    // Warp histograms → bins 0..256 (warp 0's), each bin summed in warp order.
+    if thread_x() < 256 {
+        let b = thread_x() as usize;
+        let mut t = *hist.add(b);
+        let mut w = 1;
+        while w < WARPS {
+            t += *hist.add(w * 256 + b);
+            w += 1;
+        }
+        *hist.add(b) = t;
+    }
     sync_threads();
     if warp_id() == 0 {
         // Lane l owns digits 255 − 8l down to 248 − 8l.
@@ -269,19 +317,18 @@ unsafe fn find_bin(need: u64, first_top_p: Option<f32>) -> (u32, u64, u64, u64) 
 /// The top-k cut: the first `k` drawable tokens (`1 ≤ k < drawable`).
 #[inline(always)]
 unsafe fn select_count(row: &Row, k: u32) -> Cut {
-    let hist = HIST.as_mut_ptr() as *mut u64;
     let (mut prefix, mut need, mut shift) = (0u32, k as u64, 32u32);
     while shift > 0 {
         let ds = shift - 8;
         clear_hist();
+        let hist = warp_hist();
         let mut c0 = 0;
         while c0 < row.vocab {
             let keys = row.keys(c0);
             for_items!(I, {
                 let key = keys[I];
-                if key > NEG_INF_KEY && in_prefix(key, prefix, shift) {
-                    atomic_add_u64(hist.add(((key >> ds) & 255) as usize), 1);
-                }
+                let hit = key > NEG_INF_KEY && in_prefix(key, prefix, shift);
+                count_into(hist, if hit { (key >> ds) & 255 } else { 256 });
             });
             c0 += CHUNK;
         }
@@ -301,23 +348,20 @@ unsafe fn select_count(row: &Row, k: u32) -> Cut {
 /// `top_p_need(top_p, S_k)`.
 #[inline(always)]
 unsafe fn select_weight(row: &Row, k: Cut, top_p: f32) -> Cut {
-    let hist = HIST.as_mut_ptr() as *mut u64;
     let (mut prefix, mut need, mut shift) = (0u32, 0u64, 32u32);
     while shift > 0 {
         let ds = shift - 8;
         clear_hist();
+        let hist = warp_hist();
         let mut c0 = 0;
         while c0 < row.vocab {
             let keys = row.keys(c0);
             for_items!(I, {
                 let key = keys[I];
                 // The top-k set's ties at `k.b` are added below, `k.t` of them.
-                if key > NEG_INF_KEY && key > k.b && in_prefix(key, prefix, shift) {
-                    let w = row.weight(key);
-                    if w > 0 {
-                        atomic_add_u64(hist.add(((key >> ds) & 255) as usize), w);
-                    }
-                }
+                let hit = key > NEG_INF_KEY && key > k.b && in_prefix(key, prefix, shift);
+                let w = if hit { row.weight(key) } else { 0 };
+                weigh_into(hist, if hit { (key >> ds) & 255 } else { 256 }, w);
             });
             c0 += CHUNK;
         }
@@ -452,8 +496,13 @@ pub unsafe extern "ptx-kernel" fn sample_rows(x: *const f32, out: *mut u32, p: S
         return;
     }
     grid_dependency_wait();
-    let mut row =
-        Row { x: x.add(r as usize * p.vocab as usize), vocab: p.vocab, vec4: p.vec4 != 0, l_max: 0.0, inv_t: p.inv_temperature };
+    let mut row = Row {
+        x: x.add(r as usize * p.vocab as usize),
+        vocab: p.vocab,
+        vec4: p.vec4 != 0,
+        l_max: 0.0,
+        inv_t: p.inv_temperature,
+    };
     // 1. The largest key and the number of drawable tokens.
     let (mut kmax, mut n) = (0u32, 0u64);
     let mut c0 = 0;
