@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod chat;
 pub mod convert;
 pub mod default_model;
 pub mod generate;
@@ -11,6 +12,7 @@ pub mod info;
 pub mod inspect;
 pub mod limits;
 pub mod logits;
+pub mod pair;
 pub mod sampling;
 pub mod serve;
 pub mod synth;
