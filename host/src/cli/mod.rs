@@ -3,6 +3,8 @@
 
 pub mod backend;
 pub mod bench;
+pub mod bench_plot;
+pub mod bench_suite;
 pub mod chat;
 pub mod convert;
 pub mod default_model;
