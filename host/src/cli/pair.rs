@@ -16,7 +16,6 @@ use super::backend::BackendArg;
 use super::generate::{check_model_path, load_draft, CpuDraftOnGpu};
 use super::limits;
 use crate::chat::ChatTemplate;
-use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
@@ -118,12 +117,8 @@ fn on_cpu<R: PairRunner>(spec: &PairSpec, h: Header, runner: R) -> anyhow::Resul
     limits::check_memory(&plan, limits::mem_available())?;
     drop(h.file);
     let progress = limits::LoadProgress::new(spec.verbose);
-    progress.step(format!(
-        "loading {} (dequantising to f32: {})",
-        model.display(),
-        limits::format_gib(plan.target_weights)
-    ));
-    let target = load_qwen35(model).with_context(|| format!("loading {}", model.display()))?;
+    let msg = format!("loading {} (dequantising to f32: {})", model.display(), limits::format_gib(plan.target_weights));
+    let target = progress.load_target(msg, model).with_context(|| format!("loading {}", model.display()))?;
     let vocab = h.tk.tokenizer.vocab_size();
     if vocab > target.hparams.n_vocab {
         bail!(

@@ -13,7 +13,6 @@ use crate::chat::ChatTemplate;
 use crate::cli::generate::{check_model_path, load_draft, CpuDraftOnGpu};
 use crate::cli::limits;
 use crate::cli::serve::ServeArgs;
-use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
@@ -131,12 +130,8 @@ fn cpu_worker(
     drop(file);
     let model = &args.model;
     let progress = limits::LoadProgress::new(true);
-    progress.step(format!(
-        "loading {} (dequantising to f32: {})",
-        model.display(),
-        limits::format_gib(plan.target_weights)
-    ));
-    let target = load_qwen35(model).with_context(|| format!("loading {}", model.display()))?;
+    let msg = format!("loading {} (dequantising to f32: {})", model.display(), limits::format_gib(plan.target_weights));
+    let target = progress.load_target(msg, model).with_context(|| format!("loading {}", model.display()))?;
     let vocab = tk.tokenizer.vocab_size();
     if vocab > target.hparams.n_vocab {
         bail!(
