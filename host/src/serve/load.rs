@@ -42,6 +42,8 @@ pub struct Loaded {
     pub gpu: bool,
     /// Where jobs are queued (bounded: full → 429).
     pub jobs: mpsc::Sender<Job>,
+    /// Requests and generations counted for `/metrics` (the worker records into it).
+    pub metrics: Arc<super::metrics::Metrics>,
 }
 
 /// What the worker reports once its models are loaded.
@@ -81,13 +83,14 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
     let tk = Arc::new(tk);
     let (jobs, rx) = mpsc::channel(args.queue);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<Ready>>();
-    let (args_w, worker_tk) = (args.clone(), tk.clone());
+    let metrics = super::metrics::Metrics::new();
+    let (args_w, worker_tk, worker_metrics) = (args.clone(), tk.clone(), metrics.clone());
     std::thread::Builder::new()
         .name("flashtree-serve-worker".into())
         .spawn(move || {
             let r = match crate::cli::backend::resolve(args_w.backend) {
-                Ok(Some(gpu)) => gpu_worker(&args_w, mode, gpu, &ready_tx, rx, worker_tk),
-                Ok(None) => cpu_worker(&args_w, mode, &ready_tx, rx, worker_tk),
+                Ok(Some(gpu)) => gpu_worker(&args_w, mode, gpu, &ready_tx, rx, (worker_tk, worker_metrics)),
+                Ok(None) => cpu_worker(&args_w, mode, &ready_tx, rx, (worker_tk, worker_metrics)),
                 Err(e) => Err(e),
             };
             // Only a failure before `Ready` reaches the caller; later ones end the worker, and
@@ -107,6 +110,7 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
         longest_token,
         gpu: ready.gpu,
         jobs,
+        metrics,
     })
 }
 
@@ -116,7 +120,7 @@ fn cpu_worker(
     mode: Mode,
     ready: &std::sync::mpsc::Sender<anyhow::Result<Ready>>,
     rx: mpsc::Receiver<Job>,
-    tk: Arc<GgufTokenizer>,
+    (tk, metrics): (Arc<GgufTokenizer>, Arc<super::metrics::Metrics>),
 ) -> anyhow::Result<()> {
     let file = Gguf::open(&args.model)?;
     let cfg = Qwen35Config::from_gguf(&file)?;
@@ -154,7 +158,7 @@ fn cpu_worker(
     let dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
     progress.finish();
     let _ = ready.send(Ok(Ready { gpu: false, ctx, reserve: 0 }));
-    run_jobs(Session::new(tgt, dft), rx, tk);
+    run_jobs(Session::new(tgt, dft), rx, tk, metrics);
     Ok(())
 }
 
@@ -167,7 +171,7 @@ fn gpu_worker(
     gpu: crate::gpu::Gpu,
     ready: &std::sync::mpsc::Sender<anyhow::Result<Ready>>,
     rx: mpsc::Receiver<Job>,
-    tk: Arc<GgufTokenizer>,
+    (tk, metrics): (Arc<GgufTokenizer>, Arc<super::metrics::Metrics>),
 ) -> anyhow::Result<()> {
     let nodes = if mode == Mode::Ar { 1 } else { kernel_abi::MAX_NODES as usize };
     if mode != Mode::Ar && args.budget >= nodes {
@@ -204,18 +208,18 @@ fn gpu_worker(
     match (draft, gpu_draft) {
         (None, _) => {
             let _ = ready.send(Ok(ok));
-            run_jobs(Session::new(tgt, None::<CpuDraftOnGpu>), rx, tk);
+            run_jobs(Session::new(tgt, None::<CpuDraftOnGpu>), rx, tk, metrics);
         }
         (Some(_), Some(de)) => {
             let dft = crate::engine::GpuDraft::new(de, tgt.feature_source()?)?;
             let _ = ready.send(Ok(ok));
-            run_jobs(Session::new(tgt, Some(dft)), rx, tk);
+            run_jobs(Session::new(tgt, Some(dft)), rx, tk, metrics);
         }
         (Some(model), None) => {
             let parts = crate::cli::gpu_draft_load::CpuDraftParts::load(&model, &file, &cfg_t, &args.model)?;
             let dft = HostDraft::new(parts.draft(), tgt.feature_source()?);
             let _ = ready.send(Ok(ok));
-            run_jobs(Session::new(tgt, Some(dft)), rx, tk);
+            run_jobs(Session::new(tgt, Some(dft)), rx, tk, metrics);
         }
     }
     Ok(())

@@ -8,7 +8,9 @@
 
 pub mod error;
 pub mod load;
+pub mod metrics;
 pub mod openai;
+pub mod openapi;
 pub mod routes;
 pub mod stop;
 pub mod worker;

@@ -48,8 +48,11 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/metrics", get(super::metrics::handler))
+        .route("/openapi.json", get(super::openapi::handler))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.model.metrics.clone(), super::metrics::count))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }
