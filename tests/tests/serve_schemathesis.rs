@@ -55,7 +55,11 @@ fn schemathesis_finds_no_server_error_and_the_server_keeps_serving() {
         queue: 16,
         max_body_bytes: 1 << 20,
     });
+    // Schemathesis keeps a `.schemathesis/` folder in its working directory: a temporary one.
+    let work = dir.join("schemathesis");
+    std::fs::create_dir_all(&work).unwrap();
     let out = Command::new(&st)
+        .current_dir(&work)
         .args(["run", &format!("{url}/openapi.json"), "--checks", "not_a_server_error"])
         .args(["--max-examples", MAX_EXAMPLES, "--seed", "1", "--workers", "1", "--no-color"])
         .output()
