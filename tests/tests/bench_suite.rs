@@ -33,12 +33,15 @@ fn prompt_sets_run_in_every_mode_and_write_json_and_svg() {
     .unwrap();
     let plain = d.join("plain.jsonl");
     std::fs::write(&plain, "{\"prompt\": \"import os\\n\"}\n{\"prompt\": \"never read: --limit 1\"}\n").unwrap();
+    // Longer than the 64-token context given below: skipped and named.
+    let long = d.join("long.jsonl");
+    std::fs::write(&long, format!("{{\"id\": \"long_01\", \"prompt\": \"{}\"}}\n", "x = 1\\n".repeat(100))).unwrap();
     let out = d.join("out");
     let args = BenchArgs {
         model: flashtree::cli::default_model::target(),
         mode: ModeArg::Ar,
         backend: Some(BackendArg::Cpu),
-        ctx: None,
+        ctx: Some(64),
         prompt_tokens: 512,
         tokens: 8,
         tree_nodes: 22,
@@ -46,7 +49,7 @@ fn prompt_sets_run_in_every_mode_and_write_json_and_svg() {
         draft: None,
         oracle_depths: vec![],
         budget: 22,
-        prompts: vec![he, plain],
+        prompts: vec![he, plain, long],
         modes: vec![ModeArg::Ar, ModeArg::Chain, ModeArg::Tree],
         limit: Some(1),
         out: Some(out.clone()),
@@ -57,9 +60,10 @@ fn prompt_sets_run_in_every_mode_and_write_json_and_svg() {
     let json: Value = serde_json::from_str(&std::fs::read_to_string(out.join("bench.json")).unwrap()).unwrap();
     assert_eq!(json["backend"], "cpu");
     assert_eq!(json["budget"], 22);
+    assert_eq!(json["skipped_prompts"], serde_json::json!(["long_01"]));
     let datasets = json["datasets"].as_array().unwrap();
     let names: Vec<&str> = datasets.iter().map(|d| d["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["he", "plain"], "`suite`, else the file's stem");
+    assert_eq!(names, ["he", "plain"], "`suite`, else the file's stem; the skipped prompt's set has no runs");
     for d in datasets {
         let modes = d["modes"].as_array().unwrap();
         let names: Vec<&str> = modes.iter().map(|m| m["mode"].as_str().unwrap()).collect();

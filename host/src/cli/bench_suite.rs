@@ -213,12 +213,12 @@ pub fn table(sums: &[DatasetSummary]) -> String {
     out
 }
 
-/// The JSON written to `bench.json`.
+/// The JSON written to `bench.json` (`skipped`: the ids of prompts longer than the context).
 pub fn to_json(
     args: &BenchArgs,
     info: &PairInfo,
     draft: Option<&Path>,
-    runs: &[Run],
+    (runs, skipped): (&[Run], &[String]),
     sums: &[DatasetSummary],
 ) -> Value {
     let mode_json = |d: &DatasetSummary, m: &ModeSummary| {
@@ -240,6 +240,7 @@ pub fn to_json(
         "budget": args.budget,
         "max_tokens_per_prompt": args.tokens,
         "chat_template": !args.raw,
+        "skipped_prompts": skipped,
         "datasets": sums.iter().map(|d| json!({
             "name": d.name,
             "modes": d.modes.iter().map(|m| mode_json(d, m)).collect::<Vec<_>>(),
@@ -267,6 +268,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     if args.tokens == 0 {
         bail!("--tokens must be at least 1");
+    }
+    if args.limit == Some(0) {
+        bail!("--limit must be at least 1");
     }
     if args.budget == 0 || args.budget > MAX_BUDGET {
         bail!("--budget {}: the speculative modes need 1..={MAX_BUDGET} nodes", args.budget);
@@ -327,7 +331,7 @@ impl PairRunner for Suite<'_> {
     {
         let args = self.args;
         let mut runs = Vec::new();
-        let mut skipped = 0usize;
+        let mut skipped = Vec::new();
         let bar = indicatif::ProgressBar::new((self.prompts.len() * self.modes.len()) as u64);
         bar.set_style(
             indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs {elapsed} {msg}")
@@ -346,7 +350,7 @@ impl PairRunner for Suite<'_> {
                         info.ctx
                     )
                 });
-                skipped += 1;
+                skipped.push(p.id.clone());
                 bar.inc(self.modes.len() as u64);
                 continue;
             }
@@ -380,10 +384,10 @@ impl PairRunner for Suite<'_> {
         bar.finish_and_clear();
         let sums = summaries(&runs, self.modes);
         print!("{}", table(&sums));
-        if skipped > 0 {
-            println!("{skipped} prompts skipped (longer than the context)");
+        if !skipped.is_empty() {
+            println!("{} prompts skipped (longer than the context): {}", skipped.len(), skipped.join(", "));
         }
-        let json = to_json(args, info, self.draft, &runs, &sums);
+        let json = to_json(args, info, self.draft, (&runs, &skipped), &sums);
         let json_path = self.out_dir.join("bench.json");
         let text = serde_json::to_string_pretty(&json).context("serialising the results")?;
         std::fs::write(&json_path, text + "\n").with_context(|| format!("writing {}", json_path.display()))?;
