@@ -21,6 +21,8 @@ enum Command {
     Generate(cli::generate::GenerateArgs),
     /// Serve the model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/models, /health.
     Serve(cli::serve::ServeArgs),
+    /// Chat with the model in a multi-turn REPL (reply streamed; Ctrl+C stops it, Ctrl+D exits).
+    Chat(cli::chat::ChatArgs),
     /// Measure the GPU engine: AR tok/s against the bandwidth limit, tree verify vs AR step,
     /// prefill, load time, memory, per-family breakdown.
     Bench(cli::bench::BenchArgs),
@@ -41,6 +43,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Generate(a) => cli::generate::run(&a),
         Command::Serve(a) => cli::serve::run(&a),
+        Command::Chat(a) => cli::chat::run(&a),
         Command::Bench(a) => cli::bench::run(&a),
         Command::Info(a) => cli::info::run(&a),
         Command::Inspect(a) => cli::inspect::run(a),

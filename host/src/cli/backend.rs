@@ -43,8 +43,9 @@ pub fn resolve(b: BackendArg) -> anyhow::Result<Option<Gpu>> {
 }
 
 /// Opens `model` on `gpu` with context `ctx` (default: min(model's context, 8192)), capturing
-/// the outputs of layers `capture` for a draft (none: empty), printing the memory plan and load
-/// progress to stderr.
+/// the outputs of layers `capture` for a draft (none: empty), printing the memory plan and the
+/// load time to stderr unless `quiet`; a progress bar of the weights loaded is shown whenever
+/// stderr is a terminal.
 pub fn open_engine(
     gpu: Gpu,
     model: &Path,
@@ -61,16 +62,12 @@ pub fn open_engine(
     if !quiet {
         eprintln!("memory plan: {plan}");
     }
-    let bar = if quiet {
-        indicatif::ProgressBar::hidden()
-    } else {
-        let b = indicatif::ProgressBar::new(plan.weights);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("loading weights {bar:40} {bytes}/{total_bytes} {elapsed}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    };
+    // Drawn on stderr when it is a terminal (indicatif hides a bar whose terminal is not one).
+    let bar = indicatif::ProgressBar::new(plan.weights);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("loading weights {bar:40} {bytes}/{total_bytes} {elapsed}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
     let t = Instant::now();
     let e = Engine::load_with_capture(gpu, &g, cfg, ctx, capture, |done, _| bar.set_position(done))
         .with_context(|| format!("loading {} onto the GPU", model.display()))?;

@@ -2,7 +2,9 @@
 //! the same run: AR tok/s, ms per step, weight GB/s and its fraction of the copy ceiling, the
 //! time of a tree verify forward against an AR step, chunked prefill tok/s, load time, memory,
 //! and a per-kernel-family breakdown of one step; for the speculative modes the acceptance
-//! length and tok/s (at T = 0, and with `--temperature` at T > 0 beside it).
+//! length and tok/s (at T = 0, and with `--temperature` at T > 0 beside it). With `--prompts
+//! FILE.jsonl` it runs prompt sets instead, in every mode of `--modes`, on either backend
+//! (`cli::bench_suite`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -28,15 +30,17 @@ pub struct BenchArgs {
     /// acceptance and, with `--oracle-depths`, at controlled acceptance lengths.
     #[arg(long, value_enum, default_value_t = super::generate::ModeArg::Ar)]
     pub mode: super::generate::ModeArg,
-    #[arg(long, value_enum, default_value_t = BackendArg::Gpu)]
-    pub backend: BackendArg,
+    /// Where the target runs: the step bench needs the GPU (default `gpu`); the prompt sets
+    /// (`--prompts`) run on either (default `auto`: the GPU when present).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
     /// KV context to plan for (default: the model's, at most 8192 + the prompt).
     #[arg(long)]
     pub ctx: Option<usize>,
     /// Prompt tokens before decoding (the decode context).
     #[arg(long, default_value_t = 512)]
     pub prompt_tokens: usize,
-    /// Decode steps measured.
+    /// Decode steps measured (with `--prompts`: most tokens generated per prompt and mode).
     #[arg(long, default_value_t = 128)]
     pub tokens: usize,
     /// Nodes of the verify forward timed against an AR step.
@@ -64,6 +68,27 @@ pub struct BenchArgs {
     /// output must equal AR sampling's with the same seed. 0 = greedy only.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
+    /// Prompt sets (JSON Lines; repeatable): each line an object with `messages` (chat turns),
+    /// `prompt`, `turns` (the first is taken) or `question`; `id` and `suite` (the dataset's
+    /// name, else the file's stem) are used when present. Runs the prompt-set bench instead of
+    /// the step bench: every prompt in every mode of `--modes`, then the table per dataset,
+    /// `--out`/bench.json and `--out`/bench.svg.
+    #[arg(long)]
+    pub prompts: Vec<PathBuf>,
+    /// Modes of the prompt-set bench (comma-separated); `ar` first checks the others' output
+    /// against it (greedy decoding is lossless: they must be equal).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ar,chain,tree")]
+    pub modes: Vec<super::generate::ModeArg>,
+    /// Prompts taken from each file (the first N).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Folder for bench.json and bench.svg (created; default: the current folder).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Send each prompt's text as is, without the chat template (a `messages` prompt: the
+    /// contents joined by newlines).
+    #[arg(long)]
+    pub raw: bool,
 }
 
 fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
@@ -79,6 +104,12 @@ fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    if !args.prompts.is_empty() {
+        if args.temperature != 0.0 {
+            bail!("--temperature {} with --prompts: the prompt-set bench decodes greedily (its modes are checked token for token against AR); use the step bench for sampled runs", args.temperature);
+        }
+        return super::bench_suite::run(args);
+    }
     let mode = match args.mode {
         super::generate::ModeArg::Ar => Mode::Ar,
         super::generate::ModeArg::Chain => Mode::Chain,
@@ -97,7 +128,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if args.prompt_tokens == 0 || args.tokens == 0 || args.tree_nodes == 0 || args.tree_nodes > 32 {
         bail!("--prompt-tokens and --tokens must be ≥ 1 and --tree-nodes in 1..=32");
     }
-    let Some(gpu) = resolve(args.backend)? else { bail!("bench measures the GPU engine: no GPU here") };
+    let Some(gpu) = resolve(args.backend.unwrap_or(BackendArg::Gpu))? else {
+        bail!("bench measures the GPU engine: no GPU here")
+    };
     let info = crate::gpu::info::DeviceInfo::query(&gpu)?;
     println!("{info}");
     let bw = bandwidth::measure_copy(&gpu, 1 << 30, 10)?;

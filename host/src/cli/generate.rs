@@ -18,7 +18,6 @@ use crate::chat::{ChatTemplate, Message, RenderOptions};
 use crate::cli::limits;
 use crate::cli::sampling::{write_result, OutputFormat, SamplingArgs};
 use crate::convert::dflash::load_draft as load_draft_weights;
-use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
@@ -225,12 +224,9 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     drop(file);
 
     let progress = limits::LoadProgress::new(args.verbose);
-    progress.step(format!(
-        "loading {} (dequantising to f32: {})",
-        args.model.display(),
-        limits::format_gib(plan.target_weights)
-    ));
-    let target = load_qwen35(&args.model).with_context(|| format!("loading {}", args.model.display()))?;
+    let msg =
+        format!("loading {} (dequantising to f32: {})", args.model.display(), limits::format_gib(plan.target_weights));
+    let target = progress.load_target(msg, &args.model).with_context(|| format!("loading {}", args.model.display()))?;
     if tk.tokenizer.vocab_size() > target.hparams.n_vocab {
         bail!(
             "{}: the tokenizer has {} tokens but the model's vocabulary is {}",
@@ -394,7 +390,8 @@ fn run_gpu(
     Ok(())
 }
 
-/// Runs the command on stdout/stderr.
+/// Runs the command on stdout/stderr. Stderr is not held locked: the load progress draws on it
+/// from its own thread (holding it here would deadlock the two on a terminal).
 pub fn run(args: &GenerateArgs) -> anyhow::Result<()> {
-    run_to(args, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())
+    run_to(args, &mut std::io::stdout().lock(), &mut std::io::stderr())
 }

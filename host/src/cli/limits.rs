@@ -166,6 +166,28 @@ impl LoadProgress {
         }
     }
 
+    /// Loads the target's weights (dequantising them to f32) under `msg`, the spinner turned
+    /// into a bar of the file's tensor bytes read so far while it runs.
+    pub fn load_target(
+        &self,
+        msg: String,
+        path: &Path,
+    ) -> Result<flashtree_reference::model::Qwen35Weights, crate::convert::ConvertError> {
+        self.step(msg);
+        let Some(bar) = &self.bar else { return crate::convert::gguf_load::load_qwen35(path) };
+        let spinner = bar.style();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} [{elapsed}] {msg} {bar:30} {bytes}/{total_bytes}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let r = crate::convert::gguf_load::load_qwen35_with_progress(path, &mut |done, total| {
+            bar.set_length(total);
+            bar.set_position(done);
+        });
+        bar.set_style(spinner);
+        r
+    }
+
     /// Clears the spinner.
     pub fn finish(self) {
         if let Some(b) = self.bar {

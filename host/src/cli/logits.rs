@@ -4,7 +4,6 @@
 //! forward that prefill uses.
 
 use crate::cli::limits;
-use crate::convert::gguf_load::load_qwen35;
 use crate::convert::qwen35::load_hf;
 use crate::gguf::Gguf;
 use anyhow::Context;
@@ -75,13 +74,19 @@ fn context_and_plan(path: &Path, tokens: usize) -> anyhow::Result<(usize, Option
     }
 }
 
-/// Loads a model given as a GGUF file or an HF folder.
+/// Loads a model given as a GGUF file or an HF folder (a progress bar on a terminal).
 pub fn load_model(path: &Path) -> anyhow::Result<Qwen35Weights> {
-    if path.is_dir() {
-        Ok(load_hf(path).with_context(|| format!("loading HF checkpoint {}", path.display()))?.1)
+    let progress = limits::LoadProgress::new(false);
+    let w = if path.is_dir() {
+        progress.step(format!("loading {}", path.display()));
+        load_hf(path).with_context(|| format!("loading HF checkpoint {}", path.display()))?.1
     } else {
-        load_qwen35(path).with_context(|| format!("loading GGUF {}", path.display()))
-    }
+        progress
+            .load_target(format!("loading {}", path.display()), path)
+            .with_context(|| format!("loading GGUF {}", path.display()))?
+    };
+    progress.finish();
+    Ok(w)
 }
 
 /// Runs the forward and renders the output (JSON or text).

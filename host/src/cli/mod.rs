@@ -3,6 +3,9 @@
 
 pub mod backend;
 pub mod bench;
+pub mod bench_plot;
+pub mod bench_suite;
+pub mod chat;
 pub mod convert;
 pub mod default_model;
 pub mod generate;
@@ -11,6 +14,7 @@ pub mod info;
 pub mod inspect;
 pub mod limits;
 pub mod logits;
+pub mod pair;
 pub mod sampling;
 pub mod serve;
 pub mod synth;

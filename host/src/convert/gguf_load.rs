@@ -30,6 +30,24 @@ pub fn read_tensor(file: &Gguf, name: &str) -> Result<Option<TensorF32>, Convert
 /// Loads a `qwen35` GGUF (any shard of a split set) into reference weights. The config and the
 /// tensor inventory are checked by [`Qwen35Config::load`] first (the same checks as `inspect`).
 pub fn load_qwen35(path: &Path) -> Result<Qwen35Weights, ConvertError> {
+    load_qwen35_with_progress(path, &mut |_, _| {})
+}
+
+/// [`load_qwen35`], calling `progress(done, total)` after each tensor with the file's tensor
+/// bytes read so far and in all (for a progress bar).
+pub fn load_qwen35_with_progress(
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Qwen35Weights, ConvertError> {
     let (file, config) = Qwen35Config::load(path)?;
-    weights_from_gguf_tensors(&config.hparams(), &mut |n| read_tensor(&file, n))
+    let total = file.tensor_bytes();
+    let mut done = 0u64;
+    weights_from_gguf_tensors(&config.hparams(), &mut |n| {
+        let t = read_tensor(&file, n)?;
+        if t.is_some() {
+            done = done.saturating_add(file.tensor_data(n).map_or(0, |b| b.len() as u64));
+            progress(done.min(total), total);
+        }
+        Ok(t)
+    })
 }

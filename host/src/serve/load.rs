@@ -13,7 +13,6 @@ use crate::chat::ChatTemplate;
 use crate::cli::generate::{check_model_path, load_draft, CpuDraftOnGpu};
 use crate::cli::limits;
 use crate::cli::serve::ServeArgs;
-use crate::convert::gguf_load::load_qwen35;
 use crate::gguf::Gguf;
 use crate::model::Qwen35Config;
 use crate::spec::cpu::{check_pair, CpuDraft, CpuTarget};
@@ -43,6 +42,8 @@ pub struct Loaded {
     pub gpu: bool,
     /// Where jobs are queued (bounded: full → 429).
     pub jobs: mpsc::Sender<Job>,
+    /// Requests and generations counted for `/metrics` (the worker records into it).
+    pub metrics: Arc<super::metrics::Metrics>,
 }
 
 /// What the worker reports once its models are loaded.
@@ -88,13 +89,14 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
     let tk = Arc::new(tk);
     let (jobs, rx) = mpsc::channel(args.queue);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<Ready>>();
-    let (args_w, worker_tk) = (args.clone(), tk.clone());
+    let metrics = super::metrics::Metrics::new();
+    let (args_w, worker_tk, worker_metrics) = (args.clone(), tk.clone(), metrics.clone());
     std::thread::Builder::new()
         .name("flashtree-serve-worker".into())
         .spawn(move || {
             let r = match crate::cli::backend::resolve(args_w.backend) {
-                Ok(Some(gpu)) => gpu_worker(&args_w, mode, gpu, &ready_tx, rx, worker_tk),
-                Ok(None) => cpu_worker(&args_w, mode, &ready_tx, rx, worker_tk),
+                Ok(Some(gpu)) => gpu_worker(&args_w, mode, gpu, &ready_tx, rx, (worker_tk, worker_metrics)),
+                Ok(None) => cpu_worker(&args_w, mode, &ready_tx, rx, (worker_tk, worker_metrics)),
                 Err(e) => Err(e),
             };
             // Only a failure before `Ready` reaches the caller; later ones end the worker, and
@@ -114,6 +116,7 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
         longest_token,
         gpu: ready.gpu,
         jobs,
+        metrics,
     })
 }
 
@@ -123,7 +126,7 @@ fn cpu_worker(
     mode: Mode,
     ready: &std::sync::mpsc::Sender<anyhow::Result<Ready>>,
     rx: mpsc::Receiver<Job>,
-    tk: Arc<GgufTokenizer>,
+    (tk, metrics): (Arc<GgufTokenizer>, Arc<super::metrics::Metrics>),
 ) -> anyhow::Result<()> {
     let file = Gguf::open(&args.model)?;
     let cfg = Qwen35Config::from_gguf(&file)?;
@@ -137,12 +140,8 @@ fn cpu_worker(
     drop(file);
     let model = &args.model;
     let progress = limits::LoadProgress::new(true);
-    progress.step(format!(
-        "loading {} (dequantising to f32: {})",
-        model.display(),
-        limits::format_gib(plan.target_weights)
-    ));
-    let target = load_qwen35(model).with_context(|| format!("loading {}", model.display()))?;
+    let msg = format!("loading {} (dequantising to f32: {})", model.display(), limits::format_gib(plan.target_weights));
+    let target = progress.load_target(msg, model).with_context(|| format!("loading {}", model.display()))?;
     let vocab = tk.tokenizer.vocab_size();
     if vocab > target.hparams.n_vocab {
         bail!(
@@ -167,11 +166,11 @@ fn cpu_worker(
     if let Some(path) = &args.script {
         let tgt = super::script::ScriptedTarget::new(tgt, &super::script::read(path)?, tk.clone())?;
         let _ = ready.send(Ok(Ready { gpu: false, ctx, reserve: 0 }));
-        run_jobs(Session::new(tgt, dft), rx, tk);
+        run_jobs(Session::new(tgt, dft), rx, tk, metrics);
         return Ok(());
     }
     let _ = ready.send(Ok(Ready { gpu: false, ctx, reserve: 0 }));
-    run_jobs(Session::new(tgt, dft), rx, tk);
+    run_jobs(Session::new(tgt, dft), rx, tk, metrics);
     Ok(())
 }
 
@@ -184,7 +183,7 @@ fn gpu_worker(
     gpu: crate::gpu::Gpu,
     ready: &std::sync::mpsc::Sender<anyhow::Result<Ready>>,
     rx: mpsc::Receiver<Job>,
-    tk: Arc<GgufTokenizer>,
+    (tk, metrics): (Arc<GgufTokenizer>, Arc<super::metrics::Metrics>),
 ) -> anyhow::Result<()> {
     if args.script.is_some() {
         bail!("--script (for tests) runs on the CPU backend only");
@@ -224,18 +223,18 @@ fn gpu_worker(
     match (draft, gpu_draft) {
         (None, _) => {
             let _ = ready.send(Ok(ok));
-            run_jobs(Session::new(tgt, None::<CpuDraftOnGpu>), rx, tk);
+            run_jobs(Session::new(tgt, None::<CpuDraftOnGpu>), rx, tk, metrics);
         }
         (Some(_), Some(de)) => {
             let dft = crate::engine::GpuDraft::new(de, tgt.feature_source()?)?;
             let _ = ready.send(Ok(ok));
-            run_jobs(Session::new(tgt, Some(dft)), rx, tk);
+            run_jobs(Session::new(tgt, Some(dft)), rx, tk, metrics);
         }
         (Some(model), None) => {
             let parts = crate::cli::gpu_draft_load::CpuDraftParts::load(&model, &file, &cfg_t, &args.model)?;
             let dft = HostDraft::new(parts.draft(), tgt.feature_source()?);
             let _ = ready.send(Ok(ok));
-            run_jobs(Session::new(tgt, Some(dft)), rx, tk);
+            run_jobs(Session::new(tgt, Some(dft)), rx, tk, metrics);
         }
     }
     Ok(())

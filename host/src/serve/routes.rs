@@ -55,8 +55,11 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/v1/completions", post(super::completions::handler))
         .route("/v1/messages", post(super::messages::handler))
         .route("/v1/messages/count_tokens", post(super::messages::count_tokens))
+        .route("/metrics", get(super::metrics::handler))
+        .route("/openapi.json", get(super::openapi::handler))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.model.metrics.clone(), super::metrics::count))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state)
 }

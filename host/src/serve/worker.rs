@@ -54,11 +54,19 @@ pub struct Outcome {
     pub tokens_per_second: f64,
     /// Mean accepted tokens per round.
     pub acceptance_length: f64,
+    /// Verify rounds.
+    pub rounds: usize,
+    /// Decode seconds (prefill excluded).
+    pub decode_seconds: f64,
 }
 
-/// Runs `jobs` on `session` until every sender is gone.
-pub fn run_jobs<T, D>(mut session: Session<T, D>, mut jobs: mpsc::Receiver<Job>, tk: Arc<GgufTokenizer>)
-where
+/// Runs `jobs` on `session` until every sender is gone, recording each generation in `metrics`.
+pub fn run_jobs<T, D>(
+    mut session: Session<T, D>,
+    mut jobs: mpsc::Receiver<Job>,
+    tk: Arc<GgufTokenizer>,
+    metrics: Arc<super::metrics::Metrics>,
+) where
     T: Target,
     D: Draft<Features = T::Features>,
 {
@@ -66,7 +74,9 @@ where
         if job.events.is_closed() {
             continue;
         }
+        metrics.set_busy(true);
         let r = catch_unwind(AssertUnwindSafe(|| run_one(&mut session, &job, &tk)));
+        metrics.set_busy(false);
         let event = match r {
             Ok(Ok(o)) => Event::Done(o),
             Ok(Err(e)) => Event::Failed(e),
@@ -76,8 +86,13 @@ where
                 Event::Failed(format!("internal error: generation panicked (caches reset: {reset:?})"))
             }
         };
-        if let Event::Failed(msg) = &event {
-            eprintln!("serve: request failed: {msg}");
+        match &event {
+            Event::Done(o) => metrics.record(Some(o)),
+            Event::Failed(msg) => {
+                metrics.record(None);
+                eprintln!("serve: request failed: {msg}");
+            }
+            Event::Text(_) => {}
         }
         let _ = job.events.send(event);
     }
@@ -131,6 +146,8 @@ where
         completion_tokens: stats.generated,
         tokens_per_second: stats.decode_tokens_per_second(),
         acceptance_length: stats.acceptance_length(),
+        rounds: stats.steps,
+        decode_seconds: (stats.time.total() - stats.time.prefill).as_secs_f64(),
     })
 }
 
