@@ -254,3 +254,16 @@ fn topk_is_sorted_normalised_and_breaks_ties_by_token_id() {
     assert!(topk_logprobs(&[0.0; 5], 2, 1).is_err());
     assert!(DraftTopK::new(1, 2, vec![0, 1], vec![-1.0, 0.0]).is_err(), "unsorted row accepted");
 }
+
+/// Depths are 1-based (depth 0 is the root): an out-of-range depth or rank panics with a message
+/// naming both and the valid ranges, not with an index underflow.
+#[test]
+fn draft_topk_names_a_bad_depth_or_rank() {
+    let topk = DraftTopK::new(2, 3, vec![1, 2, 3, 4, 5, 6], vec![-0.1, -1.0, -2.0, -0.2, -1.5, -3.0]).unwrap();
+    assert_eq!((topk.token(1, 0), topk.token(2, 2), topk.logprob(2, 0)), (1, 6, -0.2));
+    for (d, r) in [(0usize, 0usize), (3, 0), (1, 3)] {
+        let msg = std::panic::catch_unwind(|| topk.token(d, r)).unwrap_err();
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains(&format!("depth {d}")) && msg.contains(&format!("rank {r}")), "{msg}");
+    }
+}

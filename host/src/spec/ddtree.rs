@@ -55,13 +55,23 @@ impl DraftTopK {
     pub fn k(&self) -> usize {
         self.k
     }
-    /// Token at depth `d` (1-based) and rank `r`.
+    /// Token at depth `d` (1-based: depth 0 is the root, which has no candidates) and rank `r`.
+    /// Panics, naming both, outside `1..=depths()` × `0..k()`.
     pub fn token(&self, d: usize, r: usize) -> u32 {
-        self.tokens[(d - 1) * self.k + r]
+        self.tokens[self.index(d, r)]
     }
-    /// Log-prob at depth `d` (1-based) and rank `r`.
+    /// Log-prob at depth `d` (1-based) and rank `r`; panics as [`DraftTopK::token`].
     pub fn logprob(&self, d: usize, r: usize) -> f32 {
-        self.logprobs[(d - 1) * self.k + r]
+        self.logprobs[self.index(d, r)]
+    }
+    fn index(&self, d: usize, r: usize) -> usize {
+        assert!(
+            (1..=self.depths).contains(&d) && r < self.k,
+            "DraftTopK: depth {d} (1..={}), rank {r} (0..{})",
+            self.depths,
+            self.k
+        );
+        (d - 1) * self.k + r
     }
 }
 
