@@ -13,16 +13,19 @@
 //! load (byte-level BPE, `tokenizer.ggml.model = "gpt2"`, the only kind
 //! [`crate::tokenizer::gguf::from_gguf`] accepts) that concatenation is the exact text the
 //! tokens stand for: every id maps to fixed bytes, special tokens to their own text, with no
-//! prefix space, normalisation or byte fallback undone on the way back. The text is kept only
-//! when those bytes are valid UTF-8 and every id is in the tokenizer's vocabulary (the model's
-//! may be larger); otherwise no request can extend it and every prompt is tokenised whole.
+//! prefix space, normalisation or byte fallback undone on the way back. A prompt may continue
+//! the text of all the tokens, or of all but the last (a raw completion continued without the
+//! EOS token's text, a reply cut inside a character): each only where its bytes are valid UTF-8
+//! and every id is in the tokenizer's vocabulary (the model's may be larger). A reply broken
+//! before its last token reaches the client with U+FFFD in it: no prompt continues it.
 //!
-//! **The rule** ([`History::continuation`]): when a request's rendered text starts with the
-//! history's text and is longer, its tokens are the history's followed by the tokenisation of
-//! the remaining text only, so the session reuses the caches; otherwise the whole text is
-//! tokenised as a first request would be. A reply cut by a stop string, a client that rewrites
-//! the assistant's text, an edited earlier message or another conversation run in between all
-//! take the second way (all or nothing: the recurrent state cannot be rolled back).
+//! **The rule** ([`History::continuation`]): when a request's rendered text starts with one of
+//! those texts and is longer, its tokens are the history's (all, or all but the last) followed
+//! by the tokenisation of the remaining text only, so the session reuses the caches; otherwise
+//! the whole text is tokenised as a first request would be. A reply cut by a stop string (its
+//! tokens spell text the client never got), a client that rewrites the assistant's text, an
+//! edited earlier message or another conversation run in between all take the second way (all
+//! or nothing: the recurrent state cannot be rolled back).
 //!
 //! **Where it runs: in the worker, when the job starts.** The worker is the only owner of the
 //! session and runs jobs one at a time, so the history it matches against is exactly what the
@@ -41,8 +44,12 @@ use crate::tokenizer::{Tokenizer, TokenizerError};
 pub struct History {
     /// The last turn's prompt and generated tokens.
     tokens: Vec<u32>,
-    /// Their text (the ids' bytes concatenated), when that is valid UTF-8.
-    text: Option<String>,
+    /// Their bytes concatenated (empty when an id is outside the tokenizer's vocabulary).
+    bytes: Vec<u8>,
+    /// The prefixes a prompt may continue, longest first, as (tokens, bytes) lengths: all the
+    /// tokens, and all but the last (a trailing EOS the client does not send back, or a last
+    /// token cut inside a character) — each only when its bytes are valid UTF-8.
+    ends: Vec<(usize, usize)>,
 }
 
 impl History {
@@ -54,7 +61,8 @@ impl History {
     /// Forgets the conversation (after a failed turn, or when the caches were reset).
     pub fn clear(&mut self) {
         self.tokens.clear();
-        self.text = None;
+        self.bytes.clear();
+        self.ends.clear();
     }
 
     /// The tokens of the last turn (prompt, then output).
@@ -63,40 +71,56 @@ impl History {
     }
 
     /// The exact text of [`Self::tokens`]; `None` when it is not valid UTF-8 (or holds an id
-    /// outside the tokenizer's vocabulary), so no rendered prompt can continue it.
+    /// outside the tokenizer's vocabulary).
     pub fn text(&self) -> Option<&str> {
-        self.text.as_deref()
+        match self.ends.first() {
+            Some(&(n, _)) if n == self.tokens.len() => std::str::from_utf8(&self.bytes).ok(),
+            _ => None,
+        }
     }
 
     /// Records a finished turn: `prompt` was run and `output` generated after it.
     pub fn record(&mut self, tk: &Tokenizer, prompt: &[u32], output: &[u32]) {
-        self.tokens.clear();
+        self.clear();
         self.tokens.extend_from_slice(prompt);
         self.tokens.extend_from_slice(output);
-        self.text = exact_text(tk, &self.tokens);
+        let mut last = 0;
+        for &id in &self.tokens {
+            let Some(b) = tk.token_bytes(id) else {
+                self.clear();
+                return;
+            };
+            last = b.len();
+            self.bytes.extend_from_slice(b);
+        }
+        let n = self.tokens.len();
+        for (tokens, bytes) in [(n, self.bytes.len()), (n.saturating_sub(1), self.bytes.len() - last)] {
+            if tokens > 0
+                && !self.ends.iter().any(|e| e.0 == tokens)
+                && std::str::from_utf8(&self.bytes[..bytes]).is_ok()
+            {
+                self.ends.push((tokens, bytes));
+            }
+        }
     }
 
     /// The tokens of the rendered prompt `text` when it continues this history: the history's
-    /// tokens followed by the tokenisation of the text after the history's text. `None` when
-    /// `text` does not start with the history's text or adds nothing to it.
+    /// tokens (all, or all but the last when `text` continues only those) followed by the
+    /// tokenisation of the rest of `text`. `None` when `text` starts with neither text or adds
+    /// nothing to it.
     pub fn continuation(&self, tk: &Tokenizer, text: &str) -> Result<Option<Vec<u32>>, TokenizerError> {
-        let Some(rest) = self.text.as_deref().and_then(|h| text.strip_prefix(h)).filter(|r| !r.is_empty()) else {
-            return Ok(None);
-        };
-        let mut ids = self.tokens.clone();
-        ids.extend(tk.encode(rest)?);
-        Ok(Some(ids))
+        for &(n, len) in &self.ends {
+            // The prefix is valid UTF-8, so `len` is a character boundary of `text` when it matches.
+            let rest = match text.get(len..) {
+                Some(rest) if !rest.is_empty() && text.as_bytes().starts_with(&self.bytes[..len]) => rest,
+                _ => continue,
+            };
+            let mut ids = self.tokens[..n].to_vec();
+            ids.extend(tk.encode(rest)?);
+            return Ok(Some(ids));
+        }
+        Ok(None)
     }
-}
-
-/// The text `ids` stand for: their bytes concatenated, when every id is in the vocabulary and
-/// the bytes are valid UTF-8.
-fn exact_text(tk: &Tokenizer, ids: &[u32]) -> Option<String> {
-    let mut bytes = Vec::new();
-    for &id in ids {
-        bytes.extend_from_slice(tk.token_bytes(id)?);
-    }
-    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
@@ -104,6 +128,13 @@ mod tests {
     use super::*;
     use crate::tokenizer::tiktoken::QWEN35_PATTERN;
     use crate::tokenizer::Vocabulary;
+
+    /// The text of `ids` as a one-turn history holds it.
+    fn exact_text(tk: &Tokenizer, ids: &[u32]) -> Option<String> {
+        let mut h = History::new();
+        h.record(tk, ids, &[]);
+        h.text().map(str::to_string)
+    }
 
     fn tiny() -> Tokenizer {
         let v = crate::synth::vocab::tiny_bpe(200, 512);
@@ -154,7 +185,9 @@ mod tests {
         assert_eq!(h.continuation(&tk, "anything").unwrap(), None);
         h.record(&tk, &tk.encode("hello world").unwrap(), &tk.encode("!").unwrap());
         assert_eq!(h.text(), Some("hello world!"));
-        assert_eq!(h.continuation(&tk, "hello world!").unwrap(), None, "nothing new");
+        // Nothing new after all the tokens; but it continues all but the last.
+        let ids = h.continuation(&tk, "hello world!").unwrap().unwrap();
+        assert_eq!(ids, [tk.encode("hello world").unwrap(), tk.encode("!").unwrap()].concat());
         assert_eq!(h.continuation(&tk, "hello there! more").unwrap(), None, "an edited start");
         assert_eq!(h.continuation(&tk, "hello").unwrap(), None, "shorter");
         assert!(h.continuation(&tk, "hello world! more").unwrap().is_some());
@@ -164,15 +197,43 @@ mod tests {
     }
 
     #[test]
-    fn broken_utf8_or_unknown_ids_leave_no_text_to_continue() {
+    fn broken_utf8_or_unknown_ids_leave_no_text_to_continue_past_them() {
         let tk = tiny();
         let mut h = History::new();
         // Half of `é` (0xC3 0xA9): the bytes are not valid UTF-8.
         h.record(&tk, &tk.encode("a").unwrap(), &[byte_id(&tk, 0xC3)]);
         assert_eq!(h.text(), None);
-        assert_eq!(h.continuation(&tk, "a\u{FFFD} b").unwrap(), None);
+        // Only the text before the broken token can be continued.
+        let ids = h.continuation(&tk, "a\u{FFFD} b").unwrap().unwrap();
+        assert_eq!(ids, [tk.encode("a").unwrap(), tk.encode("\u{FFFD} b").unwrap()].concat());
+        // Broken before the last token: nothing can be continued.
+        h.record(&tk, &tk.encode("a").unwrap(), &[byte_id(&tk, 0xC3), byte_id(&tk, b'b')]);
+        assert_eq!(h.continuation(&tk, "a\u{FFFD}b c").unwrap(), None);
         // An id the model has but the tokenizer does not.
         h.record(&tk, &tk.encode("a").unwrap(), &[tk.vocab_size() as u32]);
         assert_eq!(h.text(), None);
+        assert_eq!(h.continuation(&tk, "a b").unwrap(), None);
+    }
+
+    #[test]
+    fn a_text_may_continue_the_history_without_its_last_token() {
+        let tk = tiny();
+        let prompt = tk.encode("one two").unwrap();
+        let eos = tk.token_id("<|im_end|>").unwrap();
+        let mut h = History::new();
+        // A raw completion continued without the EOS token's text.
+        h.record(&tk, &prompt, &[byte_id(&tk, b'!'), eos]);
+        let ids = h.continuation(&tk, "one two! three").unwrap().unwrap();
+        assert_eq!(ids[..prompt.len() + 1], h.tokens()[..prompt.len() + 1]);
+        assert_eq!(ids[prompt.len() + 1..], tk.encode(" three").unwrap()[..]);
+        // With it, all the tokens are kept.
+        let ids = h.continuation(&tk, "one two!<|im_end|> three").unwrap().unwrap();
+        assert!(ids.starts_with(h.tokens()));
+        // A reply cut inside `é`: its text is not valid UTF-8, the text before the cut is.
+        h.record(&tk, &prompt, &[byte_id(&tk, b'!'), byte_id(&tk, 0xC3)]);
+        assert_eq!(h.text(), None);
+        let ids = h.continuation(&tk, "one two!\u{FFFD} more").unwrap().unwrap();
+        assert_eq!(ids[..prompt.len() + 1], h.tokens()[..prompt.len() + 1]);
+        assert_eq!(h.continuation(&tk, "one two").unwrap(), None, "shorter than both");
     }
 }
