@@ -261,7 +261,8 @@ impl MessagesRequest {
 
 /// Anthropic's usage: `input_tokens` are the prompt tokens prefilled for this request,
 /// `cache_read_input_tokens` those whose caches were kept from the previous one (their sum is
-/// the prompt, what `count_tokens` gives).
+/// the prompt run: what `count_tokens` gives, except for a request that continues the session's
+/// conversation, whose earlier replies count as the tokens generated: [`super::history`]).
 pub fn usage_json(prompt: usize, reused: usize, output: usize) -> Value {
     json!({
         "input_tokens": prompt - reused.min(prompt),

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::openai::{Stop, StreamOptions, MAX_STOPS};
-use super::routes::{blocking, body, collect, config, now, rule, submit, tokenize, usage, AppState, Sampling};
+use super::routes::{blocking, body, collect, now, prepare, rule, submit, usage, AppState, Sampling};
 use super::worker::Event;
 
 /// `POST /v1/completions` body (the fields read; others are ignored).
@@ -127,7 +127,7 @@ pub async fn handler(State(st): State<Arc<AppState>>, b: Result<Bytes, BytesReje
 async fn complete(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req = Arc::new(CompletionRequest::parse(&body(b)?)?);
     let (st2, req2) = (st.clone(), req.clone());
-    let (prompt, cfg, stops) = blocking(move || {
+    let planned = blocking(move || {
         let text = req2.text()?;
         let stops = req2.stops()?;
         let sampling = Sampling {
@@ -142,12 +142,10 @@ async fn complete(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result
             Some(0) => return Err(ApiError::bad_request("max_tokens: must be at least 1")),
             n => n.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         };
-        let prompt = tokenize(&st2, text)?;
-        let cfg = config(&st2, &prompt, requested, rule, req2.ignore_eos == Some(true))?;
-        Ok((prompt, cfg, stops))
+        prepare(&st2, text.to_string(), requested, rule, req2.ignore_eos == Some(true), stops)
     })
     .await?;
-    let rx = submit(&st, prompt, cfg, stops)?;
+    let rx = submit(&st, planned)?;
     let n = st.served.fetch_add(1, Ordering::Relaxed);
     let head = Head {
         id: format!("cmpl-{n}-{}", now()),

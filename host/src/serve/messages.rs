@@ -1,8 +1,12 @@
 //! `POST /v1/messages` and `POST /v1/messages/count_tokens` (Anthropic Messages API).
 //!
-//! The prompt is rendered by the chat template (system and tools included) and tokenised by
-//! [`prompt_tokens`], the one function both routes call, so `count_tokens` is exactly what the
-//! same request prefills (`usage.input_tokens + usage.cache_read_input_tokens`).
+//! The prompt is rendered by the chat template (system and tools included) by [`prompt_text`],
+//! the one function both routes call, and tokenised whole, so `count_tokens` is exactly what the
+//! same request prefills *cold* (`usage.input_tokens + usage.cache_read_input_tokens` of it on a
+//! server whose session holds no conversation it continues). A request that continues the
+//! session's conversation runs the conversation's tokens as generated followed by the rest
+//! tokenised ([`super::history`]); their count can differ from the cold one by the difference
+//! between the model's split of its replies and the canonical one.
 //! A stream is the full event sequence: `message_start`, `ping`, per block
 //! `content_block_start` / `content_block_delta`… / `content_block_stop` (`thinking_delta` then
 //! `signature_delta`, `text_delta`, `input_json_delta`), `message_delta` (`stop_reason`,
@@ -26,30 +30,27 @@ use tokio::sync::mpsc;
 use super::anthropic::{stop_reason, tool_use_block, usage_json, MessagesRequest};
 use super::error::ApiError;
 use super::reply::{self, ReplySplitter};
-use super::routes::{blocking, body, collect, config, now, rule, submit, tokenize, AppState};
+use super::routes::{blocking, body, collect, now, prepare, rule, submit, tokenize, AppState};
 use super::thinking::Piece;
 use super::worker::{Event, Outcome};
 use crate::chat::RenderOptions;
 
-/// The request's prompt tokens (messages, system and tools rendered by the chat template) and
-/// whether the prompt leaves a think block open.
-pub fn prompt_tokens(st: &AppState, req: &MessagesRequest) -> Result<(Vec<u32>, bool), ApiError> {
+/// The request's prompt text: messages, system and tools rendered by the chat template.
+pub fn prompt_text(st: &AppState, req: &MessagesRequest) -> Result<String, ApiError> {
     let messages = req.chat_messages()?;
     let tools = req.tool_definitions()?;
     let opts = RenderOptions { add_generation_prompt: true, enable_thinking: req.thinking_on()? };
-    let text = st
-        .model
+    st.model
         .template
         .render_with_tools(&messages, &tools, opts)
-        .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
-    Ok((tokenize(st, &text)?, super::thinking::prompt_opens_think(&text)))
+        .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))
 }
 
 /// `POST /v1/messages/count_tokens`: `{"input_tokens": N}`.
 pub async fn count_tokens(State(st): State<Arc<AppState>>, b: Result<Bytes, BytesRejection>) -> Response {
     let r = async {
         let req = MessagesRequest::parse(&body(b)?)?;
-        let n = blocking(move || prompt_tokens(&st, &req).map(|p| p.0.len())).await?;
+        let n = blocking(move || Ok(tokenize(&st, &prompt_text(&st, &req)?)?.len())).await?;
         Ok::<_, ApiError>(Json(json!({ "input_tokens": n })).into_response())
     };
     r.await.unwrap_or_else(|e| e.anthropic().into_response())
@@ -77,18 +78,16 @@ impl Head {
 async fn messages(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let req = Arc::new(MessagesRequest::parse(&body(b)?)?);
     let (st2, req2) = (st.clone(), req.clone());
-    let (prompt, cfg, stops, thinking) = blocking(move || {
+    let planned = blocking(move || {
         let stops = req2.stops()?;
         let rule = rule(&req2.sampling())?;
         let requested = req2.max_tokens()?;
-        let (prompt, thinking) = prompt_tokens(&st2, &req2)?;
-        let cfg = config(&st2, &prompt, requested, rule, false)?;
-        Ok((prompt, cfg, stops, thinking))
+        prepare(&st2, prompt_text(&st2, &req2)?, requested, rule, false, stops)
     })
     .await?;
-    let prompt_len = prompt.len();
+    let (prompt_len, thinking, stops) = (planned.prompt.len(), planned.thinking, planned.stops.clone());
     let tools = Some(req.tool_definitions()?).filter(|t| !t.is_empty());
-    let rx = submit(&st, prompt, cfg, stops.clone())?;
+    let rx = submit(&st, planned)?;
     let n = st.served.fetch_add(1, Ordering::Relaxed);
     let head = Head {
         id: format!("msg_{n}_{}", now()),
@@ -208,8 +207,9 @@ impl Events {
     }
 }
 
-/// The SSE answer. `message_start`'s usage counts the whole prompt as input (how much of it
-/// was reused is known when generation ends); `message_delta` carries the final usage.
+/// The SSE answer. `message_start`'s usage counts the whole cold prompt as input (how much of
+/// it was reused, and the prompt's length when it continues the session's conversation, are
+/// known when the job runs); `message_delta` carries the final usage.
 /// Dropping the stream (client gone) closes `rx`, which stops the worker after its round.
 fn sse(
     head: Head,

@@ -2,7 +2,8 @@
 //! (serving.md).
 //!
 //! One worker thread ([`worker`]) owns the pair and a [`crate::spec::Session`], so a request
-//! that extends the previous conversation prefills only its new suffix; requests wait in a
+//! that extends the previous conversation prefills only its new suffix (the conversation's
+//! tokens as generated are kept with their text: [`history`]); requests wait in a
 //! bounded FIFO queue (full → 429 with `Retry-After`). The HTTP side ([`routes`], axum on tokio)
 //! parses and checks requests ([`openai`], [`completions`], [`anthropic`] + [`messages`]),
 //! tokenises them, queues them and relays the worker's text as JSON or server-sent events,
@@ -12,6 +13,7 @@
 pub mod anthropic;
 pub mod completions;
 pub mod error;
+pub mod history;
 pub mod load;
 pub mod messages;
 pub mod metrics;

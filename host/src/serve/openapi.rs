@@ -71,7 +71,12 @@ pub fn document(model_id: &str) -> Value {
     let mut count_responses = errors("AnthropicError", false);
     count_responses.insert(
         "200".into(),
-        answer("The prompt tokens the same `/v1/messages` request would prefill.", "CountTokensResponse"),
+        answer(
+            "The prompt tokens the same `/v1/messages` request would prefill cold (the rendered prompt \
+             tokenised whole; a request that continues the server's conversation reuses its replies' tokens \
+             as generated, which may count differently).",
+            "CountTokensResponse",
+        ),
     );
     let mut models_responses = errors("OpenAIError", false);
     models_responses.insert(

@@ -208,11 +208,32 @@ pub(super) fn config(
 
 /// A checked job's parts, and whether its prompt leaves a think block open.
 pub(super) struct Planned {
+    /// The rendered prompt.
+    pub text: String,
+    /// `text` tokenised whole (the cold prefill; see [`super::history`]).
     pub prompt: Vec<u32>,
     pub cfg: GenerateConfig,
+    /// The most tokens asked for (`None`: all the context leaves).
+    pub requested: Option<usize>,
     pub stops: Vec<String>,
     /// The reply starts inside a think block ([`super::thinking::prompt_opens_think`]).
     pub thinking: bool,
+}
+
+/// Tokenises a rendered prompt whole and checks it against the context (the worker may run it
+/// as the session's history followed by the rest instead: [`super::history`]).
+pub(super) fn prepare(
+    st: &AppState,
+    text: String,
+    requested: Option<usize>,
+    rule: DecodingRule,
+    ignore_eos: bool,
+    stops: Vec<String>,
+) -> Result<Planned, ApiError> {
+    let prompt = tokenize(st, &text)?;
+    let cfg = config(st, &prompt, requested, rule, ignore_eos)?;
+    let thinking = super::thinking::prompt_opens_think(&text);
+    Ok(Planned { text, prompt, cfg, requested, stops, thinking })
 }
 
 /// Renders, tokenises and checks a chat request.
@@ -228,20 +249,15 @@ fn plan(st: &AppState, req: &ChatRequest) -> Result<Planned, ApiError> {
         .template
         .render_with_tools(&messages, &tools, opts)
         .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
-    let prompt = tokenize(st, &text)?;
-    let cfg = config(st, &prompt, requested, rule, req.ignore_eos == Some(true))?;
-    Ok(Planned { prompt, cfg, stops, thinking: super::thinking::prompt_opens_think(&text) })
+    prepare(st, text, requested, rule, req.ignore_eos == Some(true), stops)
 }
 
 /// Queues a job; returns where its events arrive. Full queue → 429 with `Retry-After`.
-pub(super) fn submit(
-    st: &AppState,
-    prompt: Vec<u32>,
-    cfg: GenerateConfig,
-    stops: Vec<String>,
-) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+pub(super) fn submit(st: &AppState, p: Planned) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let job = Job { prompt, cfg, stops, events: tx };
+    let room = st.model.ctx.saturating_sub(st.model.reserve);
+    let job =
+        Job { text: p.text, prompt: p.prompt, cfg: p.cfg, requested: p.requested, room, stops: p.stops, events: tx };
     st.model.jobs.try_send(job).map_err(|e| match e {
         mpsc::error::TrySendError::Full(_) => ApiError {
             retry_after: Some(RETRY_AFTER_S),
@@ -288,7 +304,7 @@ async fn chat(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result<Res
     let (st2, req2) = (st.clone(), req.clone());
     let p = blocking(move || plan(&st2, &req2)).await?;
     let thinking = p.thinking;
-    let rx = submit(&st, p.prompt, p.cfg, p.stops)?;
+    let rx = submit(&st, p)?;
     let n = st.served.fetch_add(1, Ordering::Relaxed);
     let answer = Answer {
         id: format!("chatcmpl-{n}-{}", now()),

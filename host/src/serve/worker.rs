@@ -1,6 +1,8 @@
 //! The worker: one thread owns the model pair and a [`Session`] and runs queued jobs one at a
 //! time, streaming each job's text back over a channel. A job whose receiver is gone (the
 //! client disconnected) stops after the round in progress; one still queued is skipped.
+//! When a job starts, its prompt's tokens are chosen against the session's [`History`] (the
+//! prefix-reuse rule and why it is decided here, not on the HTTP side: [`super::history`]).
 
 use std::ops::ControlFlow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -8,6 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use super::history::History;
 use super::stop::StopMatcher;
 use crate::spec::{Draft, GenerateConfig, Session, Stats, StopReason, Target};
 use crate::tokenizer::gguf::GgufTokenizer;
@@ -16,10 +19,17 @@ use crate::tokenizer::StreamDecoder;
 /// One generation request, tokenised and checked against the context.
 #[derive(Debug)]
 pub struct Job {
-    /// The rendered conversation's tokens.
+    /// The rendered prompt (matched against the session's history when the job starts).
+    pub text: String,
+    /// `text` tokenised whole: what the request prefills cold (`count_tokens`), and runs when it
+    /// does not continue the history.
     pub prompt: Vec<u32>,
-    /// Mode, budget, most tokens, EOS ids, decoding rule.
+    /// Mode, budget, most tokens (for `prompt`), EOS ids, decoding rule.
     pub cfg: GenerateConfig,
+    /// The most tokens the request asked for (`None`: all the context leaves).
+    pub requested: Option<usize>,
+    /// Prompt + generated tokens the context holds (the context less the verify reserve).
+    pub room: usize,
     /// Stop strings (the text ends before the first found).
     pub stops: Vec<String>,
     /// Where the text goes; closed = the client left.
@@ -70,18 +80,24 @@ pub fn run_jobs<T, D>(
     T: Target,
     D: Draft<Features = T::Features>,
 {
+    let mut history = History::new();
     while let Some(job) = jobs.blocking_recv() {
         if job.events.is_closed() {
             continue;
         }
         metrics.set_busy(true);
-        let r = catch_unwind(AssertUnwindSafe(|| run_one(&mut session, &job, &tk)));
+        let r = catch_unwind(AssertUnwindSafe(|| run_one(&mut session, &mut history, &job, &tk)));
         metrics.set_busy(false);
         let event = match r {
             Ok(Ok(o)) => Event::Done(o),
-            Ok(Err(e)) => Event::Failed(e),
+            Ok(Err(e)) => {
+                // The session resets its caches on the next turn; so does the history.
+                history.clear();
+                Event::Failed(e)
+            }
             Err(_) => {
                 // The caches are in an unknown state: the next job starts from empty ones.
+                history.clear();
                 let reset = session.reset();
                 Event::Failed(format!("internal error: generation panicked (caches reset: {reset:?})"))
             }
@@ -98,12 +114,49 @@ pub fn run_jobs<T, D>(
     }
 }
 
-/// Generates one job's text, sending it as it is committed.
-fn run_one<T, D>(session: &mut Session<T, D>, job: &Job, tk: &GgufTokenizer) -> Result<Outcome, String>
+/// The prompt and configuration a job runs: the history's tokens followed by the rest of its
+/// text tokenised, when its text continues the history, the session's caches hold the start of
+/// those tokens (so they will be reused) and they leave room to generate; else the job's cold
+/// tokens and configuration.
+fn choose_prompt<T, D>(
+    session: &Session<T, D>,
+    history: &History,
+    job: &Job,
+    tk: &GgufTokenizer,
+) -> (Vec<u32>, GenerateConfig)
 where
     T: Target,
     D: Draft<Features = T::Features>,
 {
+    let ids = match history.continuation(&tk.tokenizer, &job.text) {
+        Ok(Some(ids)) => ids,
+        Ok(None) => return (job.prompt.clone(), job.cfg.clone()),
+        Err(e) => {
+            eprintln!("serve: tokenising the prompt after the history failed ({e}); tokenising it whole");
+            return (job.prompt.clone(), job.cfg.clone());
+        }
+    };
+    let held = session.committed_tokens();
+    if held.is_empty() || !ids.starts_with(held) || ids.len() >= job.room {
+        return (job.prompt.clone(), job.cfg.clone());
+    }
+    let left = job.room - ids.len();
+    let cfg = GenerateConfig { max_tokens: job.requested.map_or(left, |n| n.min(left)), ..job.cfg.clone() };
+    (ids, cfg)
+}
+
+/// Generates one job's text, sending it as it is committed, and records the turn in `history`.
+fn run_one<T, D>(
+    session: &mut Session<T, D>,
+    history: &mut History,
+    job: &Job,
+    tk: &GgufTokenizer,
+) -> Result<Outcome, String>
+where
+    T: Target,
+    D: Draft<Features = T::Features>,
+{
+    let (prompt, cfg) = choose_prompt(session, history, job, tk);
     let mut dec = StreamDecoder::new();
     let mut stop = StopMatcher::new(job.stops.clone());
     let send = |text: String| {
@@ -111,10 +164,10 @@ where
             let _ = job.events.send(Event::Text(text));
         }
     };
-    let (_, stats) = session
-        .generate(&job.prompt, &job.cfg, |ids| {
+    let (output, stats) = session
+        .generate(&prompt, &cfg, |ids| {
             let mut text = String::new();
-            for &id in ids.iter().filter(|id| !job.cfg.eos.contains(id)) {
+            for &id in ids.iter().filter(|id| !cfg.eos.contains(id)) {
                 text.push_str(&dec.push(tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
             }
             send(stop.push(&text));
@@ -125,6 +178,10 @@ where
             }
         })
         .map_err(|e| e.to_string())?;
+    if !output.is_empty() {
+        // (Empty only when nothing ran: the caches and the history are as they were.)
+        history.record(&tk.tokenizer, &prompt, &output);
+    }
     if !stop.hit() {
         let tail = dec.finish();
         let mut text = stop.push(&tail);
