@@ -675,8 +675,10 @@ pub const ATTN_MAX_HEAD_DIM: u32 = 256;
 pub const ATTN_MAX_GROUP: u32 = 8;
 /// Fewest keys per split of `attn_tree_split` (before rounding to whole tiles).
 pub const ATTN_MIN_SPLIT_KEYS: u32 = 128;
-/// Most key splits of one node's attention (flash-decoding partials per node and head).
-pub const ATTN_MAX_SPLITS: u32 = 64;
+/// Most key splits of one node's attention (flash-decoding partials per node and head). 32, not
+/// 64: past 4,096 keys longer splits beat more blocks (22-node tree at 8K −0.85 ms, at 24K
+/// −1.28 ms; AR +1.4 %: `docs/perf/attention.md`).
+pub const ATTN_MAX_SPLITS: u32 = 32;
 
 /// Keys per split for a node that sees `keys` keys: `⌈keys / s⌉` rounded up to whole
 /// [`ATTN_TILE_KEYS`] tiles, where `s = clamp(⌈keys / ATTN_MIN_SPLIT_KEYS⌉, 1, ATTN_MAX_SPLITS)`.
@@ -838,8 +840,10 @@ mod attn_tests {
             }
         }
         assert_eq!(attn_splits(0), 0);
-        assert_eq!(attn_split_len(8192), 128);
-        assert_eq!(attn_splits(8192), 64);
+        assert_eq!(attn_split_len(4096), 128);
+        assert_eq!(attn_splits(4096), 32);
+        assert_eq!(attn_split_len(8192), 256);
+        assert_eq!(attn_splits(8192), 32);
         assert_eq!(attn_splits(513), 5);
     }
 

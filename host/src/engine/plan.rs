@@ -78,8 +78,8 @@ impl MemoryPlan {
         let max_out = [v, 2 * cfg.feed_forward_length as u64 + 16, 2 * nh * hd, ch].into_iter().max().unwrap_or(0);
         let qmm_ws = 32 * max_in * 2 * 4 + 16 * 32 * max_out * 4 + 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4;
         let rope = m(ctx as u64, cfg.rope_dimension_count as u64 * 4)?;
-        // The attention split-K partials: up to 64 splits × 32 nodes × heads × (head_dim + 2).
-        let attn_split = 64 * 32 * nh * (hd + 2) * 4;
+        // The attention split-K partials: up to ATTN_MAX_SPLITS splits × 32 nodes × heads × (head_dim + 2).
+        let attn_split = kernel_abi::ATTN_MAX_SPLITS as u64 * 32 * nh * (hd + 2) * 4;
         let workspace = acts + logits + qmm_ws + rope + attn_split;
         let features = Self::feature_bytes(ctx, capture_layers, cfg.embedding_length)?;
         Ok(MemoryPlan { ctx, weights, kv_cache, recurrent, tree_scratch, workspace, features, capture_layers })

@@ -210,7 +210,7 @@ pub fn attn_prep(
 }
 
 /// f32 values of the scratch [`attn_tree`] needs for `n` nodes over a cache of `ctx` rows:
-/// `n · n_head · attn_split_slots(ctx) · (head_dim + 2)` (27B, 32 nodes, ctx ≥ 8192: 50.7 MB).
+/// `n · n_head · attn_split_slots(ctx) · (head_dim + 2)` (27B, 32 nodes, ctx ≥ 4096: 25.4 MB).
 pub fn attn_tree_scratch_len(d: AttnDims, n: usize, ctx: usize) -> usize {
     attn_tree_scratch_len_min(d, n, ctx, ATTN_MIN_SPLIT_KEYS)
 }
