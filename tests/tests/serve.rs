@@ -235,6 +235,15 @@ fn malformed_requests_get_400_in_openai_shape_and_the_server_keeps_serving() {
         let r = c.get(format!("{url}/v1/nothing")).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 404);
         assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+        // Known route, wrong method: 405 in each API's shape.
+        let r = c.get(format!("{url}/v1/chat/completions")).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 405);
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains("GET"), "{v}");
+        let r = c.get(format!("{url}/v1/messages")).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 405);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["type"], "error", "{v}");
         // Still serving.
         let (status, v) = post(url, &json!({ "messages": user, "max_tokens": 2 })).await;
         assert_eq!(status, 200, "{v}");

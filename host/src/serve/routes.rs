@@ -58,6 +58,7 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
         .route("/metrics", get(super::metrics::handler))
         .route("/openapi.json", get(super::openapi::handler))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.model.metrics.clone(), super::metrics::count))
         .layer(DefaultBodyLimit::max(max_body))
@@ -66,6 +67,16 @@ pub fn router(state: Arc<AppState>, max_body: usize) -> Router {
 
 async fn health() -> Json<Value> {
     Json(json!({ "status": "ok" }))
+}
+
+/// A known path with the wrong method: 405 in the path's API shape (axum's own has no body).
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+    .shaped_for(req.uri().path())
 }
 
 async fn not_found(req: Request) -> ApiError {
