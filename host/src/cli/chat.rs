@@ -23,6 +23,7 @@ use super::generate::{ModeArg, MAX_BUDGET};
 use super::pair::{draft_or_demo, with_pair, PairInfo, PairRunner, PairSpec};
 use super::sampling::SamplingArgs;
 use crate::chat::{Message, RenderOptions};
+use crate::serve::history::History;
 use crate::spec::{DecodingRule, Draft, GenerateConfig, Mode, Session, Stats, StopReason, Target};
 use crate::tokenizer::StreamDecoder;
 
@@ -59,7 +60,7 @@ pub struct ChatArgs {
     #[arg(long)]
     pub verbose: bool,
     /// Where the target runs (`auto`: the GPU when present). Sampling (`--temperature` > 0)
-    /// runs on the CPU only for now.
+    /// runs on either backend (on the GPU one device draw per tree node).
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
     /// Decoding: greedy unless `--temperature` > 0.
@@ -178,18 +179,6 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
     if args.budget > MAX_BUDGET {
         bail!("--budget {} is larger than the maximum {MAX_BUDGET}", args.budget);
     }
-    let mut backend = args.backend;
-    if !rule.is_greedy() {
-        match backend {
-            BackendArg::Gpu => bail!(
-                "--backend gpu: the GPU sampler is not implemented yet, so --temperature {} cannot run there \
-                 (use --backend cpu, or --temperature 0 for greedy decoding)",
-                args.sampling.temperature
-            ),
-            BackendArg::Auto => backend = BackendArg::Cpu,
-            BackendArg::Cpu => {}
-        }
-    }
     let mode = args.mode.mode();
     let draft = draft_or_demo(&args.model, args.draft.as_deref(), mode != Mode::Ar);
     if draft.is_none() && mode != Mode::Ar {
@@ -198,7 +187,7 @@ pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
     let spec = PairSpec {
         model: args.model.clone(),
         draft: if mode == Mode::Ar { None } else { draft },
-        backend,
+        backend: args.backend,
         ctx: args.ctx,
         budget: args.budget,
         verbose: args.verbose,
@@ -217,33 +206,13 @@ struct Repl<'a> {
 struct Conversation {
     system: Option<String>,
     messages: Vec<Message>,
-    /// The last turn's rendered prompt + reply and its tokens: the prompt's tokens followed by
-    /// the reply's tokens as generated (not re-tokenised: a model's own tokens are often not the
-    /// tokenizer's canonical split of their text, and re-tokenising them would miss the prefix
-    /// the session holds).
-    history: Option<(String, Vec<u32>)>,
+    /// The last turn's prompt and reply tokens as generated, and their exact text: the next
+    /// turn's rendered text that continues it keeps those tokens (the server's rule,
+    /// [`crate::serve::history`]), so the session reuses its caches.
+    history: History,
     max_tokens: usize,
     last: Option<Stats>,
     totals: Totals,
-}
-
-/// The tokens of the rendered conversation `full`: when it extends `history`'s text, that
-/// text's tokens followed by the rest tokenised; else `full` tokenised.
-fn encode_conversation(
-    tk: &crate::tokenizer::Tokenizer,
-    full: &str,
-    history: Option<&(String, Vec<u32>)>,
-) -> anyhow::Result<Vec<u32>> {
-    let mut ids = match history {
-        Some((text, ids)) if full.len() > text.len() && full.starts_with(text.as_str()) => {
-            let mut all = ids.clone();
-            all.extend(tk.encode(&full[text.len()..]).context("tokenising the conversation")?);
-            return Ok(all);
-        }
-        _ => Vec::new(),
-    };
-    ids.extend(tk.encode(full).context("tokenising the conversation")?);
-    Ok(ids)
 }
 
 impl PairRunner for Repl<'_> {
@@ -263,7 +232,7 @@ impl PairRunner for Repl<'_> {
         let mut conv = Conversation {
             system: self.args.system.clone(),
             messages: Vec::new(),
-            history: None,
+            history: History::new(),
             max_tokens: self.args.max_tokens,
             last: None,
             totals: Totals::default(),
@@ -298,7 +267,7 @@ impl PairRunner for Repl<'_> {
                 }
                 Input::Reset => {
                     conv.messages.clear();
-                    conv.history = None;
+                    conv.history.clear();
                     session.reset().map_err(|e| anyhow::anyhow!(e))?;
                     writeln!(out, "new conversation")?;
                 }
@@ -329,11 +298,10 @@ impl PairRunner for Repl<'_> {
                 Input::Turn(text) => {
                     conv.messages.push(Message::new("user", &text));
                     interrupted.store(false, Ordering::SeqCst);
-                    match self.reply(&mut session, info, &conv, budget, &interrupted, &mut out) {
-                        Ok((reply, history, stats)) => {
+                    match self.reply(&mut session, info, &mut conv, budget, &interrupted, &mut out) {
+                        Ok((reply, stats)) => {
                             writeln!(out, "{}", reply_line(&stats))?;
                             conv.messages.push(Message::new("assistant", &reply));
-                            conv.history = Some(history);
                             conv.totals.add(&stats);
                             conv.last = Some(stats);
                         }
@@ -357,11 +325,11 @@ impl Repl<'_> {
         &self,
         session: &mut Session<T, D>,
         info: &PairInfo,
-        conv: &Conversation,
+        conv: &mut Conversation,
         budget: usize,
         interrupted: &AtomicBool,
         out: &mut dyn Write,
-    ) -> anyhow::Result<(String, (String, Vec<u32>), Stats)>
+    ) -> anyhow::Result<(String, Stats)>
     where
         T: Target,
         D: Draft<Features = T::Features>,
@@ -373,7 +341,11 @@ impl Repl<'_> {
         msgs.extend(conv.messages.iter().cloned());
         let opts = RenderOptions { add_generation_prompt: true, enable_thinking: !self.args.no_think };
         let text = info.template.render(&msgs, opts).context("the chat template")?;
-        let prompt = encode_conversation(&info.tk.tokenizer, &text, conv.history.as_ref())?;
+        let tk = &info.tk.tokenizer;
+        let prompt = match conv.history.continuation(tk, &text).context("tokenising the conversation")? {
+            Some(ids) => ids,
+            None => tk.encode(&text).context("tokenising the conversation")?,
+        };
         let room = info.room(prompt.len());
         if room == 0 {
             bail!(
@@ -413,14 +385,8 @@ impl Repl<'_> {
         reply.push_str(&tail);
         write!(out, "{tail}")?;
         writeln!(out)?;
-        // The history's text is what the template will render for this turn: the reply, and
-        // the EOS token's text when the reply ended with it.
-        let mut history_text = text + &reply;
-        if let Some(eos) = ids.last().filter(|id| cfg.eos.contains(id)) {
-            history_text.push_str(&String::from_utf8_lossy(info.tk.tokenizer.token_bytes(*eos).unwrap_or_default()));
-        }
-        let history_ids = prompt.into_iter().chain(ids).collect();
-        Ok((reply, (history_text, history_ids), stats))
+        conv.history.record(tk, &prompt, &ids);
+        Ok((reply, stats))
     }
 }
 
