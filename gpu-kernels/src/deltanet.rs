@@ -42,7 +42,7 @@ use kernel_abi::{
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::math::{div_rn, ex2, exp_fast, fma, lg2, rcp_approx, silu, sqrt_rn};
-use crate::device::shared::{dynamic_smem, Shared};
+use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, Shared};
 use crate::device::sync::sync_threads;
 use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
 use crate::device::*;
@@ -117,11 +117,22 @@ fn readout<const RPL: usize>(s: &[f32; RPL], q: &[f32; RPL]) -> f32 {
     column_sum(lane_dot(s, q))
 }
 
+/// This lane's `RPL` consecutive rows of a staged k or q vector in shared memory, as
+/// `RPL / 4` 16-byte loads (`p` is 16-byte aligned: row offsets are multiples of 4). The 8 lanes
+/// of a quarter warp read the same rows (one broadcast wavefront per load); scalar loads hit
+/// the same bank from the 4 row slices of a warp (a 4-way conflict per row).
 #[inline(always)]
 unsafe fn load_rows<const RPL: usize>(p: *const f32) -> [f32; RPL] {
     let mut x = [0.0f32; RPL];
-    for (r, e) in x.iter_mut().enumerate() {
-        *e = *p.add(r);
+    let a = smem_addr(p);
+    let mut c = 0;
+    while c < RPL / 4 {
+        let v = ld_shared_v4(a + 16 * c as u32);
+        x[4 * c] = f32::from_bits(v[0]);
+        x[4 * c + 1] = f32::from_bits(v[1]);
+        x[4 * c + 2] = f32::from_bits(v[2]);
+        x[4 * c + 3] = f32::from_bits(v[3]);
+        c += 1;
     }
     x
 }

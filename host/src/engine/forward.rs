@@ -164,6 +164,10 @@ pub struct Profile {
 }
 
 fn mark(gpu: &Gpu, prof: &mut Option<Profile>, family: &'static str) -> Result<(), EngineError> {
+    Ok(mark_gpu(gpu, prof, family)?)
+}
+
+fn mark_gpu(gpu: &Gpu, prof: &mut Option<Profile>, family: &'static str) -> Result<(), GpuError> {
     if let Some(p) = prof {
         let ev = gpu
             .context()
@@ -661,8 +665,14 @@ impl Engine {
                             "gdn scratch",
                         )?,
                     };
-                    gdn::gdn_forward(gpu, &self.gdn, n, nodes, &w, &io, &st)?;
-                    mark(gpu, prof, "deltanet")?;
+                    gdn::gdn_forward_marked(gpu, &self.gdn, n, nodes, &w, &io, &st, &mut |k| {
+                        let family = match k {
+                            "gdn_prep" => "dn prep",
+                            "gdn_recur" => "dn recur",
+                            _ => "dn norm",
+                        };
+                        mark_gpu(gpu, prof, family)
+                    })?;
                     prepare(gpu, s(&self.go), n, out.inp(), &mut self.ws)?;
                     mark(gpu, prof, "prep")?;
                     matmul(gpu, out, n, mix, &mut self.ws)?;

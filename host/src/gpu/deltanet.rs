@@ -202,6 +202,22 @@ pub fn gdn_forward(
     io: &GdnIo,
     st: &GdnLayerState,
 ) -> Result<(), GpuError> {
+    gdn_forward_marked(gpu, shape, n, nodes, w, io, st, &mut |_| Ok(()))
+}
+
+/// [`gdn_forward`], calling `after(kernel)` once each of its three launches is queued (the
+/// engine's per-kernel profile records an event there).
+#[allow(clippy::too_many_arguments)]
+pub fn gdn_forward_marked(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    n: usize,
+    nodes: DevSpan<NodeBatch>,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+    after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+) -> Result<(), GpuError> {
     const K: &str = "gdn_forward";
     let mut p = shape.params(K, 1)?;
     if n == 0 || n > MAX_NODES as usize {
@@ -256,6 +272,7 @@ pub fn gdn_forward(
             .value(super::Param(p))
             .launch(cfg)?;
     }
+    after("gdn_prep")?;
 
     let (recur, _) = recur_kernels(shape.d_k);
     let smem = gdn_recur_smem_words(p.d_k) * 4;
@@ -273,6 +290,7 @@ pub fn gdn_forward(
             .value(super::Param(p))
             .launch(cfg)?;
     }
+    after("gdn_recur")?;
 
     let cfg = LaunchConfig { grid_dim: (n32, p.n_v.div_ceil(8), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     unsafe {
@@ -283,8 +301,9 @@ pub fn gdn_forward(
             .span(w.norm_w)
             .span(io.out)
             .value(super::Param(p))
-            .launch(cfg)
+            .launch(cfg)?;
     }
+    after("gdn_gated_norm")
 }
 
 /// Commits the accepted path `path` (device memory, one [`CommitPath`] of the last forward) in
