@@ -1,20 +1,47 @@
 //! [`QmmWorkspace`]: the device scratch every `qmm` product uses — the activations converted
 //! once per input ([`QmmWorkspace::prepare`], `prep.rs`) and the K-split partial sums and
 //! counters of the products — and what it holds now, checked by every product.
+//!
+//! The kernels take at most [`QMM_MAX_N`] columns. The activations of up to `MAX_NODES` tokens
+//! are kept as [`QMM_CHUNKS`] planes of `QMM_MAX_N` columns each (plane `c`: tokens
+//! `32c .. 32c + 32`, each plane laid out exactly as a lone launch's activations), and a
+//! product over more than `QMM_MAX_N` tokens is one launch per plane (`kernels.rs`).
 
 use cudarc::driver::CudaSlice;
-use kernel_abi::{QMM_MAX_N, QMM_ROWS_PER_BLOCK};
+use kernel_abi::{MAX_NODES, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
 
-use crate::gpu::{Gpu, GpuError};
+use crate::gpu::{DevSpan, Gpu, GpuError};
 
-/// Reusable scratch of the `qmm` products sized for at most `QMM_MAX_N` tokens, `max_in`
-/// inputs and `max_out` product rows.
+/// Column chunks (activation planes) of a product over `MAX_NODES` tokens.
+pub const QMM_CHUNKS: usize = MAX_NODES.div_ceil(QMM_MAX_N) as usize;
+
+/// Chunk `c`'s first column and column count in a product over `n` tokens (`c < ⌈n / 32⌉`).
+pub(super) fn chunk_cols(n: usize, c: usize) -> (usize, usize) {
+    let first = c * QMM_MAX_N as usize;
+    (first, (n - first).min(QMM_MAX_N as usize))
+}
+
+/// One activation plane of the workspace: the kernels' x arguments for up to `QMM_MAX_N` columns.
+#[derive(Clone, Copy)]
+pub(super) struct XPlane {
+    pub xh: DevSpan<u16>,
+    pub xb_hi: DevSpan<u16>,
+    pub xb_lo: DevSpan<u16>,
+    pub xcm: DevSpan<u16>,
+    pub xscale: DevSpan<f32>,
+    pub xsum: DevSpan<f32>,
+}
+
+/// Reusable scratch of the `qmm` products sized for at most `MAX_NODES` tokens (in
+/// [`QMM_CHUNKS`] activation planes of `QMM_MAX_N` columns), `max_in` inputs and `max_out`
+/// product rows.
 pub struct QmmWorkspace {
     pub(super) xh: CudaSlice<u16>,
     pub(super) xb_hi: CudaSlice<u16>,
     pub(super) xb_lo: CudaSlice<u16>,
     /// The same f16 values as `xh` in the warpgroup kernels' core-matrix plane, all
-    /// `QMM_MAX_N` columns (zero until written; padding columns are read but never stored).
+    /// `QMM_MAX_N` columns of each plane (zero until written; padding columns are read but never
+    /// stored).
     pub(super) xcm: CudaSlice<u16>,
     pub(super) xscale: CudaSlice<f32>,
     pub(super) xsum: CudaSlice<f32>,
@@ -33,25 +60,48 @@ impl QmmWorkspace {
     pub fn new(gpu: &Gpu, max_in: usize, max_out: usize) -> Result<Self, GpuError> {
         let n_pad = QMM_MAX_N as usize;
         let x = n_pad.checked_mul(max_in).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
+        // The K-split partials serve one launch (one plane) at a time.
         let partial = 16usize
             .checked_mul(n_pad)
             .and_then(|v| v.checked_mul(max_out))
             .ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
+        let planes =
+            |len: usize| len.checked_mul(QMM_CHUNKS).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"));
         Ok(QmmWorkspace {
-            xh: gpu.zeros(x)?,
-            xb_hi: gpu.zeros(x)?,
-            xb_lo: gpu.zeros(x)?,
-            xcm: gpu.zeros(x)?,
-            xscale: gpu.zeros(n_pad)?,
+            xh: gpu.zeros(planes(x)?)?,
+            xb_hi: gpu.zeros(planes(x)?)?,
+            xb_lo: gpu.zeros(planes(x)?)?,
+            xcm: gpu.zeros(planes(x)?)?,
+            xscale: gpu.zeros(planes(n_pad)?)?,
             // Unit sums: `units × QMM_MAX_N` f32, then the f16 hi/lo group sums (16 halves per
-            // group of 8 units and column = 8 f32 slots).
-            xsum: gpu.zeros(n_pad * (max_in.div_ceil(32) + 8 * max_in.div_ceil(256)).max(1))?,
+            // group of 8 units and column = 8 f32 slots), per plane.
+            xsum: gpu.zeros(planes(Self::xsum_plane_len(max_in))?)?,
             partial: gpu.zeros(partial)?,
             counters: gpu.zeros(max_out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1))?,
             max_in,
             max_out,
             prepared: None,
             pairs_needed: false,
+        })
+    }
+
+    /// f32 of one plane's unit and group sums for up to `max_in` inputs.
+    fn xsum_plane_len(max_in: usize) -> usize {
+        (QMM_MAX_N as usize * (max_in.div_ceil(32) + 8 * max_in.div_ceil(256))).max(1)
+    }
+
+    /// Activation plane `c` (`c < QMM_CHUNKS`): columns `32c .. 32c + 32`.
+    pub(super) fn plane(&self, gpu: &Gpu, c: usize) -> Result<XPlane, GpuError> {
+        let n_pad = QMM_MAX_N as usize;
+        let x = n_pad * self.max_in;
+        let xs = Self::xsum_plane_len(self.max_in);
+        Ok(XPlane {
+            xh: DevSpan::of(gpu, &self.xh).sub(c * x, x, "qmm x plane")?,
+            xb_hi: DevSpan::of(gpu, &self.xb_hi).sub(c * x, x, "qmm x plane")?,
+            xb_lo: DevSpan::of(gpu, &self.xb_lo).sub(c * x, x, "qmm x plane")?,
+            xcm: DevSpan::of(gpu, &self.xcm).sub(c * x, x, "qmm x plane")?,
+            xscale: DevSpan::of(gpu, &self.xscale).sub(c * n_pad, n_pad, "qmm x plane")?,
+            xsum: DevSpan::of(gpu, &self.xsum).sub(c * xs, xs, "qmm x plane")?,
         })
     }
 
