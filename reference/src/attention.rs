@@ -15,7 +15,7 @@ pub struct AttnDims {
     pub head_dim: usize,
     /// Sliding window (0 = none): a query at position `p` sees committed rows at positions
     /// `> p − window` (`kernel_abi::attn_window_lo`); tree keys are always visible (the kernels
-    /// take windows `≥ MAX_NODES`, larger than any depth).
+    /// take windows of at least the batch's node count, larger than any depth).
     pub window: usize,
 }
 
@@ -40,7 +40,7 @@ pub struct Prepared {
 /// the scratch rows `n_past + j` of its ancestors and itself (`anc` bits `j < n`, ascending).
 pub fn visible_rows(b: &NodeBatch, i: usize, window: usize) -> Vec<usize> {
     let n = b.n as usize;
-    let mask = if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+    let mask = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
     let anc = b.anc[i] & mask;
     let n_past = b.n_past as usize;
     let p = n_past + b.depth[i] as usize;
@@ -339,7 +339,7 @@ mod tests {
     fn kv_commit_moves_path_rows_in_order() {
         // Rows: 2 committed, 4 scratch; path nodes [1, 3] → scratch rows 3 and 5 go to rows 2, 3.
         let row = 2;
-        let mut path = CommitPath { n_past: 2, len: 2, nodes: [0; 32] };
+        let mut path = CommitPath { n_past: 2, len: 2, nodes: [0; kernel_abi::MAX_NODES as usize] };
         path.nodes[..2].copy_from_slice(&[1, 3]);
         let mut cache: Vec<u16> = (0..2 * 6 * row as u16).collect();
         kv_commit(&path, &mut cache, 2, 6 * row, row);

@@ -55,7 +55,7 @@ pub struct NodeResult {
 /// earlier node), with depths and ancestor masks filled in. Panics on a parent that is not an
 /// earlier node or on more than `MAX_NODES` nodes (test input).
 pub fn node_batch(n_past: u32, parents: &[i32]) -> NodeBatch {
-    assert!(!parents.is_empty() && parents.len() <= MAX_NODES as usize, "1..=32 nodes");
+    assert!(!parents.is_empty() && parents.len() <= MAX_NODES as usize, "1..={MAX_NODES} nodes");
     let mut nb = NodeBatch::empty(n_past);
     nb.n = parents.len() as u32;
     for (i, &p) in parents.iter().enumerate() {
