@@ -887,6 +887,28 @@ mod attn_tests {
     }
 
     #[test]
+    fn gdn_shared_memory_follows_the_node_count() {
+        // sm_90: 227 KiB per block at most; 228 KiB per SM, 1 KiB of it reserved per block.
+        let (block_max, sm) = (227 * 1024, 228 * 1024);
+        for d_k in [16u32, 32, 64, 128] {
+            for n in 1..=MAX_NODES {
+                assert!(gdn_recur_smem_words(d_k, n) < gdn_recur_smem_words(d_k, n + 1));
+                assert!(gdn_recur_smem_words(d_k, n) * 4 <= block_max, "d_k {d_k}, {n} nodes");
+                assert!(gdn_commit_smem_words(d_k, n) * 4 <= block_max);
+            }
+        }
+        // The 27B's d_k = 128 keeps 3 replay blocks per SM up to 32 nodes (as when every launch
+        // took 32 nodes' worth), 2 at 64.
+        let blocks = |n: u32| sm / (gdn_recur_smem_words(128, n) * 4 + 1024);
+        assert_eq!((blocks(1), blocks(22), blocks(32), blocks(64)), (5, 3, 3, 2));
+        assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_544);
+        // The 64-bit masks start 8-byte aligned for every n.
+        for d_k in [16u32, 32, 64, 128] {
+            assert_eq!((2 * d_k + GDN_COLS_PER_BLOCK + 2) % 2, 0);
+        }
+    }
+
+    #[test]
     fn longer_split_rules_cover_the_keys_within_their_slots() {
         for min in [0u32, 1, 128, 256, 1024, 4096] {
             for keys in (1u32..3000).chain([8192, 8193, 32768, 100_000]) {

@@ -131,3 +131,26 @@ impl QmmWorkspace {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_columns_in_launches_of_at_most_32() {
+        assert_eq!(QMM_CHUNKS, 2);
+        assert_eq!(chunk_cols(20, 0), (0, 20));
+        assert_eq!(chunk_cols(32, 0), (0, 32));
+        assert_eq!((chunk_cols(33, 0), chunk_cols(33, 1)), ((0, 32), (32, 1)));
+        assert_eq!((chunk_cols(64, 0), chunk_cols(64, 1)), ((0, 32), (32, 32)));
+        for n in 1..=MAX_NODES as usize {
+            let cols: Vec<usize> = (0..n.div_ceil(32))
+                .flat_map(|c| {
+                    let (first, k) = chunk_cols(n, c);
+                    first..first + k
+                })
+                .collect();
+            assert_eq!(cols, (0..n).collect::<Vec<_>>());
+        }
+    }
+}
