@@ -327,6 +327,20 @@ mod tests {
     }
 
     #[test]
+    fn visible_rows_follow_64_bit_masks() {
+        // A 64-node chain: the last node sees every committed row and all 64 scratch rows; a node
+        // under the committed tokens sees itself only; the window trims committed rows only.
+        let n = kernel_abi::MAX_NODES as usize;
+        let mut parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
+        let b = node_batch(10, &parents);
+        assert_eq!(visible_rows(&b, n - 1, 0), (0..10 + n).collect::<Vec<_>>());
+        assert_eq!(visible_rows(&b, n - 1, n + 3), (7..10 + n).collect::<Vec<_>>());
+        parents[n - 1] = -1;
+        let b = node_batch(10, &parents);
+        assert_eq!(visible_rows(&b, n - 1, 0), (0..10).chain([10 + n - 1]).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn rope_table_matches_model_rope() {
         let t = rope_table(8, 1e4, 10);
         let mut x = vec![0f32; 8];

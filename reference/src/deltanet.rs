@@ -310,5 +310,11 @@ mod tests {
         assert_eq!(nb.anc[7], 1 << 0 | 1 << 1 | 1 << 4 | 1 << 6 | 1 << 7);
         assert_eq!(path_to(&nb, 7), vec![0, 1, 4, 6, 7]);
         assert_eq!(path_to(&nb, 8), vec![3, 8]);
+        // 64 nodes: a chain fills every bit of the last mask.
+        let n = MAX_NODES as usize;
+        let chain: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
+        let nb = node_batch(0, &chain);
+        assert_eq!((nb.depth[n - 1], nb.anc[n - 1]), (n as u32 - 1, u64::MAX));
+        assert_eq!(path_to(&nb, n - 1), (0..n).collect::<Vec<_>>());
     }
 }
