@@ -273,7 +273,7 @@ impl DraftEngine {
         let vocab = tcfg.vocab_size;
         let max_in = [kh, h, ff, nh * hd].into_iter().max().unwrap_or(h);
         let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, h].into_iter().max().unwrap_or(h);
-        let mut ws = QmmWorkspace::new(g, max_in, max_out)?;
+        let mut ws = QmmWorkspace::with_columns(g, max_in, max_out, N)?;
         ws.pairs_needed = target.head.needs_pairs()
             || fc.needs_pairs()
             || layers.iter().any(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.down].iter().any(|w| w.needs_pairs()));

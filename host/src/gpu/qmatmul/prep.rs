@@ -7,7 +7,7 @@
 //! whichever plane and at whichever column it lands.
 
 use cudarc::driver::LaunchConfig;
-use kernel_abi::{QmmPrepNormParams, QmmPrepParams, MAX_NODES, QMM_MAX_N, QMM_PREP_CHUNK};
+use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK};
 
 use super::format::to_u32;
 use super::workspace::chunk_cols;
@@ -20,8 +20,8 @@ impl QmmWorkspace {
     /// input. `pairs`: also the bf16 hi + lo pair that F32 weights need
     /// ([`super::qmm_needs_pairs`]).
     pub fn prepare(&mut self, gpu: &Gpu, x: DevSpan<f32>, n: usize, inp: usize, pairs: bool) -> Result<(), GpuError> {
-        if n == 0 || n > MAX_NODES as usize {
-            return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={MAX_NODES}")));
+        if n == 0 || n > self.max_columns() {
+            return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
         }
         if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
             return Err(GpuError::shape(
@@ -76,8 +76,8 @@ impl QmmWorkspace {
         pairs: bool,
     ) -> Result<(), GpuError> {
         const K: &str = "qmm_prep_norm";
-        if n == 0 || n > MAX_NODES as usize {
-            return Err(GpuError::shape(K, format!("{n} tokens: 1..={MAX_NODES}")));
+        if n == 0 || n > self.max_columns() {
+            return Err(GpuError::shape(K, format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
         }
         if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
             return Err(GpuError::shape(

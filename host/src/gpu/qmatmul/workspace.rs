@@ -3,7 +3,7 @@
 //! counters of the products — and what it holds now, checked by every product.
 //!
 //! The kernels take at most [`QMM_MAX_N`] columns. The activations of up to `MAX_NODES` tokens
-//! are kept as [`QMM_CHUNKS`] planes of `QMM_MAX_N` columns each (plane `c`: tokens
+//! are kept as `⌈MAX_NODES / QMM_MAX_N⌉ = 2` planes of `QMM_MAX_N` columns each (plane `c`: tokens
 //! `32c .. 32c + 32`, each plane laid out exactly as a lone launch's activations), and a
 //! product over more than `QMM_MAX_N` tokens is one launch per plane (`kernels.rs`).
 
@@ -11,9 +11,6 @@ use cudarc::driver::CudaSlice;
 use kernel_abi::{MAX_NODES, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
 
 use crate::gpu::{DevSpan, Gpu, GpuError};
-
-/// Column chunks (activation planes) of a product over `MAX_NODES` tokens.
-pub const QMM_CHUNKS: usize = MAX_NODES.div_ceil(QMM_MAX_N) as usize;
 
 /// Chunk `c`'s first column and column count in a product over `n` tokens (`c < ⌈n / 32⌉`).
 pub(super) fn chunk_cols(n: usize, c: usize) -> (usize, usize) {
@@ -33,8 +30,8 @@ pub(super) struct XPlane {
 }
 
 /// Reusable scratch of the `qmm` products sized for at most `MAX_NODES` tokens (in
-/// [`QMM_CHUNKS`] activation planes of `QMM_MAX_N` columns), `max_in` inputs and `max_out`
-/// product rows.
+/// two activation planes of `QMM_MAX_N` columns; fewer with
+/// [`QmmWorkspace::with_columns`]), `max_in` inputs and `max_out` product rows.
 pub struct QmmWorkspace {
     pub(super) xh: CudaSlice<u16>,
     pub(super) xb_hi: CudaSlice<u16>,
@@ -49,6 +46,8 @@ pub struct QmmWorkspace {
     pub(super) counters: CudaSlice<u32>,
     pub(super) max_in: usize,
     pub(super) max_out: usize,
+    /// Activation planes (`QMM_MAX_N` columns each).
+    planes: usize,
     /// What the activation buffers hold now: `(n, in, with bf16 pairs)`.
     pub(super) prepared: Option<(usize, usize, bool)>,
     /// Whether a caller preparing activations for several matrices must write the bf16 pair
@@ -57,7 +56,18 @@ pub struct QmmWorkspace {
 }
 
 impl QmmWorkspace {
+    /// Scratch for products of up to `MAX_NODES` tokens.
     pub fn new(gpu: &Gpu, max_in: usize, max_out: usize) -> Result<Self, GpuError> {
+        Self::with_columns(gpu, max_in, max_out, MAX_NODES as usize)
+    }
+
+    /// Scratch for products of up to `max_n` tokens (`1..=MAX_NODES`; one activation plane per
+    /// 32): the DFlash draft's 32-row passes need one.
+    pub fn with_columns(gpu: &Gpu, max_in: usize, max_out: usize, max_n: usize) -> Result<Self, GpuError> {
+        if max_n == 0 || max_n > MAX_NODES as usize {
+            return Err(GpuError::shape("qmm", format!("a workspace for {max_n} tokens: 1..={MAX_NODES}")));
+        }
+        let chunks = max_n.div_ceil(QMM_MAX_N as usize);
         let n_pad = QMM_MAX_N as usize;
         let x = n_pad.checked_mul(max_in).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
         // The K-split partials serve one launch (one plane) at a time.
@@ -66,7 +76,7 @@ impl QmmWorkspace {
             .and_then(|v| v.checked_mul(max_out))
             .ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
         let planes =
-            |len: usize| len.checked_mul(QMM_CHUNKS).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"));
+            |len: usize| len.checked_mul(chunks).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"));
         Ok(QmmWorkspace {
             xh: gpu.zeros(planes(x)?)?,
             xb_hi: gpu.zeros(planes(x)?)?,
@@ -80,6 +90,7 @@ impl QmmWorkspace {
             counters: gpu.zeros(max_out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1))?,
             max_in,
             max_out,
+            planes: chunks,
             prepared: None,
             pairs_needed: false,
         })
@@ -90,7 +101,12 @@ impl QmmWorkspace {
         (QMM_MAX_N as usize * (max_in.div_ceil(32) + 8 * max_in.div_ceil(256))).max(1)
     }
 
-    /// Activation plane `c` (`c < QMM_CHUNKS`): columns `32c .. 32c + 32`.
+    /// The most tokens one product takes (32 per activation plane).
+    pub fn max_columns(&self) -> usize {
+        self.planes * QMM_MAX_N as usize
+    }
+
+    /// Activation plane `c` (`c <` the planes): columns `32c .. 32c + 32`.
     pub(super) fn plane(&self, gpu: &Gpu, c: usize) -> Result<XPlane, GpuError> {
         let n_pad = QMM_MAX_N as usize;
         let x = n_pad * self.max_in;
@@ -138,7 +154,6 @@ mod tests {
 
     #[test]
     fn chunks_cover_the_columns_in_launches_of_at_most_32() {
-        assert_eq!(QMM_CHUNKS, 2);
         assert_eq!(chunk_cols(20, 0), (0, 20));
         assert_eq!(chunk_cols(32, 0), (0, 32));
         assert_eq!((chunk_cols(33, 0), chunk_cols(33, 1)), ((0, 32), (32, 1)));
