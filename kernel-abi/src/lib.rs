@@ -539,6 +539,14 @@ pub struct NodeBatch {
     pub anc: [u64; MAX_NODES as usize],
 }
 
+// No padding: `n_past`, `n`, three `u32`/`i32` arrays, then the `u64` masks at an 8-byte offset,
+// the same on the host and the device.
+const _: () = assert!(
+    core::mem::size_of::<NodeBatch>() == 8 + 12 * MAX_NODES as usize + 8 * MAX_NODES as usize
+        && core::mem::offset_of!(NodeBatch, anc) == 8 + 12 * MAX_NODES as usize
+        && core::mem::offset_of!(NodeBatch, anc) % 8 == 0
+);
+
 impl NodeBatch {
     /// An empty batch at `n_past` (no nodes).
     pub const fn empty(n_past: u32) -> Self {
