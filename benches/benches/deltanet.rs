@@ -101,7 +101,7 @@ fn main() {
     let (_pd, pp) = upload_words(&gpu, &commit_path_words(&commit_path(1000, &[0, 1, 2, 3])));
     let ps: DevSpan<CommitPath> = unsafe { DevSpan::from_raw(pp, 1) };
     let secs = median_secs(&gpu, 8, |_| {
-        gdn_commit(&gpu, &s, LAYERS, ps, sp(&mixed), s.conv_ch(), sp(&scratch), sp(&state), sp(&conv))
+        gdn_commit(&gpu, &s, LAYERS, ps, 4, sp(&mixed), s.conv_ch(), sp(&scratch), sp(&state), sp(&conv))
     });
     report(
         "deltanet",

@@ -46,7 +46,17 @@ fn warp_max_f32(mut v: f32) -> f32 {
     v
 }
 
-/// Valid nodes of a batch: `min(grid nodes, NodeBatch::n, 32)`.
+/// Index mask of the per-node arrays (`MAX_NODES` is a power of two): keeps every index in bounds.
+const NODE_MASK: usize = MAX_NODES as usize - 1;
+
+/// Node `i`'s ancestor mask (itself included) restricted to the batch's `nb` valid nodes.
+#[inline(always)]
+unsafe fn batch_anc(batch: *const NodeBatch, i: u32, nb: u32) -> u64 {
+    let valid = if nb >= 64 { u64::MAX } else { (1u64 << nb) - 1 };
+    (*batch).anc[i as usize & NODE_MASK] & valid
+}
+
+/// Valid nodes of a batch: `min(grid nodes, NodeBatch::n, MAX_NODES)`.
 #[inline(always)]
 unsafe fn batch_nodes(b: *const NodeBatch, grid_n: u32) -> u32 {
     let n = (*b).n;
@@ -110,7 +120,7 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     let lane = lane_id() as usize;
     let n_past = (*batch).n_past;
     let row = n_past as u64 + i as u64;
-    let pos = n_past as u64 + (*batch).depth[i as usize & 31] as u64;
+    let pos = n_past as u64 + (*batch).depth[i as usize & NODE_MASK] as u64;
     let kv_row_elems = nkv as usize * hd;
 
     // Value heads: a rounded copy.
@@ -246,7 +256,7 @@ unsafe fn key_row(t: u32, nc: u32, lo: u32, rows: *const u32) -> u32 {
     if t < nc {
         lo + t
     } else {
-        *rows.add((t - nc) as usize & 31)
+        *rows.add((t - nc) as usize & NODE_MASK)
     }
 }
 
@@ -254,7 +264,7 @@ unsafe fn key_row(t: u32, nc: u32, lo: u32, rows: *const u32) -> u32 {
 /// window; [`attn_window_lo`] with one).
 #[inline(always)]
 unsafe fn committed_keys(batch: *const NodeBatch, i: u32, n_past: u32, window: u32) -> (u32, u32) {
-    let lo = attn_window_lo(n_past, (*batch).depth[i as usize & 31], window);
+    let lo = attn_window_lo(n_past, (*batch).depth[i as usize & NODE_MASK], window);
     (lo, n_past - lo)
 }
 
@@ -302,7 +312,7 @@ unsafe fn tree_split<const G: usize>(
     if n_past as u64 + nb as u64 > p.ctx as u64 {
         return; // the combine pass writes NaN
     }
-    let anc = (*batch).anc[i as usize & 31] & if nb >= 32 { u32::MAX } else { (1u32 << nb) - 1 };
+    let anc = batch_anc(batch, i, nb);
     let (lo, nc) = committed_keys(batch, i, n_past, p.window);
     let keys = nc + anc.count_ones();
     let split_len = attn_split_len_min(keys, p.min_split_keys);
@@ -339,7 +349,7 @@ unsafe fn tree_split<const G: usize>(
         let (mut bits, mut d) = (anc, 0usize);
         while bits != 0 {
             let j = bits.trailing_zeros();
-            *rows.add(d & 31) = n_past + j;
+            *rows.add(d & NODE_MASK) = n_past + j;
             bits &= bits - 1;
             d += 1;
         }
@@ -603,7 +613,7 @@ pub unsafe extern "ptx-kernel" fn attn_tree_combine(
         *out.add(o) = f32::NAN;
         return;
     }
-    let anc = (*batch).anc[i as usize & 31] & if nb >= 32 { u32::MAX } else { (1u32 << nb) - 1 };
+    let anc = batch_anc(batch, i, nb);
     let (_, nc) = committed_keys(batch, i, n_past, p.window);
     let splits = attn_splits_min(nc + anc.count_ones(), p.min_split_keys) as usize;
     let base = (i as usize * p.n_head as usize + h) * p.slots as usize;
@@ -634,7 +644,7 @@ const ATTN_THREADS: usize = kernel_abi::ATTN_THREADS as usize;
 /// the path's source rows eight at a time before storing them, so no value is overwritten before
 /// it is read (other threads own other columns). Rows `≥ ctx` are skipped; `p` with
 /// `nodes[p] = p` is a no-op. Traffic: `len` rows read and written per plane (at most
-/// `32·row_elems·2` bytes each way). Launch: grid `(⌈row_elems/512⌉, planes)`, 256 threads.
+/// `MAX_NODES·row_elems·2` bytes each way). Launch: grid `(⌈row_elems/512⌉, planes)`, 256 threads.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
 pub unsafe extern "ptx-kernel" fn kv_commit(path: *const CommitPath, cache: *mut u16, p: KvCommitParams) {
@@ -656,7 +666,7 @@ pub unsafe extern "ptx-kernel" fn kv_commit(path: *const CommitPath, cache: *mut
         let mut v = [0u32; 8];
         let mut k = 0;
         while k < 8 {
-            let e = (c0 as usize + k) & 31;
+            let e = (c0 as usize + k) & NODE_MASK;
             let src = n_past + (*path).nodes[e] as u64;
             if c0 + (k as u32) < len && (*path).nodes[e] as usize != e && src < p.ctx as u64 {
                 v[k] = *plane.add(src as usize * pairs + pair);
@@ -665,7 +675,7 @@ pub unsafe extern "ptx-kernel" fn kv_commit(path: *const CommitPath, cache: *mut
         }
         let mut k = 0;
         while k < 8 {
-            let e = (c0 as usize + k) & 31;
+            let e = (c0 as usize + k) & NODE_MASK;
             let (src, dst) = (n_past + (*path).nodes[e] as u64, n_past + e as u64);
             if c0 + (k as u32) < len && (*path).nodes[e] as usize != e && src < p.ctx as u64 && dst < p.ctx as u64 {
                 *plane.add(dst as usize * pairs + pair) = v[k];

@@ -50,15 +50,22 @@ use crate::device::*;
 const COLS: usize = GDN_COLS_PER_BLOCK as usize;
 const THREADS: usize = GDN_RECUR_THREADS as usize;
 const SLOTS: usize = GDN_SLOTS as usize;
-const NONE: u32 = 32;
+/// No node (the root's state): past every node index.
+const NONE: u32 = MAX_NODES;
 
 #[link_section = ".shared"]
 static PREP_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
 
-/// Nodes of the batch (`min(n, 32)`).
+/// Nodes of the batch (`min(n, MAX_NODES)`).
 #[inline(always)]
 unsafe fn node_count(nb: *const NodeBatch) -> usize {
     ((*nb).n).min(MAX_NODES) as usize
+}
+
+/// Whether `bits` has a bit set above bit `i` (`i` may reach 64: then none).
+#[inline(always)]
+fn above(bits: u64, i: usize) -> bool {
+    bits.checked_shr(i as u32 + 1).unwrap_or(0) != 0
 }
 
 #[inline(always)]
@@ -256,9 +263,11 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
 }
 
 /// The tree replay for key head dim `DK` (`RPL = DK / 4` rows per lane). Grid
-/// `(n_v, ⌈d_v / 16⌉)`, 64 threads, `gdn_recur_smem_words(DK)·4` bytes of dynamic shared
-/// memory. Block `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp `w`
-/// column `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. It stages the nodes' k, q (key head
+/// `(n_v, ⌈d_v / 16⌉)`, 64 threads (one per node for the masks: `n ≤ MAX_NODES ≤ 64`),
+/// `gdn_recur_smem_words(DK, p.smem_nodes)·4` bytes of dynamic shared memory (arrays of
+/// `p.smem_nodes` rows, the launch's node count; nodes past it are not computed). Block
+/// `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp `w` column
+/// `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. It stages the nodes' k, q (key head
 /// `j mod n_k`), v, α, β in shared memory, loads its slice of the committed state once
 /// (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic), and visits the nodes
 /// in index order (parents first). Node `i` starts from the deepest ancestor whose state is
@@ -276,7 +285,9 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
 ) {
     launch_dependents();
     grid_dependency_wait();
-    let n = node_count(nb);
+    // Shared arrays hold `m = smem_nodes` rows (the launch's node count).
+    let m = (p.smem_nodes as usize).min(MAX_NODES as usize);
+    let n = node_count(nb).min(m);
     let (n_k, n_v, dv) = (p.n_k as usize, p.n_v as usize, p.d_v as usize);
     let (kd, vd) = (n_k * DK, n_v * dv);
     let sc = gdn_scratch(n_k, n_v, DK, dv);
@@ -284,13 +295,12 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let kh = j % n_k;
     let col0 = block_y() as usize * COLS;
     let t = thread_x() as usize;
-    let m = MAX_NODES as usize;
     let sk = dynamic_smem() as *mut f32;
     let sq = sk.add(m * DK);
     let sv = sq.add(m * DK);
     let sa = sv.add(m * COLS);
     let sb = sa.add(m);
-    let sanc = sb.add(m) as *mut u32;
+    let sanc = sb.add(m) as *mut u64;
     let skids = sanc.add(m);
     let slots = skids.add(m) as *mut f32;
 
@@ -311,10 +321,10 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
         *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
         *sb.add(t) = *scratch.add(sc.beta + t * n_v + j);
         *sanc.add(t) = *(*nb).anc.as_ptr().add(t);
-        let mut kids = 0u32;
+        let mut kids = 0u64;
         for x in t + 1..n {
             if parent_of(nb, x) == t as i32 {
-                kids |= 1 << x;
+                kids |= 1u64 << x;
             }
         }
         *skids.add(t) = kids;
@@ -338,14 +348,14 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     }
     let slot = |k: usize| slots.add((1 + k) * RPL * THREADS);
     let mut cur = NONE; // node whose state the registers hold (NONE: the root)
-    let mut saved = 0u32; // nodes with a saved state
+    let mut saved = 0u64; // nodes with a saved state
     let mut tags = [NONE; SLOTS];
     let out = scratch.add(sc.o + j * dv + col);
     for i in 0..n {
-        let anc = *sanc.add(i) & !(1u32 << i);
-        let avail = saved | if cur < NONE { 1u32 << cur } else { 0 };
+        let anc = *sanc.add(i) & !(1u64 << i);
+        let avail = saved | if cur < NONE { 1u64 << cur } else { 0 };
         let cand = anc & avail;
-        let from = if cand != 0 { 31 - cand.leading_zeros() } else { NONE };
+        let from = if cand != 0 { 63 - cand.leading_zeros() } else { NONE };
         if from != cur {
             if from == NONE {
                 slot_load(slots, t, &mut s);
@@ -357,7 +367,7 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
                 }
             }
         }
-        let mut todo = if from == NONE { anc } else { anc & !(((2u64 << from) - 1) as u32) };
+        let mut todo = if from == NONE { anc } else { anc & !(2u64 << from).wrapping_sub(1) };
         while todo != 0 {
             let x = todo.trailing_zeros() as usize;
             todo &= todo - 1;
@@ -372,23 +382,23 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
         }
         cur = i as u32;
         let kids = *skids.add(i);
-        if (kids as u64) >> (i + 2) != 0 {
+        if above(kids, i + 1) {
             // A child later than i + 1 will want this state: keep it if a slot is free (its
             // node has no child after i).
             let mut free = SLOTS;
             for (k, &tag) in tags.iter().enumerate().rev() {
-                if tag == NONE || (*skids.add(tag as usize) as u64) >> (i + 1) == 0 {
+                if tag == NONE || !above(*skids.add(tag as usize), i) {
                     free = k;
                 }
             }
             for (k, tag) in tags.iter_mut().enumerate() {
                 if k == free {
                     if *tag != NONE {
-                        saved &= !(1u32 << *tag);
+                        saved &= !(1u64 << *tag);
                     }
                     slot_store(slot(k), t, &s);
                     *tag = i as u32;
-                    saved |= 1u32 << i;
+                    saved |= 1u64 << i;
                 }
             }
         }
@@ -438,9 +448,10 @@ pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
 }
 
 /// Commit of an accepted path over `p.layers` layers (contiguous arenas; layer `l`'s `mixed`
-/// rows at `l·32·p.mixed_stride`, row stride `p.mixed_stride`). Grid
-/// `(n_v·⌈d_v/16⌉, layers)`, 64 threads, `gdn_commit_smem_words(DK)·4` bytes of dynamic shared
-/// memory. Block `(j·⌈d_v/16⌉ + y, l)`: columns `16y ..` of head `j` of layer `l` (the lane
+/// rows at `l·MAX_NODES·p.mixed_stride`, row stride `p.mixed_stride`). Grid
+/// `(n_v·⌈d_v/16⌉, layers)`, 64 threads, `gdn_commit_smem_words(DK, p.smem_nodes)·4` bytes of
+/// dynamic shared memory (arrays of `len` rows; a path longer than `p.smem_nodes` is cut
+/// there). Block `(j·⌈d_v/16⌉ + y, l)`: columns `16y ..` of head `j` of layer `l` (the lane
 /// layout of [`recur`]) advance through the path's updates in path order with [`delta_step`] and
 /// are written back; the layer's blocks also shift the path's raw inputs into the conv window
 /// (channel by channel, in place in ascending row order: row `r` takes row `r + len` of
@@ -458,7 +469,8 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
 ) {
     launch_dependents();
     grid_dependency_wait();
-    let len = ((*path).len).min(MAX_NODES) as usize;
+    // Shared arrays hold `len ≤ smem_nodes` rows.
+    let len = ((*path).len).min(p.smem_nodes).min(MAX_NODES) as usize;
     if len == 0 {
         return;
     }
@@ -468,10 +480,10 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
     let (kd, vd) = (n_k * DK, n_v * dv);
     let sc = gdn_scratch(n_k, n_v, DK, dv);
     let layer = block_y() as usize;
-    let m = MAX_NODES as usize;
+    let (m, rows) = (len, MAX_NODES as usize);
     let scratch = scratch.add(layer * sc.len);
     let ms = p.mixed_stride as usize;
-    let mixed = mixed.add(layer * m * ms);
+    let mixed = mixed.add(layer * rows * ms);
     let conv_state = conv_state.add(layer * (kk - 1) * ch);
     let state = state.add(layer * n_v * DK * dv);
     let t = thread_x() as usize;

@@ -510,8 +510,12 @@ mod tests {
     }
 }
 
-/// Most nodes one target forward takes (a tree verify, a prefill chunk, or one AR token).
-pub const MAX_NODES: u32 = 32;
+/// Most nodes one target forward takes (a tree verify, a prefill chunk, or one AR token): the
+/// width of the `u64` ancestor masks. Buffers with one row per node are sized for it; the
+/// kernels' shared memory is sized for the launch's node count (graphs are captured per count),
+/// so a forward of `n ≤ 32` nodes costs what it did when this was 32. Products of more than
+/// [`QMM_MAX_N`] columns run as column chunks (each reads all the weights).
+pub const MAX_NODES: u32 = 64;
 
 /// One forward's batch of nodes, kept in **device memory** (kernels take a pointer to it), so a
 /// captured step replays with new values: the host rewrites this struct, never the launches.
@@ -532,8 +536,16 @@ pub struct NodeBatch {
     pub parent: [i32; MAX_NODES as usize],
     pub depth: [u32; MAX_NODES as usize],
     /// Bit `j` of `anc[i]`: node `j` is node `i` or one of its ancestors.
-    pub anc: [u32; MAX_NODES as usize],
+    pub anc: [u64; MAX_NODES as usize],
 }
+
+// No padding: `n_past`, `n`, three `u32`/`i32` arrays, then the `u64` masks at an 8-byte offset,
+// the same on the host and the device.
+const _: () = assert!(
+    core::mem::size_of::<NodeBatch>() == 8 + 12 * MAX_NODES as usize + 8 * MAX_NODES as usize
+        && core::mem::offset_of!(NodeBatch, anc) == 8 + 12 * MAX_NODES as usize
+        && core::mem::offset_of!(NodeBatch, anc) % 8 == 0
+);
 
 impl NodeBatch {
     /// An empty batch at `n_past` (no nodes).
@@ -611,13 +623,19 @@ pub struct GdnParams {
     pub z_stride: u32,
     pub a_stride: u32,
     pub b_stride: u32,
+    /// Node rows of the dynamic shared memory of `gdn_recur_*` ([`gdn_recur_smem_words`]) and
+    /// `gdn_commit_*` ([`gdn_commit_smem_words`]), `1..=MAX_NODES`: the launch's node count
+    /// (recur) or a bound on the path's length (commit). The kernels take at most this many
+    /// nodes (the shared arrays' row count and stride), so shared memory follows the batch
+    /// rather than `MAX_NODES`.
+    pub smem_nodes: u32,
 }
 
-/// Offsets (in f32) of the per-node rows in one layer's `gdn` scratch, `MAX_NODES` rows each,
-/// row `i` = node `i` of the forward:
-/// `q [32][n_k·d_k]` (L2-normalised, scaled by `1/√d_k`), `k [32][n_k·d_k]` (L2-normalised),
-/// `v [32][n_v·d_v]` (after conv + SiLU), `alpha [32][n_v]` (`e^g`), `beta [32][n_v]`,
-/// `o [32][n_v·d_v]` (recurrence output, before the gated norm); `len` floats in all.
+/// Offsets (in f32) of the per-node rows in one layer's `gdn` scratch, `MAX_NODES` (`M`) rows
+/// each, row `i` = node `i` of the forward:
+/// `q [M][n_k·d_k]` (L2-normalised, scaled by `1/√d_k`), `k [M][n_k·d_k]` (L2-normalised),
+/// `v [M][n_v·d_v]` (after conv + SiLU), `alpha [M][n_v]` (`e^g`), `beta [M][n_v]`,
+/// `o [M][n_v·d_v]` (recurrence output, before the gated norm); `len` floats in all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GdnScratch {
     pub q: usize,
@@ -630,7 +648,7 @@ pub struct GdnScratch {
 }
 
 /// The scratch layout of a layer with `n_k` key heads, `n_v` value heads and head dims
-/// `d_k`, `d_v`: `len = 32·(2·n_k·d_k + 2·n_v·d_v + 2·n_v)` floats.
+/// `d_k`, `d_v`: `len = MAX_NODES·(2·n_k·d_k + 2·n_v·d_v + 2·n_v)` floats.
 pub const fn gdn_scratch(n_k: usize, n_v: usize, d_k: usize, d_v: usize) -> GdnScratch {
     let m = MAX_NODES as usize;
     let (kd, vd) = (n_k * d_k, n_v * d_v);
@@ -651,18 +669,24 @@ pub const fn gdn_scratch_len(n_k: usize, n_v: usize, d_k: usize, d_v: usize) -> 
 /// Threads per block of `gdn_recur_*` and `gdn_commit_*`.
 pub const GDN_RECUR_THREADS: u32 = GDN_RECUR_WARPS * 32;
 
-/// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` (4-byte words):
-/// `k [32][d_k]`, `q [32][d_k]`, `v [32][16 columns]`, `alpha [32]`, `beta [32]`, `anc [32]`,
-/// `kids [32]`, then `1 + GDN_SLOTS` state slots of `d_k/4 · 64` floats (the root and the saved
-/// nodes; word `r·64 + t` of a slot is row `r` of thread `t`'s slice). 76 KB at `d_k = 128`.
-pub const fn gdn_recur_smem_words(d_k: u32) -> u32 {
-    MAX_NODES * (2 * d_k + GDN_COLS_PER_BLOCK + 4) + (1 + GDN_SLOTS) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
+// `gdn_recur_*` and `gdn_commit_*` stage one node's masks / α / β per thread.
+const _: () = assert!(MAX_NODES <= GDN_RECUR_THREADS && MAX_NODES <= 64 && MAX_NODES.is_power_of_two());
+
+/// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` and `n` node rows
+/// ([`GdnParams::smem_nodes`], the launch's node count) (4-byte words): `k [n][d_k]`,
+/// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, then the `u64` masks `anc [n]`,
+/// `kids [n]` (2 words each; 8-byte aligned since `2·d_k + 18` is even), then `1 + GDN_SLOTS`
+/// state slots of `d_k/4 · 64` floats (the root and the saved nodes; word `r·64 + t` of a slot
+/// is row `r` of thread `t`'s slice). At `d_k = 128`: 75 KB for 32 nodes, 110 KB for 64.
+pub const fn gdn_recur_smem_words(d_k: u32, n: u32) -> u32 {
+    n * (2 * d_k + GDN_COLS_PER_BLOCK + 6) + (1 + GDN_SLOTS) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
 
-/// Dynamic shared memory of `gdn_commit_*` (4-byte words): `k [32][d_k]`, `v [32][16]`,
-/// `alpha [32]`, `beta [32]` of the path's nodes.
-pub const fn gdn_commit_smem_words(d_k: u32) -> u32 {
-    MAX_NODES * (d_k + GDN_COLS_PER_BLOCK + 2)
+/// Dynamic shared memory of `gdn_commit_*` for `n` path rows ([`GdnParams::smem_nodes`], at
+/// least the path's length) (4-byte words): `k [n][d_k]`, `v [n][16]`, `alpha [n]`, `beta [n]`
+/// of the path's nodes.
+pub const fn gdn_commit_smem_words(d_k: u32, n: u32) -> u32 {
+    n * (d_k + GDN_COLS_PER_BLOCK + 2)
 }
 
 /// Threads per block of the `attention` kernels (8 warps).
@@ -722,8 +746,9 @@ pub const fn attn_splits_min(keys: u32, min_keys: u32) -> u32 {
 /// First committed key a node sees under a sliding `window` (0 = no window): a query at position
 /// `p = n_past + depth` sees keys at positions `> p − window`, so committed rows
 /// `attn_window_lo(..) .. n_past` (`max(0, p + 1 − window)`, at most `n_past`). With
-/// `window ≥ MAX_NODES` (the only windows the launchers take) every tree key — an ancestor at a
-/// depth `≥ 0 > depth − window` — stays visible, so the window only ever trims committed rows.
+/// `window > depth` (the launchers take windows of at least the launch's node count, which
+/// exceeds every depth) every tree key — an ancestor at a depth `≥ 0 > depth − window` — stays
+/// visible, so the window only ever trims committed rows.
 pub const fn attn_window_lo(n_past: u32, depth: u32, window: u32) -> u32 {
     if window == 0 {
         return 0;
@@ -803,7 +828,7 @@ pub struct AttnTreeParams {
     /// The split rule's fewest keys per split ([`attn_split_len_min`]): [`ATTN_MIN_SPLIT_KEYS`]
     /// for the target (its batch-invariant rule), larger for the draft.
     pub min_split_keys: u32,
-    /// Sliding window (0 = none, else `≥ MAX_NODES`): node `i` sees committed rows
+    /// Sliding window (0 = none, else `≥ n`, above every depth): node `i` sees committed rows
     /// [`attn_window_lo`]`(n_past, depth_i, window) .. n_past` (the DFlash draft's sliding layers).
     pub window: u32,
 }
@@ -859,13 +884,35 @@ mod attn_tests {
         assert_eq!(attn_window_lo(u32::MAX, 0, 32), u32::MAX - 31);
         for n_past in [0u32, 1, 31, 32, 33, 1000] {
             for depth in 0..MAX_NODES {
-                for w in [MAX_NODES, 33, 64, 2048] {
+                for w in [MAX_NODES, MAX_NODES + 1, 100, 2048] {
                     let lo = attn_window_lo(n_past, depth, w);
                     assert!(lo <= n_past);
                     // Visible committed keys plus the node's ancestors never exceed the window.
                     assert!(((n_past - lo) as u64 + depth as u64) < w as u64, "{n_past} {depth} {w}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn gdn_shared_memory_follows_the_node_count() {
+        // sm_90: 227 KiB per block at most; 228 KiB per SM, 1 KiB of it reserved per block.
+        let (block_max, sm) = (227 * 1024, 228 * 1024);
+        for d_k in [16u32, 32, 64, 128] {
+            for n in 1..=MAX_NODES {
+                assert!(gdn_recur_smem_words(d_k, n) < gdn_recur_smem_words(d_k, n + 1));
+                assert!(gdn_recur_smem_words(d_k, n) * 4 <= block_max, "d_k {d_k}, {n} nodes");
+                assert!(gdn_commit_smem_words(d_k, n) * 4 <= block_max);
+            }
+        }
+        // The 27B's d_k = 128 keeps 3 replay blocks per SM up to 32 nodes (as when every launch
+        // took 32 nodes' worth), 2 at 64.
+        let blocks = |n: u32| sm / (gdn_recur_smem_words(128, n) * 4 + 1024);
+        assert_eq!((blocks(1), blocks(22), blocks(32), blocks(64)), (5, 3, 3, 2));
+        assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_544);
+        // The 64-bit masks start 8-byte aligned for every n.
+        for d_k in [16u32, 32, 64, 128] {
+            assert_eq!((2 * d_k + GDN_COLS_PER_BLOCK + 2) % 2, 0);
         }
     }
 

@@ -15,7 +15,7 @@ pub struct AttnDims {
     pub head_dim: usize,
     /// Sliding window (0 = none): a query at position `p` sees committed rows at positions
     /// `> p − window` (`kernel_abi::attn_window_lo`); tree keys are always visible (the kernels
-    /// take windows `≥ MAX_NODES`, larger than any depth).
+    /// take windows of at least the batch's node count, larger than any depth).
     pub window: usize,
 }
 
@@ -40,7 +40,7 @@ pub struct Prepared {
 /// the scratch rows `n_past + j` of its ancestors and itself (`anc` bits `j < n`, ascending).
 pub fn visible_rows(b: &NodeBatch, i: usize, window: usize) -> Vec<usize> {
     let n = b.n as usize;
-    let mask = if n >= 32 { u32::MAX } else { (1u32 << n) - 1 };
+    let mask = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
     let anc = b.anc[i] & mask;
     let n_past = b.n_past as usize;
     let p = n_past + b.depth[i] as usize;
@@ -327,6 +327,20 @@ mod tests {
     }
 
     #[test]
+    fn visible_rows_follow_64_bit_masks() {
+        // A 64-node chain: the last node sees every committed row and all 64 scratch rows; a node
+        // under the committed tokens sees itself only; the window trims committed rows only.
+        let n = kernel_abi::MAX_NODES as usize;
+        let mut parents: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
+        let b = node_batch(10, &parents);
+        assert_eq!(visible_rows(&b, n - 1, 0), (0..10 + n).collect::<Vec<_>>());
+        assert_eq!(visible_rows(&b, n - 1, n + 3), (7..10 + n).collect::<Vec<_>>());
+        parents[n - 1] = -1;
+        let b = node_batch(10, &parents);
+        assert_eq!(visible_rows(&b, n - 1, 0), (0..10).chain([10 + n - 1]).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn rope_table_matches_model_rope() {
         let t = rope_table(8, 1e4, 10);
         let mut x = vec![0f32; 8];
@@ -339,7 +353,7 @@ mod tests {
     fn kv_commit_moves_path_rows_in_order() {
         // Rows: 2 committed, 4 scratch; path nodes [1, 3] → scratch rows 3 and 5 go to rows 2, 3.
         let row = 2;
-        let mut path = CommitPath { n_past: 2, len: 2, nodes: [0; 32] };
+        let mut path = CommitPath { n_past: 2, len: 2, nodes: [0; kernel_abi::MAX_NODES as usize] };
         path.nodes[..2].copy_from_slice(&[1, 3]);
         let mut cache: Vec<u16> = (0..2 * 6 * row as u16).collect();
         kv_commit(&path, &mut cache, 2, 6 * row, row);

@@ -55,7 +55,7 @@ pub struct NodeResult {
 /// earlier node), with depths and ancestor masks filled in. Panics on a parent that is not an
 /// earlier node or on more than `MAX_NODES` nodes (test input).
 pub fn node_batch(n_past: u32, parents: &[i32]) -> NodeBatch {
-    assert!(!parents.is_empty() && parents.len() <= MAX_NODES as usize, "1..=32 nodes");
+    assert!(!parents.is_empty() && parents.len() <= MAX_NODES as usize, "1..={MAX_NODES} nodes");
     let mut nb = NodeBatch::empty(n_past);
     nb.n = parents.len() as u32;
     for (i, &p) in parents.iter().enumerate() {
@@ -310,5 +310,11 @@ mod tests {
         assert_eq!(nb.anc[7], 1 << 0 | 1 << 1 | 1 << 4 | 1 << 6 | 1 << 7);
         assert_eq!(path_to(&nb, 7), vec![0, 1, 4, 6, 7]);
         assert_eq!(path_to(&nb, 8), vec![3, 8]);
+        // 64 nodes: a chain fills every bit of the last mask.
+        let n = MAX_NODES as usize;
+        let chain: Vec<i32> = (0..n as i32).map(|i| i - 1).collect();
+        let nb = node_batch(0, &chain);
+        assert_eq!((nb.depth[n - 1], nb.anc[n - 1]), (n as u32 - 1, u64::MAX));
+        assert_eq!(path_to(&nb, n - 1), (0..n).collect::<Vec<_>>());
     }
 }

@@ -125,8 +125,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if !(args.temperature.is_finite() && args.temperature >= 0.0) {
         bail!("--temperature {}: expected a finite value ≥ 0", args.temperature);
     }
-    if args.prompt_tokens == 0 || args.tokens == 0 || args.tree_nodes == 0 || args.tree_nodes > 32 {
-        bail!("--prompt-tokens and --tokens must be ≥ 1 and --tree-nodes in 1..=32");
+    let max_nodes = kernel_abi::MAX_NODES as usize;
+    if args.prompt_tokens == 0 || args.tokens == 0 || args.tree_nodes == 0 || args.tree_nodes > max_nodes {
+        bail!("--prompt-tokens and --tokens must be ≥ 1 and --tree-nodes in 1..={max_nodes}");
     }
     let Some(gpu) = resolve(args.backend.unwrap_or(BackendArg::Gpu))? else {
         bail!("bench measures the GPU engine: no GPU here")

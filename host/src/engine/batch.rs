@@ -103,9 +103,27 @@ mod tests {
     }
 
     #[test]
+    fn a_64_node_chain_fills_every_mask_bit() {
+        let n = MAX_NODES as usize;
+        let parents: Vec<Option<usize>> = (0..n).map(|i| i.checked_sub(1)).collect();
+        let b = node_batch(5, &vec![1; n], &parents, 10, 5 + n).unwrap();
+        assert_eq!(
+            (b.depth[n - 1], b.anc[n - 1], b.anc[31], b.anc[32]),
+            (63, u64::MAX, u32::MAX as u64, (1 << 33) - 1)
+        );
+        let path: Vec<usize> = (0..n).collect();
+        let c = commit_path(&b, &path).unwrap();
+        assert_eq!((c.len, c.nodes[63]), (64, 63));
+        // A last node hanging off the committed tokens sees only itself.
+        let mut parents = parents;
+        parents[n - 1] = None;
+        assert_eq!(node_batch(5, &vec![1; n], &parents, 10, 5 + n).unwrap().anc[n - 1], 1 << 63);
+    }
+
+    #[test]
     fn refuses_bad_batches() {
         assert!(node_batch(0, &[], &[], 10, 64).is_err());
-        assert!(node_batch(0, &[1; 33], &[None; 33], 10, 64).is_err());
+        assert!(node_batch(0, &[1; 65], &[None; 65], 10, 128).is_err());
         assert!(node_batch(0, &[10], &[None], 10, 64).is_err());
         assert!(node_batch(0, &[1, 2], &[Some(1), None], 10, 64).is_err());
         assert!(matches!(chain_batch(60, &[1; 5], 10, 64), Err(EngineError::Context { need: 65, ctx: 64 })));

@@ -23,7 +23,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaSlice;
-use kernel_abi::{NodeBatch, MAX_NODES};
+use kernel_abi::{NodeBatch, QMM_MAX_N};
 
 use super::batch::bytes_of;
 use super::weights::TargetWeights;
@@ -38,7 +38,9 @@ use crate::gpu::{DevSpan, Gpu, GpuTimer};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
 use flashtree_quants::dequantize;
 
-const N: usize = MAX_NODES as usize;
+/// Most rows of the draft's block and of one context chunk: one matmul launch wide (the
+/// target's trees may be wider; the draft's block is 16 rows).
+const N: usize = QMM_MAX_N as usize;
 
 /// One draft layer's weights on the device.
 struct DraftLayer {
@@ -113,7 +115,7 @@ pub struct DraftEngine {
 const DRAFT_SPLIT_KEYS: u32 = 1024;
 
 /// The most top-K entries per position a [`DraftEngine`] returns.
-pub const DRAFT_MAX_K: usize = MAX_NODES as usize;
+pub const DRAFT_MAX_K: usize = N;
 
 /// A matrix to pack for `qmm`: its name, `[out, in]`, and for a fused gate/up pair the up
 /// matrix's name (`out` = `ff`).
@@ -211,7 +213,7 @@ impl DraftEngine {
         let cfg = draft.config.clone();
         cfg.check_target(tcfg, &draft.path)?;
         // Sliding-window layers: a query at position p sees context keys > p − W (`attn_tree`'s
-        // window, which keeps every block key visible for W ≥ MAX_NODES).
+        // window, which keeps every block key visible for W ≥ the block's rows).
         if let (Some(l), w) = (cfg.sliding_layers.iter().position(|&s| s), cfg.sliding_window.unwrap_or(0)) {
             if w < N {
                 return Err(EngineError::Unsupported(format!(
@@ -271,7 +273,7 @@ impl DraftEngine {
         let vocab = tcfg.vocab_size;
         let max_in = [kh, h, ff, nh * hd].into_iter().max().unwrap_or(h);
         let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, h].into_iter().max().unwrap_or(h);
-        let mut ws = QmmWorkspace::new(g, max_in, max_out)?;
+        let mut ws = QmmWorkspace::with_columns(g, max_in, max_out, N)?;
         ws.pairs_needed = target.head.needs_pairs()
             || fc.needs_pairs()
             || layers.iter().any(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.down].iter().any(|w| w.needs_pairs()));
@@ -407,7 +409,7 @@ impl DraftEngine {
         for i in 0..m {
             b.depth[i] = i as u32;
             b.parent[i] = i as i32 - 1;
-            b.anc[i] = if i + 1 >= 32 { u32::MAX } else { (1u32 << (i + 1)) - 1 };
+            b.anc[i] = if i + 1 >= 64 { u64::MAX } else { (1u64 << (i + 1)) - 1 };
         }
         let batch = self.write_batch(&b)?;
         let gpu = &*self.gpu;
@@ -459,7 +461,7 @@ impl DraftEngine {
             return Err(EngineError::Batch(format!("bonus token {bonus}: the vocabulary has {vocab}")));
         }
         let mut b = NodeBatch { n: bs as u32, ..NodeBatch::empty(self.n_ctx as u32) };
-        let all = if bs >= 32 { u32::MAX } else { (1u32 << bs) - 1 };
+        let all = if bs >= 64 { u64::MAX } else { (1u64 << bs) - 1 };
         for i in 0..bs {
             b.tokens[i] = if i == 0 { bonus } else { self.cfg.mask_token_id };
             b.depth[i] = i as u32;

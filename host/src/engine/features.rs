@@ -3,7 +3,7 @@
 //!
 //! Layout: `[ctx][layers·d]` f32, row `r` = `concat_c h_{capture[c]}` of the committed token at
 //! position `r` — the row-major `[rows, k·H]` a draft's context projection reads. Every forward
-//! copies the captured layer outputs of its nodes into a per-forward scratch `[layers][32][d]`
+//! copies the captured layer outputs of its nodes into a per-forward scratch `[layers][MAX_NODES][d]`
 //! (inside the step's graph); [`super::Engine::commit`] appends the accepted path's rows to the
 //! store with strided device-to-device copies planned by [`feature_copies`] (no host copy).
 //! Memory traffic per commit: `|path| · layers · d · 4` bytes read and written.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use kernel_abi::sampling::SampleRule;
-use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
+use kernel_abi::{CommitPath, NodeBatch, MAX_NODES, SAMPLE_MAX_ROWS};
 
 use super::batch::bytes_of;
 use super::features::{enqueue_copy, feature_copies, EngineFeatures, FeatureStore};
@@ -23,6 +23,9 @@ use crate::gpu::{DevSpan, Gpu, GpuError};
 use crate::model::Qwen35Config;
 
 const N: usize = MAX_NODES as usize;
+/// Tokens per prefill forward: one matmul launch wide (a wider chain would stream the weights
+/// once per 32 columns anyway), so prefill runs as it did before trees could exceed 32 nodes.
+const PREFILL_CHUNK: usize = kernel_abi::QMM_MAX_N as usize;
 
 /// The target on the GPU: weights, caches, recurrent state, step buffers.
 pub struct Engine {
@@ -46,7 +49,7 @@ pub struct Engine {
     fault_dev: CudaSlice<u8>,
     /// The last forward's batch (host copy), for commit's checks.
     last: Option<NodeBatch>,
-    // Activations `[32, dim]`.
+    // Activations `[MAX_NODES, dim]`.
     h: CudaSlice<f32>,
     h2: CudaSlice<f32>,
     x: CudaSlice<f32>,
@@ -58,9 +61,9 @@ pub struct Engine {
     q: CudaSlice<f32>,
     gate: CudaSlice<f32>,
     ao: CudaSlice<f32>,
-    /// A DeltaNet layer's gate and raw beta / alpha: `[32][inner + 2·n_v]` rows `[z | b | a]`
-    /// written by one product ([`GdnProj::Zba`]), or `z [32][inner]`, `b [32][n_v]`,
-    /// `a [32][n_v]` one after the other ([`GdnProj::Split`]); unused with [`GdnProj::All`]
+    /// A DeltaNet layer's gate and raw beta / alpha: `[M][inner + 2·n_v]` rows `[z | b | a]`
+    /// (`M = MAX_NODES`) written by one product ([`GdnProj::Zba`]), or `z [M][inner]`,
+    /// `b [M][n_v]`, `a [M][n_v]` one after the other ([`GdnProj::Split`]); unused with [`GdnProj::All`]
     /// (the rows are in the `mixed` arena).
     zba: CudaSlice<f32>,
     go: CudaSlice<f32>,
@@ -78,7 +81,7 @@ pub struct Engine {
     kv: CudaSlice<u16>,
     state: CudaSlice<f32>,
     conv: CudaSlice<f32>,
-    /// `[gdn layers][32][mixed_stride]`: each row the layer's conv inputs (`conv_ch` values),
+    /// `[gdn layers][MAX_NODES][mixed_stride]`: each row the layer's conv inputs (`conv_ch` values),
     /// followed by its `[z | b | a]` when the layers' projections are one product
     /// ([`GdnProj::All`]; `mixed_stride = conv_ch + inner + 2·n_v`, else `conv_ch`). Kept until
     /// the commit.
@@ -88,7 +91,7 @@ pub struct Engine {
     /// Committed tokens.
     n_past: usize,
     /// Layers whose outputs (the residual stream after the layer, HF `hidden_states[l + 1]`)
-    /// every forward copies into `features` (`[capture.len()][32][n_embd]`): the draft's taps.
+    /// every forward copies into `features` (`[capture.len()][MAX_NODES][n_embd]`): the draft's taps.
     capture: Vec<usize>,
     features: CudaSlice<f32>,
     /// The committed tokens' captured rows `[ctx][capture.len() · n_embd]`, appended by every
@@ -717,12 +720,16 @@ impl Engine {
     }
 
     /// Samples rows `first..first + positions.len()` of the last forward's logits into the
-    /// same rows of the argmax buffer, row `first + i` at `positions[i]`.
+    /// same rows of the argmax buffer, row `first + i` at `positions[i]` (one `sample_rows`
+    /// launch per `SAMPLE_MAX_ROWS` rows; each row's draw is its own).
     fn sample_rows_of_last(&mut self, rule: &SampleRule, first: usize, positions: &[u64]) -> Result<(), EngineError> {
-        let (gpu, vocab, n) = (&self.gpu, self.cfg.vocab_size, positions.len());
-        let logits = DevSpan::of(gpu, &self.logits).sub(first * vocab, n * vocab, "sample_rows logits")?;
-        let tokens = DevSpan::of(gpu, &self.am_idx).sub(first, n, "sample_rows tokens")?;
-        sample_rows(gpu, logits, vocab, rule, positions, tokens)?;
+        let (gpu, vocab) = (&self.gpu, self.cfg.vocab_size);
+        for (c, pos) in positions.chunks(SAMPLE_MAX_ROWS as usize).enumerate() {
+            let (at, n) = (first + c * SAMPLE_MAX_ROWS as usize, pos.len());
+            let logits = DevSpan::of(gpu, &self.logits).sub(at * vocab, n * vocab, "sample_rows logits")?;
+            let tokens = DevSpan::of(gpu, &self.am_idx).sub(at, n, "sample_rows tokens")?;
+            sample_rows(gpu, logits, vocab, rule, pos, tokens)?;
+        }
         Ok(())
     }
 
@@ -781,6 +788,7 @@ impl Engine {
                 &self.gdn,
                 self.n_gdn,
                 gdn_commit_dev,
+                faulty.as_ref().map_or(path.len(), Vec::len),
                 DevSpan::of(gpu, &self.mixed),
                 self.mixed_stride,
                 DevSpan::of(gpu, &self.gdn_scratch),
@@ -820,8 +828,8 @@ impl Engine {
     /// stream of the position it will occupy), or the argmax with `None`.
     pub fn prefill_with(&mut self, tokens: &[u32], sampling: Option<&SampleRule>) -> Result<u32, EngineError> {
         let mut last = None;
-        let chunks = tokens.len().div_ceil(N);
-        for (c, chunk) in tokens.chunks(N).enumerate() {
+        let chunks = tokens.len().div_ceil(PREFILL_CHUNK);
+        for (c, chunk) in tokens.chunks(PREFILL_CHUNK).enumerate() {
             let b = super::batch::chain_batch(self.n_past, chunk, self.cfg.vocab_size, self.ctx())?;
             self.forward(&b)?;
             if c + 1 == chunks {

@@ -1,4 +1,4 @@
-//! The GPU engine: the `qwen35` target forward over up to 32 nodes (one AR token, a prefill
+//! The GPU engine: the `qwen35` target forward over up to `MAX_NODES` = 64 nodes (one AR token, a prefill
 //! chain, or a DDTree verify — one code path, design.md §1), and commit of an accepted path.
 //!
 //! A step is: host writes the [`NodeBatch`] (tokens, parents, depths, ancestor masks) into one

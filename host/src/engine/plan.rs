@@ -3,8 +3,13 @@
 
 use std::fmt;
 
+use kernel_abi::{MAX_NODES, QMM_MAX_N};
+
 use super::EngineError;
 use crate::model::Qwen35Config;
+
+/// Node rows of every per-node buffer.
+const M: u64 = MAX_NODES as u64;
 
 /// Bytes of each part of the engine's device memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -15,12 +20,14 @@ pub struct MemoryPlan {
     pub kv_cache: u64,
     /// DeltaNet recurrent state and conv windows.
     pub recurrent: u64,
-    /// Per-node scratch a verify keeps until commit (conv inputs, recurrent inputs).
+    /// Per-node scratch a verify keeps until commit (conv inputs, recurrent inputs), `MAX_NODES`
+    /// rows per DeltaNet layer.
     pub tree_scratch: u64,
-    /// Activations, logits, the matmul workspace, the RoPE table.
+    /// Activations and logits (`MAX_NODES` rows), the matmul workspace (activation planes for
+    /// `MAX_NODES` columns), the RoPE table, the attention partials.
     pub workspace: u64,
     /// The draft's features: the device store of every committed token's captured layer
-    /// outputs (`ctx × layers × d` f32) and the per-forward scratch (`layers × 32 × d` f32).
+    /// outputs (`ctx × layers × d` f32) and the per-forward scratch (`layers × MAX_NODES × d` f32).
     pub features: u64,
     /// Layers captured for the draft (0: no store).
     pub capture_layers: usize,
@@ -34,7 +41,7 @@ impl MemoryPlan {
     /// Bytes of the feature store and scratch of `layers` captured layers of width `d` at
     /// context `ctx` (checked arithmetic).
     pub fn feature_bytes(ctx: usize, layers: usize, d: usize) -> Result<u64, EngineError> {
-        let rows = (ctx as u64).checked_add(32).ok_or_else(|| EngineError::Plan("memory plan overflows".into()))?;
+        let rows = (ctx as u64).checked_add(M).ok_or_else(|| EngineError::Plan("memory plan overflows".into()))?;
         rows.checked_mul(layers as u64)
             .and_then(|x| x.checked_mul(d as u64))
             .and_then(|x| x.checked_mul(4))
@@ -64,22 +71,27 @@ impl MemoryPlan {
         let ch = cfg.ssm_conv_channels() as u64;
         let conv = (cfg.ssm_conv_kernel as u64 - 1) * ch;
         let recurrent = m(m(n_gdn, state + conv)?, 4)?;
-        let tree_scratch = m(m(n_gdn, 32 * (mixed_stride as u64).max(ch) + gdn_scratch as u64)?, 4)?;
+        let tree_scratch = m(m(n_gdn, M * (mixed_stride as u64).max(ch) + gdn_scratch as u64)?, 4)?;
         let d = cfg.embedding_length as u64;
         let hd = cfg.key_length as u64;
         let nh = cfg.head_count as u64;
         let wide = [cfg.feed_forward_length as u64, 2 * nh * hd, ch, cfg.ssm_inner_size as u64].into_iter().max();
         let wide = wide.unwrap_or(0);
         let v = cfg.vocab_size as u64;
-        let acts = 32 * 4 * (3 * d + 2 * wide + 4 * nh * hd + 3 * cfg.ssm_inner_size as u64);
-        let logits = 32 * 4 * v;
+        let acts = M * 4 * (3 * d + 2 * wide + 4 * nh * hd + 3 * cfg.ssm_inner_size as u64);
+        let logits = M * 4 * v;
         let max_in = [d, cfg.feed_forward_length as u64, nh * hd, cfg.ssm_inner_size as u64].into_iter().max();
         let max_in = max_in.unwrap_or(0);
         let max_out = [v, 2 * cfg.feed_forward_length as u64 + 16, 2 * nh * hd, ch].into_iter().max().unwrap_or(0);
-        let qmm_ws = 32 * max_in * 2 * 4 + 16 * 32 * max_out * 4 + 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4;
+        // Activation planes of 32 columns (f16 x, bf16 pair, core-matrix copy; scales, sums) for
+        // MAX_NODES columns; one launch's split-K partials.
+        let planes = M.div_ceil(QMM_MAX_N as u64);
+        let qmm_ws = planes * 32 * max_in * 2 * 4
+            + 16 * 32 * max_out * 4
+            + planes * 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4;
         let rope = m(ctx as u64, cfg.rope_dimension_count as u64 * 4)?;
-        // The attention split-K partials: up to ATTN_MAX_SPLITS splits × 32 nodes × heads × (head_dim + 2).
-        let attn_split = kernel_abi::ATTN_MAX_SPLITS as u64 * 32 * nh * (hd + 2) * 4;
+        // The attention split-K partials: up to ATTN_MAX_SPLITS splits × MAX_NODES nodes × heads × (head_dim + 2).
+        let attn_split = kernel_abi::ATTN_MAX_SPLITS as u64 * M * nh * (hd + 2) * 4;
         let workspace = acts + logits + qmm_ws + rope + attn_split;
         let features = Self::feature_bytes(ctx, capture_layers, cfg.embedding_length)?;
         Ok(MemoryPlan { ctx, weights, kv_cache, recurrent, tree_scratch, workspace, features, capture_layers })

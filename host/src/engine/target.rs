@@ -80,8 +80,8 @@ impl Target for GpuTarget<'_> {
         self.engine.reset().map_err(SpecError::backend)
     }
 
-    /// Chains of at most 32 tokens through the one forward, each committed whole (which appends
-    /// its feature rows to the store).
+    /// Chains of at most 32 tokens (one matmul launch wide) through the one forward, each
+    /// committed whole (which appends its feature rows to the store).
     fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, DeviceFeatures), SpecError> {
         let sampling = device_rule(rule)?;
         if tokens.is_empty() {
@@ -108,7 +108,7 @@ impl Target for GpuTarget<'_> {
                 e.n_past()
             )));
         }
-        // The engine's `NodeBatch` (≤ 32 nodes, 32-bit masks) recomputes depths and masks from
+        // The engine's `NodeBatch` (≤ MAX_NODES nodes, 64-bit masks) recomputes depths and masks from
         // the parents and checks them against its limits and the context.
         let b = super::batch::node_batch(e.n_past(), batch.tokens(), batch.parents(), e.cfg.vocab_size, e.ctx())
             .map_err(SpecError::backend)?;

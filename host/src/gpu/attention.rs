@@ -26,7 +26,8 @@ pub struct AttnDims {
     /// the output is multiplied by `sigmoid(gate)`), or plain (the DFlash draft: `q` per head, no
     /// gate; the gate spans are not read and may be empty).
     pub gated: bool,
-    /// Sliding window of [`attn_tree`] (0 = none, else `≥ MAX_NODES`): a node at position `p`
+    /// Sliding window of [`attn_tree`] (0 = none, else at least the launch's node count, so
+    /// above every depth): a node at position `p`
     /// sees the committed rows at positions `> p − window` (`kernel_abi::attn_window_lo`) and all
     /// its tree keys. The DFlash draft's sliding-window layers; the target has none.
     pub window: usize,
@@ -281,11 +282,12 @@ pub fn attn_tree_min_split(
         return Err(GpuError::shape(K, "min_split_keys must be ≥ 1"));
     }
     let window = u32::try_from(d.window).unwrap_or(u32::MAX);
-    if window != 0 && window < MAX_NODES {
-        return Err(GpuError::shape(K, format!("sliding window {}: 0 (none) or ≥ {MAX_NODES}", d.window)));
-    }
     d.check(K)?;
     let n32 = check_n(K, n)?;
+    // Every depth is below `n`, so a window of at least `n` keeps every tree key visible.
+    if window != 0 && window < n32 {
+        return Err(GpuError::shape(K, format!("sliding window {}: 0 (none) or ≥ the {n} nodes", d.window)));
+    }
     check_batch(K, batch)?;
     let ctx32 = check_planes(K, d, k_cache, v_cache, ctx)?;
     let q_row = d.n_head * d.head_dim;

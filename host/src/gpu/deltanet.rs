@@ -6,7 +6,7 @@
 //!
 //! | buffer | per layer | written by |
 //! |---|---|---|
-//! | `mixed` | `[32][conv_ch]` raw conv inputs, row `i` = node `i`, row stride `mixed_stride ≥ conv_ch` | the engine's matmul; read by forward and commit |
+//! | `mixed` | `[MAX_NODES][conv_ch]` raw conv inputs, row `i` = node `i`, row stride `mixed_stride ≥ conv_ch` | the engine's matmul; read by forward and commit |
 //! | `z` | `[n][vd]` gate, row stride `z_stride ≥ vd` | the engine |
 //! | `a`, `b` | `[n][n_v]` raw alpha / beta projections, row strides `≥ n_v` | the engine |
 //! | `conv_state` | `[K−1][conv_ch]` committed raw inputs, oldest first | commit |
@@ -55,7 +55,7 @@ impl GdnShape {
     pub fn conv_state_len(&self) -> usize {
         self.conv_kernel.saturating_sub(1) * self.conv_ch()
     }
-    /// Floats of one layer's dense `mixed` rows `32·conv_ch` (the commit arena's stride when
+    /// Floats of one layer's dense `mixed` rows `MAX_NODES·conv_ch` (the commit arena's stride when
     /// the row stride is `conv_ch`).
     pub fn mixed_len(&self) -> usize {
         MAX_NODES as usize * self.conv_ch()
@@ -100,13 +100,14 @@ impl GdnShape {
             z_stride: u(self.value_len(), "n_v·d_v")?,
             a_stride: s.n_v as u32,
             b_stride: s.n_v as u32,
+            smem_nodes: MAX_NODES,
         })
     }
 }
 
-/// Floats of one layer's scratch: `32·(2·n_k·d_k + 2·n_v·d_v + 2·n_v)` (the nodes' q, k, v, α,
-/// β and `o`; layout `kernel_abi::gdn_scratch`). 27B: `32·(4096 + 12288 + 96) = 527 360`
-/// floats (2.1 MB) per layer.
+/// Floats of one layer's scratch: `MAX_NODES·(2·n_k·d_k + 2·n_v·d_v + 2·n_v)` (the nodes' q, k,
+/// v, α, β and `o`; layout `kernel_abi::gdn_scratch`). 27B: `64·(4096 + 12288 + 96) = 1 054 720`
+/// floats (4.2 MB) per layer.
 pub fn gdn_scratch_len(shape: &GdnShape) -> usize {
     kernel_abi::gdn_scratch_len(shape.n_k, shape.n_v, shape.d_k, shape.d_v)
 }
@@ -191,7 +192,8 @@ fn recur_kernels(d_k: usize) -> (&'static str, &'static str) {
 /// state (roots from `st.state`), gated RMSNorm into `io.out`. `st.conv_state` and `st.state`
 /// are not modified; `st.scratch` keeps what [`gdn_commit`] needs (until the next forward of
 /// this layer). Three chained launches: `gdn_prep` (grid `(n, 2·n_k + n_v)`), `gdn_recur_dk*`
-/// (grid `(n_v, ⌈d_v/16⌉)`, 64 threads, 76 KB shared at `d_k = 128`) and `gdn_gated_norm`
+/// (grid `(n_v, ⌈d_v/16⌉)`, 64 threads, shared memory for `n` nodes: 75 KB at `d_k = 128` and
+/// `n = 32`, 110 KB at 64) and `gdn_gated_norm`
 /// (grid `(n, ⌈n_v/8⌉)`). Each node's result is bitwise independent of the other nodes.
 pub fn gdn_forward(
     gpu: &Gpu,
@@ -275,7 +277,9 @@ pub fn gdn_forward_marked(
     after("gdn_prep")?;
 
     let (recur, _) = recur_kernels(shape.d_k);
-    let smem = gdn_recur_smem_words(p.d_k) * 4;
+    // Shared memory for this launch's nodes, not `MAX_NODES` (a graph is captured per count).
+    p.smem_nodes = n32;
+    let smem = gdn_recur_smem_words(p.d_k, n32) * 4;
     gpu.allow_dynamic_smem(recur, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (p.n_v, p.d_v.div_ceil(GDN_COLS_PER_BLOCK), 1),
@@ -313,14 +317,17 @@ pub fn gdn_forward_marked(
 /// when the path is shorter). The arenas are contiguous per layer: `state [layers][n_v·d_k·d_v]`,
 /// `conv_state [layers][(K−1)·conv_ch]`, `mixed [layers][32][mixed_stride]` (each row's first
 /// `conv_ch` values read; `mixed_stride ≥ conv_ch`, the forwards' row stride) and
-/// `scratch [layers][gdn_scratch_len]`, the last two as the forward left them. A path of length
-/// 0 changes nothing. One launch `gdn_commit_dk*`, grid `(n_v·⌈d_v/16⌉, layers)`.
+/// `scratch [layers][gdn_scratch_len]`, the last two as the forward left them. `path_len`: the
+/// path's `len` as the host wrote it (`0..=MAX_NODES`), which sizes the shared memory (a device
+/// path longer than it is cut there). A path of length 0 changes nothing. One launch
+/// `gdn_commit_dk*`, grid `(n_v·⌈d_v/16⌉, layers)`.
 #[allow(clippy::too_many_arguments)]
 pub fn gdn_commit(
     gpu: &Gpu,
     shape: &GdnShape,
     layers: usize,
     path: DevSpan<CommitPath>,
+    path_len: usize,
     mixed: DevSpan<f32>,
     mixed_stride: usize,
     scratch: DevSpan<f32>,
@@ -330,6 +337,9 @@ pub fn gdn_commit(
     const K: &str = "gdn_commit";
     if layers == 0 || layers > 65_535 {
         return Err(GpuError::shape(K, format!("{layers} layers: 1..=65535")));
+    }
+    if path_len > MAX_NODES as usize {
+        return Err(GpuError::shape(K, format!("a path of {path_len} nodes: 0..={MAX_NODES}")));
     }
     let mut p = shape.params(K, layers)?;
     let m = MAX_NODES as usize;
@@ -346,7 +356,11 @@ pub fn gdn_commit(
     state.need(layers * shape.state_len(), K, "state arena")?;
     conv_state.need(layers * shape.conv_state_len(), K, "conv_state arena")?;
     let (_, commit) = recur_kernels(shape.d_k);
-    let smem = gdn_commit_smem_words(p.d_k) * 4;
+    if path_len == 0 {
+        return Ok(());
+    }
+    p.smem_nodes = path_len as u32;
+    let smem = gdn_commit_smem_words(p.d_k, p.smem_nodes) * 4;
     gpu.allow_dynamic_smem(commit, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (p.n_v * p.d_v.div_ceil(GDN_COLS_PER_BLOCK), p.layers, 1),
@@ -367,14 +381,15 @@ pub fn gdn_commit(
     }
 }
 
-/// A [`NodeBatch`] as the 4-byte words of its `#[repr(C)]` layout (to upload it with
+/// A [`NodeBatch`] as the 4-byte words of its `#[repr(C)]` layout (each `u64` mask low word
+/// first) (to upload it with
 /// [`Gpu::upload`]; view the buffer with [`DevSpan::from_raw`]`(ptr, 1)`).
 pub fn node_batch_words(nb: &NodeBatch) -> Vec<u32> {
     let mut w = vec![nb.n_past, nb.n];
     w.extend_from_slice(&nb.tokens);
     w.extend(nb.parent.iter().map(|&p| p as u32));
     w.extend_from_slice(&nb.depth);
-    w.extend_from_slice(&nb.anc);
+    w.extend(nb.anc.iter().flat_map(|&a| [a as u32, (a >> 32) as u32]));
     debug_assert_eq!(w.len() * 4, std::mem::size_of::<NodeBatch>());
     w
 }
@@ -397,13 +412,22 @@ mod tests {
         nb.n = 3;
         nb.parent[2] = 1;
         nb.anc[2] = 0b110;
+        nb.anc[63] = 1 << 63 | 1;
         let w = node_batch_words(&nb);
         assert_eq!(w.len() * 4, std::mem::size_of::<NodeBatch>());
         assert_eq!((w[0], w[1]), (7, 3));
-        assert_eq!(w[2 + 32 + 2], 1);
-        assert_eq!(w[2 + 32], u32::MAX);
-        assert_eq!(w[2 + 96 + 2], 0b110);
-        let mut p = CommitPath { n_past: 5, len: 2, nodes: [0; 32] };
+        let m = MAX_NODES as usize;
+        assert_eq!(w[2 + m + 2], 1);
+        assert_eq!(w[2 + m], u32::MAX);
+        assert_eq!(w[2 + 3 * m + 2 * 2], 0b110);
+        assert_eq!((w[2 + 3 * m + 2 * 63], w[2 + 3 * m + 2 * 63 + 1]), (1, 1 << 31));
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        // Safety: `NodeBatch` is plain `#[repr(C)]` integers without padding (checked above).
+        let raw = unsafe {
+            std::slice::from_raw_parts(&nb as *const NodeBatch as *const u8, std::mem::size_of::<NodeBatch>())
+        };
+        assert_eq!(bytes, raw);
+        let mut p = CommitPath { n_past: 5, len: 2, nodes: [0; MAX_NODES as usize] };
         p.nodes[1] = 9;
         assert_eq!(commit_path_words(&p)[3], 9);
     }
@@ -411,7 +435,7 @@ mod tests {
     #[test]
     fn scratch_len_of_27b() {
         let s = GdnShape { n_k: 16, n_v: 48, d_k: 128, d_v: 128, conv_kernel: 4, eps: 1e-6 };
-        assert_eq!(gdn_scratch_len(&s), 32 * (2 * 2048 + 2 * 6144 + 96));
+        assert_eq!(gdn_scratch_len(&s), 64 * (2 * 2048 + 2 * 6144 + 96));
         assert_eq!(s.conv_ch(), 10240);
     }
 }

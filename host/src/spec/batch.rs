@@ -6,7 +6,7 @@
 //! `i` or `i` itself. A node may attend to the committed prefix and to the nodes of its mask,
 //! nothing else, so its result depends only on its ancestors (batch invariance, design.md §5.2).
 //! The arrays are built once per round by the loop and checked on construction; backends map
-//! them to their own layout (the GPU engine's `NodeBatch`: ≤ 32 nodes, one 32-bit mask each).
+//! them to their own layout (the GPU engine's `NodeBatch`: ≤ 64 nodes, one 64-bit mask each).
 
 use super::ddtree::Tree;
 use super::SpecError;

@@ -206,7 +206,7 @@ proptest! {
 
     #[test]
     fn attn_prep_matches_reference(
-        (d, n_rot) in dims_strategy(), n in 1usize..=32, n_past in 0usize..3000, seed in any::<u64>()
+        (d, n_rot) in dims_strategy(), n in 1usize..=64, n_past in 0usize..3000, seed in any::<u64>()
     ) {
         let Some(gpu) = gpu_or_skip("attn_prep_matches_reference") else { return Ok(()) };
         let (hd, row) = (d.head_dim, d.row());
@@ -273,7 +273,7 @@ proptest! {
 
     #[test]
     fn attn_tree_matches_reference(
-        (d, _rot) in dims_strategy(), n in 1usize..=32, n_past in n_past_strategy(), seed in any::<u64>()
+        (d, _rot) in dims_strategy(), n in 1usize..=64, n_past in n_past_strategy(), seed in any::<u64>()
     ) {
         let Some(gpu) = gpu_or_skip("attn_tree_matches_reference") else { return Ok(()) };
         // Long contexts with few heads and nodes (the f64 reference is slow).
@@ -317,7 +317,7 @@ proptest! {
     /// depth 0 it sees them all).
     #[test]
     fn attn_tree_node_is_bitwise_the_same_alone_as_in_a_tree(
-        (d, _rot) in dims_strategy(), n in 1usize..=32, n_past in n_past_strategy(),
+        (d, _rot) in dims_strategy(), n in 1usize..=64, n_past in n_past_strategy(),
         window in prop::sample::select(vec![0usize, 0, 32, 100]), seed in any::<u64>()
     ) {
         let Some(gpu) = gpu_or_skip("attn_tree_node_is_bitwise_the_same_alone_as_in_a_tree") else { return Ok(()) };
@@ -350,7 +350,7 @@ proptest! {
 
     #[test]
     fn kv_commit_matches_reference(
-        planes in 1usize..7, row_half in 1usize..300, pad in 0usize..3, n in 1usize..=32,
+        planes in 1usize..7, row_half in 1usize..300, pad in 0usize..3, n in 1usize..=64,
         n_past in 0usize..500, pick in any::<prop::sample::Index>(), seed in any::<u64>()
     ) {
         let Some(gpu) = gpu_or_skip("kv_commit_matches_reference") else { return Ok(()) };
@@ -361,7 +361,7 @@ proptest! {
         // The accepted path: a random node's ancestors, root first.
         let leaf = pick.index(n);
         let nodes: Vec<u32> = (0..n as u32).filter(|&j| b.anc[leaf] >> j & 1 == 1).collect();
-        let mut path = CommitPath { n_past: n_past as u32, len: nodes.len() as u32, nodes: [0; 32] };
+        let mut path = CommitPath { n_past: n_past as u32, len: nodes.len() as u32, nodes: [0; kernel_abi::MAX_NODES as usize] };
         path.nodes[..nodes.len()].copy_from_slice(&nodes);
         let cache: Vec<u16> = (0..planes * stride).map(|e| (e as u64).wrapping_mul(0x9e37_79b9).wrapping_add(seed) as u16).collect();
         let dcache = gpu.upload(&cache).unwrap();
@@ -389,9 +389,10 @@ fn attention_launchers_reject_bad_shapes() {
     let d = AttnDims { n_head: 4, n_head_kv: 2, head_dim: 32, gated: true, window: 0 };
     let err = attn_tree(gpu, d, bs, 1, fs, fs, hs, hs, 1000, fs, fs).unwrap_err().to_string();
     assert!(err.contains("k_cache"), "{err}");
-    let err = attn_tree(gpu, d, bs, 33, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
+    let err = attn_tree(gpu, d, bs, 65, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
     assert!(err.contains("nodes"), "{err}");
+    // A window must exceed every depth: at least the launch's node count.
     let w = AttnDims { window: 31, ..d };
-    let err = attn_tree(gpu, w, bs, 1, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
+    let err = attn_tree(gpu, w, bs, 32, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
     assert!(err.contains("window 31"), "{err}");
 }

@@ -410,7 +410,7 @@ proptest! {
 
     /// Every node's `o` and gated-norm output are within the derived bound of the reference.
     #[test]
-    fn gdn_forward_matches_reference(seed in any::<u64>(), n in 1usize..=32) {
+    fn gdn_forward_matches_reference(seed in any::<u64>(), n in 1usize..=64) {
         let Some(gpu) = gpu_or_skip("gdn_forward_matches_reference") else { return Ok(()) };
         let mut rng = Rng(seed | 1);
         let s = random_shape(&mut rng);
@@ -432,7 +432,7 @@ proptest! {
     /// `gdn_commit` committed its ancestors (from the tree forward's scratch), has bitwise the
     /// `o` and output it had inside the tree.
     #[test]
-    fn gdn_node_alone_after_commit_is_bitwise_the_tree_node(seed in any::<u64>(), n in 2usize..=32) {
+    fn gdn_node_alone_after_commit_is_bitwise_the_tree_node(seed in any::<u64>(), n in 2usize..=64) {
         let Some(gpu) = gpu_or_skip("gdn_node_alone_after_commit_is_bitwise_the_tree_node") else { return Ok(()) };
         let mut rng = Rng(seed | 1);
         let s = random_shape(&mut rng);
@@ -451,8 +451,9 @@ proptest! {
             let c_state = gpu.upload(&l.state).unwrap();
             let c_conv = gpu.upload(&l.conv).unwrap();
             if p >= 0 {
-                let (_pd, ps) = upload_path(gpu, &commit_path(7, &path_to(&nb, p as usize)));
-                gdn_commit(gpu, &s, 1, ps, span(gpu, &mixed), s.conv_ch(), span(gpu, &tree_scratch), DevSpan::of(gpu, &c_state), DevSpan::of(gpu, &c_conv)).unwrap();
+                let cp = commit_path(7, &path_to(&nb, p as usize));
+                let (_pd, ps) = upload_path(gpu, &cp);
+                gdn_commit(gpu, &s, 1, ps, cp.len as usize, span(gpu, &mixed), s.conv_ch(), span(gpu, &tree_scratch), DevSpan::of(gpu, &c_state), DevSpan::of(gpu, &c_conv)).unwrap();
             }
             // Node i alone: its rows moved to row 0.
             let mut one = Layer::new(&mut Rng(1), &s);
@@ -483,7 +484,7 @@ proptest! {
     /// value leaks (a NaN read would reach `o` through the conv or α/β, `out` through
     /// `silu(z)`, the committed window directly).
     #[test]
-    fn gdn_with_row_strides_is_bitwise_the_dense_forward_and_commit(seed in any::<u64>(), n in 1usize..=32, pick in any::<prop::sample::Index>()) {
+    fn gdn_with_row_strides_is_bitwise_the_dense_forward_and_commit(seed in any::<u64>(), n in 1usize..=64, pick in any::<prop::sample::Index>()) {
         let Some(gpu) = gpu_or_skip("gdn_with_row_strides_is_bitwise_the_dense_forward_and_commit") else { return Ok(()) };
         let mut rng = Rng(seed | 1);
         let s = random_shape(&mut rng);
@@ -530,10 +531,11 @@ proptest! {
 
         // Commit a random path: dense arena + dense forward's scratch vs strided arena + the
         // strided forward's scratch.
-        let (_pd, ps) = upload_path(gpu, &commit_path(40, &path_to(&nb, pick.index(n))));
+        let cp = commit_path(40, &path_to(&nb, pick.index(n)));
+        let (_pd, ps) = upload_path(gpu, &cp);
         let commit = |m: &CudaSlice<f32>, stride: usize, sc: &CudaSlice<f32>| {
             let (cs, ss) = (gpu.upload(&l.conv).unwrap(), gpu.upload(&l.state).unwrap());
-            gdn_commit(gpu, &s, 1, ps, span(gpu, m), stride, span(gpu, sc), span(gpu, &ss), span(gpu, &cs)).unwrap();
+            gdn_commit(gpu, &s, 1, ps, cp.len as usize, span(gpu, m), stride, span(gpu, sc), span(gpu, &ss), span(gpu, &cs)).unwrap();
             (gpu.download(&ss).unwrap(), gpu.download(&cs).unwrap())
         };
         let (dense_s, dense_c) = commit(&mixed, ch, &scratch);
@@ -548,7 +550,7 @@ proptest! {
     /// equal to the state a chain forward of the path leaves for its last node (via the next
     /// node's output, checked in the test above).
     #[test]
-    fn gdn_commit_matches_reference_in_every_layer(seed in any::<u64>(), n in 1usize..=32, pick in any::<prop::sample::Index>()) {
+    fn gdn_commit_matches_reference_in_every_layer(seed in any::<u64>(), n in 1usize..=64, pick in any::<prop::sample::Index>()) {
         let Some(gpu) = gpu_or_skip("gdn_commit_matches_reference_in_every_layer") else { return Ok(()) };
         let mut rng = Rng(seed | 1);
         let s = random_shape(&mut rng);
@@ -569,7 +571,7 @@ proptest! {
             forward(gpu, &s, &nb, &mut dl, at(ms, s.mixed_len()), at(cs, s.conv_state_len()), at(ss, s.state_len()), at(scs, sl));
         }
         let (_pd, ps) = upload_path(gpu, &commit_path(0, &nodes));
-        gdn_commit(gpu, &s, 2, ps, ms, s.conv_ch(), scs, ss, cs).unwrap();
+        gdn_commit(gpu, &s, 2, ps, nodes.len(), ms, s.conv_ch(), scs, ss, cs).unwrap();
         let got_state = gpu.download(&state).unwrap();
         let got_conv = gpu.download(&conv).unwrap();
         for (li, l) in layers.iter().enumerate() {
@@ -606,14 +608,16 @@ fn gdn_launchers_reject_bad_shapes() {
     let buf = gpu.zeros::<f32>(1 << 16).unwrap();
     let sp = DevSpan::of(gpu, &buf);
     let (_pd, ps) = upload_path(gpu, &commit_path(0, &[0]));
-    let err = gdn_commit(gpu, &s, 1, ps, sp, 128, sp, sp, sp).unwrap_err().to_string();
+    let err = gdn_commit(gpu, &s, 1, ps, 1, sp, 128, sp, sp, sp).unwrap_err().to_string();
     assert!(err.contains("d_k = 48"), "{err}");
     let s = GdnShape { d_k: 16, ..s };
     let small = sp.sub(0, 10, "test").unwrap();
-    let err = gdn_commit(gpu, &s, 1, ps, small, s.conv_ch(), sp, sp, sp).unwrap_err().to_string();
+    let err = gdn_commit(gpu, &s, 1, ps, 1, small, s.conv_ch(), sp, sp, sp).unwrap_err().to_string();
     assert!(err.contains("mixed"), "{err}");
-    let err = gdn_commit(gpu, &s, 1, ps, sp, s.conv_ch() - 1, sp, sp, sp).unwrap_err().to_string();
+    let err = gdn_commit(gpu, &s, 1, ps, 1, sp, s.conv_ch() - 1, sp, sp, sp).unwrap_err().to_string();
     assert!(err.contains("mixed row stride"), "{err}");
+    let err = gdn_commit(gpu, &s, 1, ps, 65, sp, s.conv_ch(), sp, sp, sp).unwrap_err().to_string();
+    assert!(err.contains("a path of 65 nodes"), "{err}");
     // Row strides below the widths, and views too short for their strides.
     let (_nbd, nbs) = upload_batch(gpu, &node_batch(0, &[-1, 0]));
     let w = GdnWeights { conv_w: sp, ssm_a: sp, dt_bias: sp, norm_w: sp };

@@ -95,7 +95,7 @@ fn gpu_draft_logits_match_the_reference_draft() {
 }
 
 /// Greedy speculation with the draft on the GPU (target and draft both on the device) emits
-/// exactly the GPU's greedy AR tokens at budgets 1, 4, 22 and 31, chain and anchor tree, 210
+/// exactly the GPU's greedy AR tokens at budgets 1, 4, 22, 32 and 48, chain and anchor tree, 210
 /// tokens each; the acceptance length is printed beside the CPU draft's.
 #[test]
 fn gpu_spec_with_the_gpu_draft_equals_gpu_ar() {
@@ -116,7 +116,8 @@ fn gpu_spec_with_the_gpu_draft_equals_gpu_ar() {
         (Mode::Tree, 1),
         (Mode::Tree, 4),
         (Mode::Tree, 22),
-        (Mode::Tree, 31),
+        (Mode::Tree, 32),
+        (Mode::Tree, 48),
         (Mode::Chain, 22),
         (Mode::AnchorTree, 22),
     ] {

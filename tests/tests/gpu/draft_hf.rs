@@ -19,7 +19,7 @@
 //!   (`with_device_rounding`) 7.3e-4 / 8.0e-4 from PyTorch (measured on the CPU by
 //!   `hf_drafts_device_rounding_reference_is_near_pytorch`, bounded there by 1.5e-3); the GPU must
 //!   also be within 2e-3 of that reference, as on the tiny pair (`draft.rs`).
-//! * Greedy speculation with the GPU draft (`tree`, `chain`, `anchor-tree`, budgets 1, 4, 22, 31)
+//! * Greedy speculation with the GPU draft (`tree`, `chain`, `anchor-tree`, budgets 1, 4, 22, 32)
 //!   emits exactly GPU AR's tokens: 200 tokens after the fixture's first 40 tokens (context 320 =
 //!   40 + 200 + a tree of 32, rounded up; `draft-c-swa`'s window covers 384 − 16 = 368 rows, which
 //!   the GPU draft needs for a context of 320).
@@ -200,7 +200,7 @@ fn gpu_spec_with_the_hf_drafts_equals_gpu_ar() {
         let source = GpuTarget::with_capture(&mut e, &layers).unwrap().feature_source().unwrap();
         let mut draft = GpuDraft::new(d, source).unwrap();
         for mode in [Mode::Tree, Mode::Chain, Mode::AnchorTree] {
-            for budget in [1, 4, 22, 31] {
+            for budget in [1, 4, 22, 32] {
                 let mut target = GpuTarget::with_capture(&mut e, &layers).unwrap();
                 let (out, stats) = generate(&mut target, Some(&mut draft), prompt, &cfg(mode, budget), go)
                     .unwrap_or_else(|err| panic!("{name} {mode:?} budget {budget}: {err}"));

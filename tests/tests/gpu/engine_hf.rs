@@ -374,7 +374,7 @@ fn hf_fixture_trees_match_the_reference_and_each_node_alone_bitwise() {
             let mut e = load_engine(&gguf.path, &what);
             let v = e.cfg.vocab_size;
             // (seed, prompt = the fixture's first tokens, tree size)
-            for (seed, plen, n) in [(0u64, toks.len(), 32usize), (1, 40, 19), (2, 33, 6), (3, 1, 1)] {
+            for (seed, plen, n) in [(0u64, toks.len(), 32usize), (1, 40, 19), (2, 33, 6), (3, 1, 1), (4, 20, 45)] {
                 let prompt = &toks[..plen.min(toks.len())];
                 let parents = random_parents(50 + seed, n);
                 let nodes = random_tokens(60 + seed, n, v);

@@ -56,7 +56,7 @@ struct Product {
     dst: usize,
 }
 
-/// One stage: `QmmWorkspace::prepare` of the first `n` rows of buffer `src` (`[32, inp]`), then its products.
+/// One stage: `QmmWorkspace::prepare` of the first `n` rows of buffer `src` (`[CHAIN_ROWS, inp]`), then its products.
 struct Stage {
     src: usize,
     n: usize,
@@ -66,16 +66,19 @@ struct Stage {
 }
 
 /// Chained `qmm` launches of mixed types and node counts, each stage reading the buffer an
-/// earlier product wrote: 5 `qmm_prep_x` + 7 `qmm_*` launches, n = 32, 32, 20, 9, 1 (tile counts
-/// 4, 4, 3, 2, 1), and a last stage with the bf16 pair (F32 weights) that a Q5_K product shares.
+/// earlier product wrote: n = 64, 45, 20, 9, 1 (the first two as two launches of ≤ 32 columns each:
+/// tile counts 4 + 4, 4 + 2, then 3, 2, 1), and a last stage with the bf16 pair (F32 weights) that
+/// a Q5_K product shares.
 struct QmmChain {
-    /// `[32, width]` each; buffer 0 is the input.
+    /// `[CHAIN_ROWS, width]` each; buffer 0 is the input.
     bufs: Vec<CudaSlice<f32>>,
     stages: Vec<Stage>,
     ws: QmmWorkspace,
 }
 
 const CHAIN_IN: usize = 256;
+/// Rows of the chain's buffers (the most columns a product takes).
+const CHAIN_ROWS: usize = kernel_abi::MAX_NODES as usize;
 
 fn qmm_chain(gpu: &Gpu) -> QmmChain {
     // (type, out, in, dst): in is a whole number of the type's K blocks.
@@ -86,10 +89,10 @@ fn qmm_chain(gpu: &Gpu) -> QmmChain {
     };
     let widths = [CHAIN_IN, 512, 256, 96, 288, 256, 200, 130];
     let stages = vec![
-        Stage { src: 0, n: 32, inp: 256, pairs: false, products: vec![product(GgmlType::Q4_K, 512, 256, 1, 11)] },
+        Stage { src: 0, n: 64, inp: 256, pairs: false, products: vec![product(GgmlType::Q4_K, 512, 256, 1, 11)] },
         Stage {
             src: 1,
-            n: 32,
+            n: 45,
             inp: 512,
             pairs: false,
             products: vec![product(GgmlType::Q6_K, 256, 512, 2, 12), product(GgmlType::Q8_0, 96, 512, 3, 13)],
@@ -105,7 +108,7 @@ fn qmm_chain(gpu: &Gpu) -> QmmChain {
         },
     ];
     QmmChain {
-        bufs: widths.iter().map(|&w| gpu.zeros::<f32>(32 * w).unwrap()).collect(),
+        bufs: widths.iter().map(|&w| gpu.zeros::<f32>(CHAIN_ROWS * w).unwrap()).collect(),
         stages,
         ws: QmmWorkspace::new(gpu, 512, 512).unwrap(),
     }
@@ -132,7 +135,7 @@ fn enqueue_chain(gpu: &Gpu, c: &mut QmmChain, serialize: bool) -> Result<(), Gpu
 
 /// Writes input `round` into buffer 0 and NaN into every output buffer.
 fn chain_inputs(gpu: &Gpu, c: &mut QmmChain, round: u64) {
-    gpu.write(&qmm_activations(500 + round, 32, CHAIN_IN), &mut c.bufs[0]).unwrap();
+    gpu.write(&qmm_activations(500 + round, CHAIN_ROWS, CHAIN_IN), &mut c.bufs[0]).unwrap();
     for b in c.bufs.iter_mut().skip(1) {
         gpu.fill_bytes(b, 0xff).unwrap();
     }

@@ -243,7 +243,7 @@ proptest! {
         ty in prop::sample::select(TYPES.to_vec()),
         out in 1usize..300,
         blocks in 1usize..24,
-        n in 1usize..=32,
+        n in 1usize..=64,
         seed in any::<u64>(),
     ) {
         let Some(gpu) = gpu_or_skip("qmm_matches_reference_for_every_type") else { return Ok(()) };
@@ -261,7 +261,7 @@ proptest! {
         ty in prop::sample::select(TYPES.to_vec()),
         out in 1usize..260,
         blocks in 1usize..20,
-        n in 2usize..=32,
+        n in 2usize..=64,
         pick in any::<prop::sample::Index>(),
         seed in any::<u64>(),
     ) {
@@ -282,23 +282,25 @@ proptest! {
     }
 }
 
-/// One case per type at a 27B shape with split K (5120 → 6144), all 32 columns checked.
+/// One case per type at a 27B shape with split K (5120 → 6144), all 64 columns checked (two
+/// launches of 32).
 #[test]
 fn qmm_matches_reference_at_a_27b_shape() {
     let Some(gpu) = gpu_or_skip("qmm_matches_reference_at_a_27b_shape") else { return };
     for ty in TYPES {
         let c = case(ty, 6144, 5120 / qmm_block(ty), 42);
-        let x = activations(7, 32, c.inp);
-        let y = run(gpu, &c, &x, 32);
-        check(&c, &x, 32, &y).unwrap();
+        let x = activations(7, 64, c.inp);
+        let y = run(gpu, &c, &x, 64);
+        check(&c, &x, 64, &y).unwrap();
     }
 }
 
 /// A long K per split (in = 24576, out = 200: 16 splits of 1536 elements) so the multi-tile
 /// kernels that stage x in shared memory (`kernel_abi::qmm_stages_x`, and every warpgroup kernel:
 /// `kernel_abi::qmm_wgmma`) go through more than one chunk of `QMM_XS_CHUNK_UNITS` units per
-/// split: accuracy at n = 12, 22 and 32 (every multi-tile kernel), and the bits of a column equal
-/// those of the one-tile kernel (which reads x from global memory) on it alone.
+/// split: accuracy at n = 12, 22 and 32 (every multi-tile kernel) and 40 and 64 (two launches),
+/// and the bits of a column (in the first and, past 32, the second launch) equal those of the
+/// one-tile kernel (which reads x from global memory) on it alone.
 #[test]
 fn qmm_staged_x_chunks_match_reference_and_one_tile_bits() {
     let Some(gpu) = gpu_or_skip("qmm_staged_x_chunks_match_reference_and_one_tile_bits") else { return };
@@ -306,14 +308,15 @@ fn qmm_staged_x_chunks_match_reference_and_one_tile_bits() {
     assert!(inp / 16 > kernel_abi::QMM_XS_CHUNK_UNITS as usize * 32, "the split must span two chunks");
     for ty in TYPES {
         let c = case(ty, 200, inp / qmm_block(ty), 5);
-        for n in [12, 22, 32] {
+        for n in [12, 22, 32, 40, 64] {
             let x = activations(11 + n as u64, n, c.inp);
             let y = run(gpu, &c, &x, n);
             check(&c, &x, n, &y).unwrap();
-            let j = 10;
-            let alone = run(gpu, &c, &x[j * c.inp..(j + 1) * c.inp], 1);
-            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&y[j * c.out..(j + 1) * c.out]), bits(&alone), "{ty:?} n = {n}");
+            for j in [10, 37].into_iter().filter(|&j| j < n) {
+                let alone = run(gpu, &c, &x[j * c.inp..(j + 1) * c.inp], 1);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&y[j * c.out..(j + 1) * c.out]), bits(&alone), "{ty:?} n = {n}, column {j}");
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //! it replaces, `add_rms_norm` (or `rms_norm_rows_span`) then `QmmWorkspace::prepare`: the stored
 //! residual `h + a` and the product that follows must be **bitwise** equal (the fused kernel
 //! computes the same values in the same order), for every weight type, with and without the
-//! add, and for n = 1..32 columns.
+//! add, and for n = 1..=64 columns (two activation planes past 32).
 
 use flashtree::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
@@ -18,7 +18,7 @@ proptest! {
     #[test]
     fn fused_norm_prep_equals_norm_then_prep_bitwise(
         ty in prop::sample::select(TYPES.to_vec()),
-        n in 1usize..33,
+        n in 1usize..65,
         blocks in 1usize..24,
         out in 1usize..300,
         add in any::<bool>(),

@@ -73,7 +73,7 @@ proptest! {
         ty in prop::sample::select(TYPES.to_vec()),
         ff in 1usize..200,
         blocks in 1usize..16,
-        n in 1usize..=32,
+        n in 1usize..=64,
         seed in any::<u64>(),
     ) {
         let Some(gpu) = gpu_or_skip("qmm_swiglu_matches_reference_for_every_type") else { return Ok(()) };
@@ -91,7 +91,7 @@ proptest! {
         ty in prop::sample::select(TYPES.to_vec()),
         ff in 1usize..200,
         blocks in 1usize..12,
-        n in 2usize..=32,
+        n in 2usize..=64,
         pick in any::<prop::sample::Index>(),
         seed in any::<u64>(),
     ) {

@@ -1,12 +1,14 @@
 //! Which `qmm_*` kernel runs a product and how: the kernel name for a family, tile count and
 //! epilogue; the K split (from the shape and the one-tile kernel's residency, never from the
-//! number of tokens); and the checked, chained launch of a [`QWeight`] product.
+//! number of tokens); and the checked, chained launch of a [`QWeight`] product — one launch per
+//! chunk of at most `QMM_MAX_N` columns.
 
 use cudarc::driver::LaunchConfig;
 use flashtree_quants::GgmlType;
-use kernel_abi::{qmm_ksplit, qmm_ksplit_pow2, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS};
+use kernel_abi::{qmm_ksplit, qmm_ksplit_pow2, QmmParams, MAX_NODES, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS};
 
 use super::format::{family_for, to_u32, QmmFamily};
+use super::workspace::chunk_cols;
 use super::{QWeight, QmmWorkspace};
 use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
 
@@ -77,9 +79,14 @@ fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
     kernel_name(prefix, 1, false).ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {prefix}")))
 }
 
-/// Checks and launches one `qmm_*` kernel over the rows of `w`; `swiglu`: the fused epilogue
+/// Checks and launches the `qmm_*` kernel over the rows of `w`; `swiglu`: the fused epilogue
 /// (y `[n, ff]`), else y `[n, out]`. Grid `(⌈out/128⌉, ksplit)`, `QMM_WARPS` warps per block,
-/// the staged x chunk as dynamic shared memory.
+/// the staged x chunk as dynamic shared memory. Over `n > QMM_MAX_N` tokens: one launch per
+/// activation plane (columns `32c .. min(32c + 32, n)`, the kernel of that chunk's width), each
+/// streaming all of W — a product over 33..=64 tokens reads its weights twice. Column `j`'s
+/// bits are those of the same column in a lone launch: a column's result depends on neither `n`
+/// nor its place in the launch (`gpu-kernels/src/qmatmul/mod.rs`), and the K split is the
+/// matrix's.
 pub(super) fn launch(
     gpu: &Gpu,
     w: &QWeight,
@@ -92,8 +99,8 @@ pub(super) fn launch(
     let (ty, out, inp) = (w.ty(), w.out(), w.inp());
     let family = family_for(ty, out, inp)?;
     let prefix = family.prefix;
-    if n == 0 || n > QMM_MAX_N as usize {
-        return Err(GpuError::shape(op, format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+    if n == 0 || n > MAX_NODES as usize {
+        return Err(GpuError::shape(op, format!("{n} tokens: 1..={MAX_NODES}")));
     }
     ws.check_fits(op, out, inp)?;
     ws.check_prepared(op, n, inp, w.needs_pairs())?;
@@ -102,42 +109,49 @@ pub(super) fn launch(
     if y.len() < n * y_cols {
         return Err(GpuError::shape(op, format!("W {ty:?} [{out}, {inp}]: y {} values (has {})", n * y_cols, y.len())));
     }
-    let tiles = n.div_ceil(8);
     let out32 = to_u32(out, "out")?;
-    let p = QmmParams {
-        out_features: out32,
-        in_features: to_u32(inp, "in")?,
-        n: n as u32,
-        ksplit: w.ksplit(),
-        swiglu_ff: to_u32(ff.unwrap_or(0), "ff")?,
-    };
-    let name =
-        kernel_name(prefix, tiles, swiglu).ok_or_else(|| GpuError::shape(op, format!("no kernel for {prefix}")))?;
-    // Multi-tile kernels that stage x keep x chunks in dynamic shared memory.
-    let smem = family.smem_bytes(tiles as u32);
-    gpu.allow_dynamic_smem(name, smem)?;
-    let cfg = LaunchConfig {
-        grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
-        block_dim: (QMM_WARPS * 32, 1, 1),
-        shared_mem_bytes: smem,
-    };
-    // Chained: only the packed weights are read before the kernel's `griddepcontrol.wait`, so its
-    // first weight loads overlap the previous kernel's tail.
-    unsafe {
-        ChainedLaunch::new(gpu, name)
-            .buf(w.buf())
-            .buf(&ws.xh)
-            .buf(&ws.xb_hi)
-            .buf(&ws.xb_lo)
-            .buf(&ws.xcm)
-            .buf(&ws.xscale)
-            .buf(&ws.xsum)
-            .buf_mut(&mut ws.partial)
-            .buf_mut(&mut ws.counters)
-            .span(y)
-            .value(Param(p))
-            .launch(cfg)
+    for c in 0..n.div_ceil(QMM_MAX_N as usize) {
+        let (first, cols) = chunk_cols(n, c);
+        let tiles = cols.div_ceil(8);
+        let p = QmmParams {
+            out_features: out32,
+            in_features: to_u32(inp, "in")?,
+            n: cols as u32,
+            ksplit: w.ksplit(),
+            swiglu_ff: to_u32(ff.unwrap_or(0), "ff")?,
+        };
+        let name =
+            kernel_name(prefix, tiles, swiglu).ok_or_else(|| GpuError::shape(op, format!("no kernel for {prefix}")))?;
+        // Multi-tile kernels that stage x keep x chunks in dynamic shared memory.
+        let smem = family.smem_bytes(tiles as u32);
+        gpu.allow_dynamic_smem(name, smem)?;
+        let cfg = LaunchConfig {
+            grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
+            block_dim: (QMM_WARPS * 32, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        let pl = ws.plane(gpu, c)?;
+        let y = y.sub(first * y_cols, cols * y_cols, "y")?;
+        // Chained: only the packed weights are read before the kernel's `griddepcontrol.wait`, so
+        // its first weight loads overlap the previous kernel's tail (a chunk's partials and
+        // counters are free again once the previous chunk's launch has finished).
+        unsafe {
+            ChainedLaunch::new(gpu, name)
+                .buf(w.buf())
+                .span(pl.xh)
+                .span(pl.xb_hi)
+                .span(pl.xb_lo)
+                .span(pl.xcm)
+                .span(pl.xscale)
+                .span(pl.xsum)
+                .buf_mut(&mut ws.partial)
+                .buf_mut(&mut ws.counters)
+                .span(y)
+                .value(Param(p))
+                .launch(cfg)?
+        };
     }
+    Ok(())
 }
 
 #[cfg(test)]

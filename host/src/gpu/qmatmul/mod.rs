@@ -1,6 +1,7 @@
 //! Launchers of `qmatmul` (`gpu-kernels/src/qmatmul/`): `y = W · x` with W in its storage type.
 //!
-//! The tensor-core path (`qmm_*` kernels, 1…32 tokens, Q4_K/Q5_K/Q6_K/Q8_0/F16/BF16/F32) goes
+//! The tensor-core path (`qmm_*` kernels, 1…32 tokens per launch, up to `MAX_NODES` per product
+//! as launches of ≤ 32 columns, Q4_K/Q5_K/Q6_K/Q8_0/F16/BF16/F32) goes
 //! through a [`QWeight`]: a matrix packed for the kernels on the device, with its type, shape and
 //! K split. A step converts each input once into a [`QmmWorkspace`] ([`QmmWorkspace::prepare`],
 //! or [`QmmWorkspace::prepare_norm`] fused with a residual add and RMSNorm), then runs every

@@ -1,12 +1,16 @@
 //! The activation preparation of [`QmmWorkspace`]: `qmm_prep_x` converts `x [n, in]` once for
 //! every product that reads it (f16 after a power-of-two scale per column, the warpgroup
 //! kernels' core-matrix plane, unit sums, and the bf16 hi + lo pair F32 weights need);
-//! `qmm_prep_norm` does the same after a residual add and RMSNorm, in one launch.
+//! `qmm_prep_norm` does the same after a residual add and RMSNorm, in one launch. Over more than
+//! `QMM_MAX_N` tokens, one launch per activation plane (`workspace.rs`): every column is
+//! converted on its own (a block per column), so a token's activations are the same bits in
+//! whichever plane and at whichever column it lands.
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK};
 
 use super::format::to_u32;
+use super::workspace::chunk_cols;
 use super::QmmWorkspace;
 use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
 
@@ -16,8 +20,8 @@ impl QmmWorkspace {
     /// input. `pairs`: also the bf16 hi + lo pair that F32 weights need
     /// ([`super::qmm_needs_pairs`]).
     pub fn prepare(&mut self, gpu: &Gpu, x: DevSpan<f32>, n: usize, inp: usize, pairs: bool) -> Result<(), GpuError> {
-        if n == 0 || n > QMM_MAX_N as usize {
-            return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+        if n == 0 || n > self.max_columns() {
+            return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
         }
         if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
             return Err(GpuError::shape(
@@ -29,22 +33,27 @@ impl QmmWorkspace {
             return Err(GpuError::shape("qmm", format!("x needs {} values (has {})", n * inp, x.len())));
         }
         self.prepared = None;
-        let pp = Param(QmmPrepParams { n: n as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
         let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
-        let cfg = LaunchConfig { grid_dim: (n as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
-        unsafe {
-            ChainedLaunch::new(gpu, "qmm_prep_x")
-                .span(x)
-                .buf_mut(&mut self.xh)
-                .buf_mut(&mut self.xb_hi)
-                .buf_mut(&mut self.xb_lo)
-                .buf_mut(&mut self.xcm)
-                .buf_mut(&mut self.xscale)
-                .buf_mut(&mut self.xsum)
-                .value(pp)
-                .launch(cfg)?
-        };
+        for c in 0..n.div_ceil(QMM_MAX_N as usize) {
+            let (first, cols) = chunk_cols(n, c);
+            let pl = self.plane(gpu, c)?;
+            let x = x.sub(first * inp, cols * inp, "x")?;
+            let pp = Param(QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+            let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
+            unsafe {
+                ChainedLaunch::new(gpu, "qmm_prep_x")
+                    .span(x)
+                    .span(pl.xh)
+                    .span(pl.xb_hi)
+                    .span(pl.xb_lo)
+                    .span(pl.xcm)
+                    .span(pl.xscale)
+                    .span(pl.xsum)
+                    .value(pp)
+                    .launch(cfg)?
+            };
+        }
         self.prepared = Some((n, inp, pairs));
         Ok(())
     }
@@ -67,8 +76,8 @@ impl QmmWorkspace {
         pairs: bool,
     ) -> Result<(), GpuError> {
         const K: &str = "qmm_prep_norm";
-        if n == 0 || n > QMM_MAX_N as usize {
-            return Err(GpuError::shape(K, format!("{n} tokens: 1..={QMM_MAX_N} per launch")));
+        if n == 0 || n > self.max_columns() {
+            return Err(GpuError::shape(K, format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
         }
         if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
             return Err(GpuError::shape(
@@ -91,26 +100,39 @@ impl QmmWorkspace {
             None => unsafe { (DevSpan::from_raw(0, 0), DevSpan::from_raw(0, 0)) },
         };
         self.prepared = None;
-        let pp = Param(QmmPrepParams { n: n as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
         let np = Param(QmmPrepNormParams { eps, add: add.is_some() as u32 });
         let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
-        let cfg = LaunchConfig { grid_dim: (n as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        unsafe {
-            ChainedLaunch::new(gpu, K)
-                .span(h)
-                .span(a)
-                .span(w)
-                .span(h_out)
-                .buf_mut(&mut self.xh)
-                .buf_mut(&mut self.xb_hi)
-                .buf_mut(&mut self.xb_lo)
-                .buf_mut(&mut self.xcm)
-                .buf_mut(&mut self.xscale)
-                .buf_mut(&mut self.xsum)
-                .value(pp)
-                .value(np)
-                .launch(cfg)?
-        };
+        for c in 0..n.div_ceil(QMM_MAX_N as usize) {
+            let (first, cols) = chunk_cols(n, c);
+            let pl = self.plane(gpu, c)?;
+            let rows = |s: DevSpan<f32>, what| -> Result<DevSpan<f32>, GpuError> {
+                if add.is_some() {
+                    s.sub(first * inp, cols * inp, what)
+                } else {
+                    Ok(s) // the null placeholders
+                }
+            };
+            let h = h.sub(first * inp, cols * inp, "h")?;
+            let (a, h_out) = (rows(a, "a")?, rows(h_out, "h_out")?);
+            let pp = Param(QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+            let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            unsafe {
+                ChainedLaunch::new(gpu, K)
+                    .span(h)
+                    .span(a)
+                    .span(w)
+                    .span(h_out)
+                    .span(pl.xh)
+                    .span(pl.xb_hi)
+                    .span(pl.xb_lo)
+                    .span(pl.xcm)
+                    .span(pl.xscale)
+                    .span(pl.xsum)
+                    .value(pp)
+                    .value(np)
+                    .launch(cfg)?
+            };
+        }
         self.prepared = Some((n, inp, pairs));
         Ok(())
     }

@@ -153,15 +153,16 @@ impl QWeight {
         ws.prepare(gpu, x, n, self.inp(), self.needs_pairs())
     }
 
-    /// `y[c, o] = Σ_i W[o, i] · x[c, i]` for `c < n ≤ 32`, `o <` [`Self::out`], on the
+    /// `y[c, o] = Σ_i W[o, i] · x[c, i]` for `c < n ≤ MAX_NODES`, `o <` [`Self::out`], on the
     /// activations last prepared in `ws` (same `n` and `inp`, with the pair if needed — checked);
-    /// `y` holds at least `n · out` values.
+    /// `y` holds at least `n · out` values. One launch per 32 columns (W is streamed once per
+    /// launch: a product over more than 32 tokens reads it twice).
     pub fn matmul(&self, gpu: &Gpu, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), GpuError> {
         launch(gpu, self, n, y, false, ws)
     }
 
     /// The fused SwiGLU product of an MLP (gate/up matrices only): `y[c, f] = silu(g_f) · u_f`
-    /// with `g = gate · x[c]`, `u = up · x[c]`, for `f < ff`, `c < n ≤ 32`; `y` holds at least
+    /// with `g = gate · x[c]`, `u = up · x[c]`, for `f < ff`, `c < n ≤ MAX_NODES`; `y` holds at least
     /// `n · ff` values. The gate and up products are the ones [`Self::matmul`] computes (same
     /// arithmetic, batch-invariant the same way), and the activation is applied where they are
     /// produced, so neither is written to memory. The workspace needs `max_out ≥`

@@ -1,20 +1,44 @@
 //! [`QmmWorkspace`]: the device scratch every `qmm` product uses — the activations converted
 //! once per input ([`QmmWorkspace::prepare`], `prep.rs`) and the K-split partial sums and
 //! counters of the products — and what it holds now, checked by every product.
+//!
+//! The kernels take at most [`QMM_MAX_N`] columns. The activations of up to `MAX_NODES` tokens
+//! are kept as `⌈MAX_NODES / QMM_MAX_N⌉ = 2` planes of `QMM_MAX_N` columns each (plane `c`: tokens
+//! `32c .. 32c + 32`, each plane laid out exactly as a lone launch's activations), and a
+//! product over more than `QMM_MAX_N` tokens is one launch per plane (`kernels.rs`).
 
 use cudarc::driver::CudaSlice;
-use kernel_abi::{QMM_MAX_N, QMM_ROWS_PER_BLOCK};
+use kernel_abi::{MAX_NODES, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
 
-use crate::gpu::{Gpu, GpuError};
+use crate::gpu::{DevSpan, Gpu, GpuError};
 
-/// Reusable scratch of the `qmm` products sized for at most `QMM_MAX_N` tokens, `max_in`
-/// inputs and `max_out` product rows.
+/// Chunk `c`'s first column and column count in a product over `n` tokens (`c < ⌈n / 32⌉`).
+pub(super) fn chunk_cols(n: usize, c: usize) -> (usize, usize) {
+    let first = c * QMM_MAX_N as usize;
+    (first, (n - first).min(QMM_MAX_N as usize))
+}
+
+/// One activation plane of the workspace: the kernels' x arguments for up to `QMM_MAX_N` columns.
+#[derive(Clone, Copy)]
+pub(super) struct XPlane {
+    pub xh: DevSpan<u16>,
+    pub xb_hi: DevSpan<u16>,
+    pub xb_lo: DevSpan<u16>,
+    pub xcm: DevSpan<u16>,
+    pub xscale: DevSpan<f32>,
+    pub xsum: DevSpan<f32>,
+}
+
+/// Reusable scratch of the `qmm` products sized for at most `MAX_NODES` tokens (in
+/// two activation planes of `QMM_MAX_N` columns; fewer with
+/// [`QmmWorkspace::with_columns`]), `max_in` inputs and `max_out` product rows.
 pub struct QmmWorkspace {
     pub(super) xh: CudaSlice<u16>,
     pub(super) xb_hi: CudaSlice<u16>,
     pub(super) xb_lo: CudaSlice<u16>,
     /// The same f16 values as `xh` in the warpgroup kernels' core-matrix plane, all
-    /// `QMM_MAX_N` columns (zero until written; padding columns are read but never stored).
+    /// `QMM_MAX_N` columns of each plane (zero until written; padding columns are read but never
+    /// stored).
     pub(super) xcm: CudaSlice<u16>,
     pub(super) xscale: CudaSlice<f32>,
     pub(super) xsum: CudaSlice<f32>,
@@ -22,6 +46,8 @@ pub struct QmmWorkspace {
     pub(super) counters: CudaSlice<u32>,
     pub(super) max_in: usize,
     pub(super) max_out: usize,
+    /// Activation planes (`QMM_MAX_N` columns each).
+    planes: usize,
     /// What the activation buffers hold now: `(n, in, with bf16 pairs)`.
     pub(super) prepared: Option<(usize, usize, bool)>,
     /// Whether a caller preparing activations for several matrices must write the bf16 pair
@@ -30,28 +56,68 @@ pub struct QmmWorkspace {
 }
 
 impl QmmWorkspace {
+    /// Scratch for products of up to `MAX_NODES` tokens.
     pub fn new(gpu: &Gpu, max_in: usize, max_out: usize) -> Result<Self, GpuError> {
+        Self::with_columns(gpu, max_in, max_out, MAX_NODES as usize)
+    }
+
+    /// Scratch for products of up to `max_n` tokens (`1..=MAX_NODES`; one activation plane per
+    /// 32): the DFlash draft's 32-row passes need one.
+    pub fn with_columns(gpu: &Gpu, max_in: usize, max_out: usize, max_n: usize) -> Result<Self, GpuError> {
+        if max_n == 0 || max_n > MAX_NODES as usize {
+            return Err(GpuError::shape("qmm", format!("a workspace for {max_n} tokens: 1..={MAX_NODES}")));
+        }
+        let chunks = max_n.div_ceil(QMM_MAX_N as usize);
         let n_pad = QMM_MAX_N as usize;
         let x = n_pad.checked_mul(max_in).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
+        // The K-split partials serve one launch (one plane) at a time.
         let partial = 16usize
             .checked_mul(n_pad)
             .and_then(|v| v.checked_mul(max_out))
             .ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"))?;
+        let planes =
+            |len: usize| len.checked_mul(chunks).ok_or_else(|| GpuError::shape("qmm", "workspace size overflows"));
         Ok(QmmWorkspace {
-            xh: gpu.zeros(x)?,
-            xb_hi: gpu.zeros(x)?,
-            xb_lo: gpu.zeros(x)?,
-            xcm: gpu.zeros(x)?,
-            xscale: gpu.zeros(n_pad)?,
+            xh: gpu.zeros(planes(x)?)?,
+            xb_hi: gpu.zeros(planes(x)?)?,
+            xb_lo: gpu.zeros(planes(x)?)?,
+            xcm: gpu.zeros(planes(x)?)?,
+            xscale: gpu.zeros(planes(n_pad)?)?,
             // Unit sums: `units × QMM_MAX_N` f32, then the f16 hi/lo group sums (16 halves per
-            // group of 8 units and column = 8 f32 slots).
-            xsum: gpu.zeros(n_pad * (max_in.div_ceil(32) + 8 * max_in.div_ceil(256)).max(1))?,
+            // group of 8 units and column = 8 f32 slots), per plane.
+            xsum: gpu.zeros(planes(Self::xsum_plane_len(max_in))?)?,
             partial: gpu.zeros(partial)?,
             counters: gpu.zeros(max_out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1))?,
             max_in,
             max_out,
+            planes: chunks,
             prepared: None,
             pairs_needed: false,
+        })
+    }
+
+    /// f32 of one plane's unit and group sums for up to `max_in` inputs.
+    fn xsum_plane_len(max_in: usize) -> usize {
+        (QMM_MAX_N as usize * (max_in.div_ceil(32) + 8 * max_in.div_ceil(256))).max(1)
+    }
+
+    /// The most tokens one product takes (32 per activation plane).
+    pub fn max_columns(&self) -> usize {
+        self.planes * QMM_MAX_N as usize
+    }
+
+    /// Activation plane `c` (`c <` the planes): columns `32c .. 32c + 32`.
+    pub(super) fn plane(&self, gpu: &Gpu, c: usize) -> Result<XPlane, GpuError> {
+        let n_pad = QMM_MAX_N as usize;
+        let x = n_pad * self.max_in;
+        let xs = Self::xsum_plane_len(self.max_in);
+        Ok(XPlane {
+            xh: DevSpan::of(gpu, &self.xh).sub(c * x, x, "qmm x plane")?,
+            xb_hi: DevSpan::of(gpu, &self.xb_hi).sub(c * x, x, "qmm x plane")?,
+            xb_lo: DevSpan::of(gpu, &self.xb_lo).sub(c * x, x, "qmm x plane")?,
+            xcm: DevSpan::of(gpu, &self.xcm).sub(c * x, x, "qmm x plane")?,
+            xscale: DevSpan::of(gpu, &self.xscale).sub(c * n_pad, n_pad, "qmm x plane")?,
+            xsum: DevSpan::of(gpu, &self.xsum).sub(c * xs, xs, "qmm x plane")?,
         })
     }
 
@@ -78,6 +144,28 @@ impl QmmWorkspace {
                     if pairs { " with pairs" } else { "" }
                 ),
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_columns_in_launches_of_at_most_32() {
+        assert_eq!(chunk_cols(20, 0), (0, 20));
+        assert_eq!(chunk_cols(32, 0), (0, 32));
+        assert_eq!((chunk_cols(33, 0), chunk_cols(33, 1)), ((0, 32), (32, 1)));
+        assert_eq!((chunk_cols(64, 0), chunk_cols(64, 1)), ((0, 32), (32, 32)));
+        for n in 1..=MAX_NODES as usize {
+            let cols: Vec<usize> = (0..n.div_ceil(32))
+                .flat_map(|c| {
+                    let (first, k) = chunk_cols(n, c);
+                    first..first + k
+                })
+                .collect();
+            assert_eq!(cols, (0..n).collect::<Vec<_>>());
         }
     }
 }
