@@ -93,6 +93,16 @@ where
     Session::new(target, draft).generate(prompt, cfg, on_tokens)
 }
 
+/// How a turn starts from the caches ([`Session::reusable`]).
+enum Reuse {
+    /// The prompt continues the cached tokens.
+    Extend,
+    /// The prompt shares the tokens before the snapshot at this position, not all the rest.
+    Snapshot(usize),
+    /// Empty caches.
+    Cold,
+}
+
 /// A target and its draft across the turns of a conversation, with the tokens the target's
 /// caches hold. [`Session::generate`] reuses them when the new prompt starts with them: only
 /// the rest is run (`Target::extend`, reported as `Stats::reused_tokens`); any other prompt
@@ -214,25 +224,23 @@ where
         rule: DecodingRule,
         stats: &mut Stats,
     ) -> Result<u32, SpecError> {
-        let held = self.known && self.target.committed() == self.committed.len();
-        let extends = held && prompt.len() > self.committed.len() && prompt.starts_with(&self.committed);
-        let back_to = self.snapshot.filter(|&s| {
-            held && !extends && s <= self.committed.len() && prompt.len() > s && prompt[..s] == self.committed[..s]
-        });
+        let reuse = self.reuse(prompt);
         self.known = false;
-        if extends {
-            stats.reused_tokens = self.committed.len();
-        } else if let Some(s) = back_to {
-            self.rewind_to_snapshot(s)?;
-            stats.reused_tokens = s;
-        } else {
-            self.committed.clear();
-            self.unread = None;
-            self.snapshot = None;
-            if let Some(d) = &mut self.draft {
-                d.reset()?;
+        match reuse {
+            Reuse::Extend => stats.reused_tokens = self.committed.len(),
+            Reuse::Snapshot(s) => {
+                self.rewind_to_snapshot(s)?;
+                stats.reused_tokens = s;
             }
-            self.target.reset()?;
+            Reuse::Cold => {
+                self.committed.clear();
+                self.unread = None;
+                self.snapshot = None;
+                if let Some(d) = &mut self.draft {
+                    d.reset()?;
+                }
+                self.target.reset()?;
+            }
         }
         let start = self.committed.len();
         let save_at = snapshot_at.filter(|&s| s > 0 && s >= start && self.supports_snapshots());
@@ -256,6 +264,30 @@ where
         self.committed.extend_from_slice(&prompt[start..]);
         self.known = true;
         Ok(bonus)
+    }
+
+    /// How a turn on `prompt` would start: extending the cached tokens when it continues them,
+    /// going back to the snapshot when it shares the tokens before it (and has more), else cold.
+    fn reuse(&self, prompt: &[u32]) -> Reuse {
+        let held = self.known && self.target.committed() == self.committed.len();
+        if held && prompt.len() > self.committed.len() && prompt.starts_with(&self.committed) {
+            return Reuse::Extend;
+        }
+        match self.snapshot {
+            Some(s) if held && s <= self.committed.len() && prompt.len() > s && prompt[..s] == self.committed[..s] => {
+                Reuse::Snapshot(s)
+            }
+            _ => Reuse::Cold,
+        }
+    }
+
+    /// The number of cached tokens a turn on `prompt` would reuse (0: it would start cold).
+    pub fn reusable(&self, prompt: &[u32]) -> usize {
+        match self.reuse(prompt) {
+            Reuse::Extend => self.committed.len(),
+            Reuse::Snapshot(s) => s,
+            Reuse::Cold => 0,
+        }
     }
 
     /// Returns target and draft to the snapshot at `s` (`≤ committed.len()`): the target
