@@ -429,7 +429,7 @@ impl Engine {
     /// Saves every DeltaNet layer's state and conv window at the committed position `n_past`
     /// into the snapshot buffer (replacing an earlier snapshot): two device-to-device copies on
     /// the stream, `n_gdn · (state_len + conv_len) · 4` bytes read and written (27B: 48 × (48 ×
-    /// 128 × 128 + 3 × 10240) × 4 ≈ 151 MB). The KV rows and feature rows before `n_past` need
+    /// 128 × 128 + 3 × 10240) × 4 ≈ 157 MB). The KV rows and feature rows before `n_past` need
     /// no copy: later tokens only append after them.
     pub fn save_snapshot(&mut self) -> Result<(), EngineError> {
         self.copy_recurrent(true)?;
