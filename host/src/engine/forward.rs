@@ -311,7 +311,7 @@ impl Engine {
             kv: gpu.zeros::<u16>((n_attn * 2 * ctx * nkv * hd).max(1))?,
             state: z(n_gdn * state_len)?,
             conv: z(n_gdn * conv_len)?,
-            snapshot: z(n_gdn * (state_len + conv_len))?,
+            snapshot: z(n_gdn * (gdn.state_len() + gdn.conv_state_len()))?,
             snapshot_at: None,
             mixed: z(n_gdn * N * mixed_stride)?,
             mixed_stride,
