@@ -466,10 +466,15 @@ impl Engine {
     /// test compares before a save and after a restore.
     pub fn recurrent_state(&self) -> Result<Vec<f32>, EngineError> {
         let (sn, cn) = self.recurrent_lens();
-        let mut out = self.gpu.download(&self.state)?;
-        out.truncate(sn);
-        out.extend_from_slice(&self.gpu.download(&self.conv)?[..cn]);
-        Ok(out)
+        let (state, conv) = (self.gpu.download(&self.state)?, self.gpu.download(&self.conv)?);
+        match (state.get(..sn), conv.get(..cn)) {
+            (Some(s), Some(c)) => Ok([s, c].concat()),
+            _ => Err(EngineError::Batch(format!(
+                "recurrent state: {sn} + {cn} values expected, the buffers hold {} + {}",
+                state.len(),
+                conv.len()
+            ))),
+        }
     }
 
     /// f32 values of the DeltaNet states and of the conv windows of all layers.
