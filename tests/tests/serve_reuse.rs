@@ -11,6 +11,12 @@
 //! (`Session::reset` before each) on a given token sequence: that is what a server whose session
 //! holds nothing would run for those tokens. Each test starts its own server, so no other
 //! test's request comes between its turns.
+//!
+//! With the Qwen3.5 template (thinking on), turn 2 re-renders turn 1's reply without its
+//! reasoning, so its text leaves turn 1's right after turn 1's generation prompt starts: the
+//! session goes back to the snapshot saved there and prefills only the rest (`cached_tokens` =
+//! the tokens of the conversation before that generation prompt), and the answer is a cold
+//! run's.
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -41,6 +47,11 @@ fn tiny() -> &'static (PathBuf, PathBuf) {
 
 /// A new server on the tiny pair (its own session).
 fn new_server() -> String {
+    new_server_with(None)
+}
+
+/// A new server on the tiny pair with `--chat-template` `template`.
+fn new_server_with(template: Option<&str>) -> String {
     let (model, draft) = tiny().clone();
     start(ServeArgs {
         model,
@@ -54,7 +65,7 @@ fn new_server() -> String {
         ctx: None,
         queue: 16,
         max_body_bytes: 1 << 20,
-        chat_template: None,
+        chat_template: template.map(PathBuf::from),
         script: None,
     })
 }
@@ -376,5 +387,97 @@ fn a_turn_queued_behind_another_conversation_is_prefilled_whole() {
         assert_eq!(v["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{v}");
         assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(encode(&t.text2).len() as u64), "{v}");
         assert_eq!(v["choices"][0]["message"]["content"], reply_text(&want).as_str(), "{v}");
+    });
+}
+
+/// The Qwen3.5 template's rendering of `messages`, with or without the generation prompt.
+fn render_qwen(messages: &[(&str, &str)], add_generation_prompt: bool) -> String {
+    let msgs: Vec<Message> = messages.iter().map(|(r, c)| Message::new(r, c)).collect();
+    ChatTemplate::qwen35().render(&msgs, RenderOptions { add_generation_prompt, enable_thinking: true }).unwrap()
+}
+
+/// The tokens before the generation prompt of `messages` rendered by the Qwen3.5 template, and
+/// the whole prompt's tokens (the first are a prefix of the second: the tokenizer splits at the
+/// special `<|im_start|>`).
+fn qwen_turn(messages: &[(&str, &str)]) -> (usize, Vec<u32>) {
+    let base = encode(&render_qwen(messages, false));
+    let prompt = encode(&render_qwen(messages, true));
+    assert!(prompt.starts_with(&base) && prompt.len() > base.len());
+    (base.len(), prompt)
+}
+
+const THINK_Q1: &str = "what is two and two";
+const THINK_Q2: &str = "and three and three";
+const THINK_Q3: &str = "thanks";
+
+/// Chat completions through the Qwen3.5 template: turns 2 and 3 send the earlier replies back
+/// without their reasoning; each reuses exactly the conversation before the previous turn's
+/// generation prompt (the snapshot), prefills the rest, and answers what a server that holds
+/// nothing answers (the same tokens: a cold run); `/metrics` counts the reused tokens.
+#[test]
+fn chat_turns_that_drop_the_reasoning_reuse_everything_before_the_last_generation_prompt() {
+    let url = new_server_with(Some("qwen35"));
+    let turn = |msgs: &[(&str, &str)]| {
+        let messages: Vec<Value> = msgs.iter().map(|(r, c)| json!({ "role": r, "content": c })).collect();
+        json!({ "messages": messages, "max_tokens": MAX2, "ignore_eos": true })
+    };
+    let convs: [&[(&str, &str)]; 3] = [
+        &[("user", THINK_Q1)],
+        &[("user", THINK_Q1), ("assistant", "4"), ("user", THINK_Q2)],
+        &[("user", THINK_Q1), ("assistant", "4"), ("user", THINK_Q2), ("assistant", "6"), ("user", THINK_Q3)],
+    ];
+    rt().block_on(async {
+        let mut reused_total = 0;
+        for (t, conv) in convs.iter().enumerate() {
+            let (_, prompt) = qwen_turn(conv);
+            let v = post(&url, "/v1/chat/completions", &turn(conv)).await;
+            // The snapshot of the turn before: the conversation before its generation prompt.
+            let want_cached = if t == 0 { 0 } else { qwen_turn(convs[t - 1]).0 };
+            let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap() as usize;
+            assert_eq!(cached, want_cached, "turn {}: {v}", t + 1);
+            assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(prompt.len() as u64), "turn {}: {v}", t + 1);
+            assert_eq!(v["usage"]["completion_tokens"].as_u64(), Some(MAX2 as u64), "turn {}: {v}", t + 1);
+            reused_total += cached as u64;
+            assert_eq!(metric(&url, "flashtree_reused_prompt_tokens_total").await, reused_total);
+            // A cold run of the same tokens: a server that holds nothing.
+            if t > 0 {
+                let fresh = new_server_with(Some("qwen35"));
+                let c = post(&fresh, "/v1/chat/completions", &turn(conv)).await;
+                assert_eq!(c["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{c}");
+                assert_eq!(v["choices"][0]["message"], c["choices"][0]["message"], "turn {}", t + 1);
+                assert_eq!(v["usage"]["completion_tokens"], c["usage"]["completion_tokens"]);
+            }
+        }
+    });
+}
+
+/// The same through `/v1/messages` (Anthropic clients send thinking blocks back or not; here
+/// not): `cache_read_input_tokens` is the conversation before turn 1's generation prompt,
+/// `input_tokens` the rest, and the answer is a cold server's.
+#[test]
+fn messages_turn_that_drops_the_thinking_reuses_the_conversation_before_it() {
+    let url = new_server_with(Some("qwen35"));
+    let first: &[(&str, &str)] = &[("user", THINK_Q1)];
+    let second: &[(&str, &str)] = &[("user", THINK_Q1), ("assistant", "4"), ("user", THINK_Q2)];
+    let body = |msgs: &[(&str, &str)]| {
+        let messages: Vec<Value> = msgs.iter().map(|(r, c)| json!({ "role": r, "content": c })).collect();
+        json!({ "messages": messages, "max_tokens": MAX2 })
+    };
+    let (s1, _) = qwen_turn(first);
+    let (_, prompt2) = qwen_turn(second);
+    rt().block_on(async {
+        let v = post(&url, "/v1/messages", &body(first)).await;
+        assert_eq!(v["usage"]["cache_read_input_tokens"], 0, "{v}");
+        let v = post(&url, "/v1/messages", &body(second)).await;
+        let (input, read) = (
+            v["usage"]["input_tokens"].as_u64().unwrap() as usize,
+            v["usage"]["cache_read_input_tokens"].as_u64().unwrap() as usize,
+        );
+        assert_eq!((read, input + read), (s1, prompt2.len()), "{v}");
+        let fresh = new_server_with(Some("qwen35"));
+        let c = post(&fresh, "/v1/messages", &body(second)).await;
+        assert_eq!(c["usage"]["cache_read_input_tokens"], 0, "{c}");
+        assert_eq!(v["content"], c["content"]);
+        assert_eq!(v["usage"]["output_tokens"], c["usage"]["output_tokens"]);
     });
 }

@@ -23,7 +23,7 @@ use super::generate::{ModeArg, MAX_BUDGET};
 use super::pair::{draft_or_demo, with_pair, PairInfo, PairRunner, PairSpec};
 use super::sampling::SamplingArgs;
 use crate::chat::{Message, RenderOptions};
-use crate::serve::history::History;
+use crate::serve::history::{generation_prompt_start, token_boundary, History};
 use crate::spec::{DecodingRule, Draft, GenerateConfig, Mode, Session, Stats, StopReason, Target};
 use crate::tokenizer::StreamDecoder;
 
@@ -341,11 +341,15 @@ impl Repl<'_> {
         msgs.extend(conv.messages.iter().cloned());
         let opts = RenderOptions { add_generation_prompt: true, enable_thinking: !self.args.no_think };
         let text = info.template.render(&msgs, opts).context("the chat template")?;
+        // Where the generation prompt starts: the session's snapshot (the server's rule).
+        let base = info.template.render(&msgs, RenderOptions { add_generation_prompt: false, ..opts });
+        let start = base.ok().and_then(|base| generation_prompt_start(&base, &text));
         let tk = &info.tk.tokenizer;
         let prompt = match conv.history.continuation(tk, &text).context("tokenising the conversation")? {
-            Some(ids) => ids,
-            None => tk.encode(&text).context("tokenising the conversation")?,
+            Some(ids) if session.reusable(&ids) > 0 => ids,
+            _ => tk.encode(&text).context("tokenising the conversation")?,
         };
+        let snapshot = start.and_then(|b| token_boundary(tk, &prompt, b));
         let room = info.room(prompt.len());
         if room == 0 {
             bail!(
@@ -362,7 +366,7 @@ impl Repl<'_> {
         let mut reply = String::new();
         let mut io_err = None;
         let (ids, stats) = session
-            .generate(&prompt, &cfg, |ids| {
+            .generate_with_snapshot(&prompt, snapshot, &cfg, |ids| {
                 let mut piece = String::new();
                 for &id in ids.iter().filter(|id| !cfg.eos.contains(id)) {
                     piece.push_str(&dec.push(info.tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
@@ -385,7 +389,7 @@ impl Repl<'_> {
         reply.push_str(&tail);
         write!(out, "{tail}")?;
         writeln!(out)?;
-        conv.history.record(tk, &prompt, &ids);
+        conv.history.record(tk, &prompt, &ids, session.snapshot_position());
         Ok((reply, stats))
     }
 }

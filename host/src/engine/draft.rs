@@ -344,6 +344,20 @@ impl DraftEngine {
         self.n_ctx = 0;
     }
 
+    /// Keeps the first `rows` context rows (positions `0..rows`): the next context rows are
+    /// appended from position `rows`, overwriting the K/V rows of the forgotten ones. Nothing
+    /// else depends on the rows held. An error when it holds fewer than `rows`.
+    pub fn truncate_context(&mut self, rows: usize) -> Result<(), EngineError> {
+        if rows > self.n_ctx {
+            return Err(EngineError::Batch(format!(
+                "truncate: the draft holds {} context rows, not {rows}",
+                self.n_ctx
+            )));
+        }
+        self.n_ctx = rows;
+        Ok(())
+    }
+
     /// Feature values per row (`len(target_layer_ids) · hidden_size`).
     pub fn feature_len(&self) -> usize {
         self.cfg.target_layer_ids.len() * self.cfg.hidden_size

@@ -55,6 +55,10 @@ impl FeatureSpan for DeviceFeatures {
     fn rows(&self) -> usize {
         self.rows
     }
+
+    fn truncate(&mut self, rows: usize) {
+        self.rows = self.rows.min(rows);
+    }
 }
 
 /// The store's device buffer and shape (shared with the [`EngineFeatures`] readers; the engine

@@ -81,6 +81,11 @@ pub struct Engine {
     kv: CudaSlice<u16>,
     state: CudaSlice<f32>,
     conv: CudaSlice<f32>,
+    /// One saved copy of `state` then `conv` (`[gdn layers · state_len | gdn layers ·
+    /// conv_len]`, allocated once, counted in the plan) and the position it was saved at
+    /// ([`Engine::save_snapshot`]; `None`: none, or dropped by a reset).
+    snapshot: CudaSlice<f32>,
+    snapshot_at: Option<usize>,
     /// `[gdn layers][MAX_NODES][mixed_stride]`: each row the layer's conv inputs (`conv_ch` values),
     /// followed by its `[z | b | a]` when the layers' projections are one product
     /// ([`GdnProj::All`]; `mixed_stride = conv_ch + inner + 2·n_v`, else `conv_ch`). Kept until
@@ -313,6 +318,8 @@ impl Engine {
             kv: gpu.zeros::<u16>((n_attn * 2 * ctx * nkv * hd).max(1))?,
             state: z(n_gdn * state_len)?,
             conv: z(n_gdn * conv_len)?,
+            snapshot: z(n_gdn * (gdn.state_len() + gdn.conv_state_len()))?,
+            snapshot_at: None,
             mixed: z(n_gdn * N * mixed_stride)?,
             mixed_stride,
             gdn_scratch: z(n_gdn * gdn::gdn_scratch_len(&gdn))?,
@@ -422,6 +429,88 @@ impl Engine {
         self.gpu.fill_bytes(&mut self.conv, 0)?;
         self.n_past = 0;
         self.last = None;
+        self.snapshot_at = None;
+        Ok(())
+    }
+
+    /// Saves every DeltaNet layer's state and conv window at the committed position `n_past`
+    /// into the snapshot buffer (replacing an earlier snapshot): two device-to-device copies on
+    /// the stream, `n_gdn · (state_len + conv_len) · 4` bytes read and written (27B: 48 × (48 ×
+    /// 128 × 128 + 3 × 10240) × 4 ≈ 157 MB). The KV rows and feature rows before `n_past` need
+    /// no copy: later tokens only append after them.
+    pub fn save_snapshot(&mut self) -> Result<(), EngineError> {
+        self.copy_recurrent(true)?;
+        self.snapshot_at = Some(self.n_past);
+        Ok(())
+    }
+
+    /// Goes back to the snapshot's position `s` and returns it: copies the saved states and
+    /// conv windows back and sets `n_past = s` (the KV and feature rows from `s` on are
+    /// overwritten by the next tokens; attention reads only rows before `n_past` + the batch).
+    /// The snapshot stays. An error, changing nothing, without a snapshot or when it lies past
+    /// `n_past`.
+    pub fn restore_snapshot(&mut self) -> Result<usize, EngineError> {
+        let at = self.snapshot_at.ok_or_else(|| EngineError::Batch("restore: no snapshot saved".into()))?;
+        if at > self.n_past {
+            return Err(EngineError::Batch(format!(
+                "restore: the snapshot at position {at} lies past the {} committed tokens",
+                self.n_past
+            )));
+        }
+        self.copy_recurrent(false)?;
+        self.n_past = at;
+        self.last = None;
+        Ok(at)
+    }
+
+    /// The position of the saved snapshot, if any.
+    pub fn snapshot_position(&self) -> Option<usize> {
+        self.snapshot_at
+    }
+
+    /// Every DeltaNet layer's committed state followed by its conv window, as the snapshot
+    /// buffer lays them out (`[gdn layers · state_len | gdn layers · conv_len]`, waits): what a
+    /// test compares before a save and after a restore.
+    pub fn recurrent_state(&self) -> Result<Vec<f32>, EngineError> {
+        let (sn, cn) = self.recurrent_lens();
+        let (state, conv) = (self.gpu.download(&self.state)?, self.gpu.download(&self.conv)?);
+        match (state.get(..sn), conv.get(..cn)) {
+            (Some(s), Some(c)) => Ok([s, c].concat()),
+            _ => Err(EngineError::Batch(format!(
+                "recurrent state: {sn} + {cn} values expected, the buffers hold {} + {}",
+                state.len(),
+                conv.len()
+            ))),
+        }
+    }
+
+    /// f32 values of the DeltaNet states and of the conv windows of all layers.
+    fn recurrent_lens(&self) -> (usize, usize) {
+        (self.n_gdn * self.gdn.state_len(), self.n_gdn * self.gdn.conv_state_len())
+    }
+
+    /// `state` and `conv` → the snapshot buffer (`to_snapshot`), or back.
+    fn copy_recurrent(&mut self, to_snapshot: bool) -> Result<(), EngineError> {
+        let (sn, cn) = self.recurrent_lens();
+        let gpu = &self.gpu;
+        let snap = DevSpan::of(gpu, &self.snapshot);
+        let pairs = [
+            (DevSpan::of(gpu, &self.state).sub(0, sn, "recurrent state")?, snap.sub(0, sn, "snapshot state")?),
+            (DevSpan::of(gpu, &self.conv).sub(0, cn, "conv windows")?, snap.sub(sn, cn, "snapshot conv windows")?),
+        ];
+        gpu.context().bind_to_thread().map_err(|e| GpuError::from_driver("binding the context", e))?;
+        for (live, saved) in pairs {
+            let (src, dst) = if to_snapshot { (live, saved) } else { (saved, live) };
+            if src.is_empty() {
+                continue;
+            }
+            // Safety: both spans hold `src.len()` f32 of live device buffers (checked by `sub`);
+            // the copy is ordered on the engine's stream after the commits that wrote the source.
+            unsafe {
+                cudarc::driver::result::memcpy_dtod_async(dst.ptr(), src.ptr(), src.len() * 4, gpu.stream().cu_stream())
+            }
+            .map_err(|e| GpuError::from_driver("copying the recurrent snapshot", e))?;
+        }
         Ok(())
     }
 

@@ -43,6 +43,15 @@ impl Draft for GpuDraft {
         Ok(())
     }
 
+    fn supports_truncation(&self) -> bool {
+        true
+    }
+
+    /// A position reset: the context K/V rows are append-only.
+    fn truncate_context(&mut self, rows: usize) -> Result<(), SpecError> {
+        self.engine.truncate_context(rows).map_err(SpecError::backend)
+    }
+
     fn propose(&mut self, new: &DeviceFeatures, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         if new.rows > 0 && new.first_row != self.engine.context_len() {
             return Err(SpecError::Config(format!(

@@ -20,6 +20,8 @@ pub struct MemoryPlan {
     pub kv_cache: u64,
     /// DeltaNet recurrent state and conv windows.
     pub recurrent: u64,
+    /// One saved copy of them ([`super::Engine::save_snapshot`]): as large as `recurrent`.
+    pub snapshot: u64,
     /// Per-node scratch a verify keeps until commit (conv inputs, recurrent inputs), `MAX_NODES`
     /// rows per DeltaNet layer.
     pub tree_scratch: u64,
@@ -35,7 +37,13 @@ pub struct MemoryPlan {
 
 impl MemoryPlan {
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.recurrent + self.tree_scratch + self.workspace + self.features
+        self.weights
+            + self.kv_cache
+            + self.recurrent
+            + self.snapshot
+            + self.tree_scratch
+            + self.workspace
+            + self.features
     }
 
     /// Bytes of the feature store and scratch of `layers` captured layers of width `d` at
@@ -94,7 +102,17 @@ impl MemoryPlan {
         let attn_split = kernel_abi::ATTN_MAX_SPLITS as u64 * M * nh * (hd + 2) * 4;
         let workspace = acts + logits + qmm_ws + rope + attn_split;
         let features = Self::feature_bytes(ctx, capture_layers, cfg.embedding_length)?;
-        Ok(MemoryPlan { ctx, weights, kv_cache, recurrent, tree_scratch, workspace, features, capture_layers })
+        Ok(MemoryPlan {
+            ctx,
+            weights,
+            kv_cache,
+            recurrent,
+            snapshot: recurrent,
+            tree_scratch,
+            workspace,
+            features,
+            capture_layers,
+        })
     }
 
     /// Refuses the plan unless it fits `free` bytes, keeping `reserve` for the driver.
@@ -120,12 +138,14 @@ impl fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "weights {:.2} GiB, KV cache {:.2} GiB (context {}), recurrent state {:.3} GiB, tree scratch {:.3} GiB, \
+            "weights {:.2} GiB, KV cache {:.2} GiB (context {}), recurrent state {:.3} GiB (+ {:.3} GiB \
+             snapshot), tree scratch {:.3} GiB, \
              workspace {:.3} GiB, draft features {:.3} GiB ({} layers): total {:.2} GiB",
             gib(self.weights),
             gib(self.kv_cache),
             self.ctx,
             gib(self.recurrent),
+            gib(self.snapshot),
             gib(self.tree_scratch),
             gib(self.workspace),
             gib(self.features),

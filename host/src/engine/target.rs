@@ -139,4 +139,19 @@ impl Target for GpuTarget<'_> {
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         self.clock.take().map(Some).map_err(SpecError::backend)
     }
+
+    fn supports_snapshots(&self) -> bool {
+        true
+    }
+
+    /// [`Engine::save_snapshot`]: every DeltaNet state and conv window copied on the device.
+    fn save_snapshot(&mut self) -> Result<(), SpecError> {
+        self.engine.save_snapshot().map_err(SpecError::backend)
+    }
+
+    /// [`Engine::restore_snapshot`]: the copies back and `n_past = s`; the KV cache and the
+    /// feature store keep their rows before `s`.
+    fn restore_snapshot(&mut self) -> Result<usize, SpecError> {
+        self.engine.restore_snapshot().map_err(SpecError::backend)
+    }
 }

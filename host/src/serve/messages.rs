@@ -29,17 +29,23 @@ use tokio::sync::mpsc;
 
 use super::anthropic::{stop_reason, tool_use_block, usage_json, MessagesRequest};
 use super::error::ApiError;
+use super::history::generation_prompt_start;
 use super::reply::{self, ReplySplitter};
-use super::routes::{blocking, body, collect, now, prepare, rule, submit, tokenize, AppState};
+use super::routes::{blocking, body, collect, now, prepare, rule, submit, tokenize, AppState, Planned};
 use super::thinking::Piece;
 use super::worker::{Event, Outcome};
 use crate::chat::RenderOptions;
 
 /// The request's prompt text: messages, system and tools rendered by the chat template.
 pub fn prompt_text(st: &AppState, req: &MessagesRequest) -> Result<String, ApiError> {
+    rendered(st, req, true)
+}
+
+/// The request rendered with or without the generation prompt.
+fn rendered(st: &AppState, req: &MessagesRequest, add_generation_prompt: bool) -> Result<String, ApiError> {
     let messages = req.chat_messages()?;
     let tools = req.tool_definitions()?;
-    let opts = RenderOptions { add_generation_prompt: true, enable_thinking: req.thinking_on()? };
+    let opts = RenderOptions { add_generation_prompt, enable_thinking: req.thinking_on()? };
     st.model
         .template
         .render_with_tools(&messages, &tools, opts)
@@ -82,7 +88,10 @@ async fn messages(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result
         let stops = req2.stops()?;
         let rule = rule(&req2.sampling())?;
         let requested = req2.max_tokens()?;
-        prepare(&st2, prompt_text(&st2, &req2)?, requested, rule, false, stops)
+        let text = prompt_text(&st2, &req2)?;
+        // Where the generation prompt starts: the session's snapshot (`super::history`).
+        let start = rendered(&st2, &req2, false).ok().and_then(|base| generation_prompt_start(&base, &text));
+        Ok(Planned { snapshot_bytes: start, ..prepare(&st2, text, requested, rule, false, stops)? })
     })
     .await?;
     let (prompt_len, thinking, stops) = (planned.prompt.len(), planned.thinking, planned.stops.clone());

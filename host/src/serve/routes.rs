@@ -229,6 +229,9 @@ pub(super) struct Planned {
     pub stops: Vec<String>,
     /// The reply starts inside a think block ([`super::thinking::prompt_opens_think`]).
     pub thinking: bool,
+    /// Where the generation prompt starts in `text` (bytes): the session's snapshot
+    /// ([`super::history`]); `None` for a raw prompt.
+    pub snapshot_bytes: Option<usize>,
 }
 
 /// Tokenises a rendered prompt whole and checks it against the context (the worker may run it
@@ -244,7 +247,7 @@ pub(super) fn prepare(
     let prompt = tokenize(st, &text)?;
     let cfg = config(st, &prompt, requested, rule, ignore_eos)?;
     let thinking = super::thinking::prompt_opens_think(&text);
-    Ok(Planned { text, prompt, cfg, requested, stops, thinking })
+    Ok(Planned { text, prompt, cfg, requested, stops, thinking, snapshot_bytes: None })
 }
 
 /// Renders, tokenises and checks a chat request.
@@ -255,20 +258,30 @@ fn plan(st: &AppState, req: &ChatRequest) -> Result<Planned, ApiError> {
     let rule = rule(&req.sampling())?;
     let requested = req.max_tokens()?;
     let opts = RenderOptions { add_generation_prompt: true, enable_thinking: req.thinking() };
-    let text = st
-        .model
-        .template
+    let template = &st.model.template;
+    let text = template
         .render_with_tools(&messages, &tools, opts)
         .map_err(|e| ApiError::bad_request(format!("messages: the chat template failed: {e}")))?;
-    prepare(st, text, requested, rule, req.ignore_eos == Some(true), stops)
+    // Where the generation prompt starts: the session's snapshot (`super::history`).
+    let base = template.render_with_tools(&messages, &tools, RenderOptions { add_generation_prompt: false, ..opts });
+    let start = base.ok().and_then(|base| super::history::generation_prompt_start(&base, &text));
+    Ok(Planned { snapshot_bytes: start, ..prepare(st, text, requested, rule, req.ignore_eos == Some(true), stops)? })
 }
 
 /// Queues a job; returns where its events arrive. Full queue → 429 with `Retry-After`.
 pub(super) fn submit(st: &AppState, p: Planned) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let room = st.model.ctx.saturating_sub(st.model.reserve);
-    let job =
-        Job { text: p.text, prompt: p.prompt, cfg: p.cfg, requested: p.requested, room, stops: p.stops, events: tx };
+    let job = Job {
+        text: p.text,
+        prompt: p.prompt,
+        snapshot_bytes: p.snapshot_bytes,
+        cfg: p.cfg,
+        requested: p.requested,
+        room,
+        stops: p.stops,
+        events: tx,
+    };
     st.model.jobs.try_send(job).map_err(|e| match e {
         mpsc::error::TrySendError::Full(_) => ApiError {
             retry_after: Some(RETRY_AFTER_S),

@@ -144,4 +144,21 @@ impl<T: Target> Target for ScriptedTarget<T> {
     fn device_times(&mut self) -> Result<Option<crate::spec::PhaseTimes>, SpecError> {
         self.inner.device_times()
     }
+
+    fn supports_snapshots(&self) -> bool {
+        self.inner.supports_snapshots()
+    }
+
+    fn save_snapshot(&mut self) -> Result<(), SpecError> {
+        self.inner.save_snapshot()
+    }
+
+    /// The script is chosen again by the `extend` that follows (a restore is always followed by
+    /// one: the rest of the prompt).
+    fn restore_snapshot(&mut self) -> Result<usize, SpecError> {
+        let at = self.inner.restore_snapshot()?;
+        self.history.truncate(at);
+        self.active = None;
+        Ok(at)
+    }
 }

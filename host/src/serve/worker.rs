@@ -2,7 +2,8 @@
 //! time, streaming each job's text back over a channel. A job whose receiver is gone (the
 //! client disconnected) stops after the round in progress; one still queued is skipped.
 //! When a job starts, its prompt's tokens are chosen against the session's [`History`] (the
-//! prefix-reuse rule and why it is decided here, not on the HTTP side: [`super::history`]).
+//! prefix-reuse rule and why it is decided here, not on the HTTP side: [`super::history`]), and
+//! the session saves its recurrent state where the job's generation prompt starts.
 
 use std::ops::ControlFlow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -24,6 +25,9 @@ pub struct Job {
     /// `text` tokenised whole: what the request prefills cold (`count_tokens`), and runs when it
     /// does not continue the history.
     pub prompt: Vec<u32>,
+    /// Where the generation prompt starts in `text` (bytes; `None` for a raw completion): the
+    /// session saves its snapshot there ([`super::history`]).
+    pub snapshot_bytes: Option<usize>,
     /// Mode, budget, most tokens (for `prompt`), EOS ids, decoding rule.
     pub cfg: GenerateConfig,
     /// The most tokens the request asked for (`None`: all the context leaves).
@@ -115,9 +119,9 @@ pub fn run_jobs<T, D>(
 }
 
 /// The prompt and configuration a job runs: the history's tokens followed by the rest of its
-/// text tokenised, when its text continues the history, the session's caches hold the start of
-/// those tokens (so they will be reused) and they leave room to generate; else the job's cold
-/// tokens and configuration.
+/// text tokenised, when its text continues the history (or its part before the snapshot), the
+/// session will reuse them (its caches hold their start, or the snapshot) and they leave room
+/// to generate; else the job's cold tokens and configuration.
 fn choose_prompt<T, D>(
     session: &Session<T, D>,
     history: &History,
@@ -136,8 +140,7 @@ where
             return (job.prompt.clone(), job.cfg.clone());
         }
     };
-    let held = session.committed_tokens();
-    if held.is_empty() || !ids.starts_with(held) || ids.len() >= job.room {
+    if session.reusable(&ids) == 0 || ids.len() >= job.room {
         return (job.prompt.clone(), job.cfg.clone());
     }
     let left = job.room - ids.len();
@@ -157,6 +160,7 @@ where
     D: Draft<Features = T::Features>,
 {
     let (prompt, cfg) = choose_prompt(session, history, job, tk);
+    let snapshot = job.snapshot_bytes.and_then(|b| super::history::token_boundary(&tk.tokenizer, &prompt, b));
     let mut dec = StreamDecoder::new();
     let mut stop = StopMatcher::new(job.stops.clone());
     let send = |text: String| {
@@ -165,7 +169,7 @@ where
         }
     };
     let (output, stats) = session
-        .generate(&prompt, &cfg, |ids| {
+        .generate_with_snapshot(&prompt, snapshot, &cfg, |ids| {
             let mut text = String::new();
             for &id in ids.iter().filter(|id| !cfg.eos.contains(id)) {
                 text.push_str(&dec.push(tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
@@ -180,7 +184,7 @@ where
         .map_err(|e| e.to_string())?;
     if !output.is_empty() {
         // (Empty only when nothing ran: the caches and the history are as they were.)
-        history.record(&tk.tokenizer, &prompt, &output);
+        history.record(&tk.tokenizer, &prompt, &output, session.snapshot_position());
     }
     if !stop.hit() {
         let tail = dec.finish();

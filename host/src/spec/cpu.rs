@@ -8,8 +8,13 @@
 //! appends the KV rows of the accepted path in path order (the compaction), adopts the DeltaNet
 //! state and conv window of the path's last node (the window was gathered along its ancestors),
 //! and hands the path's feature rows (target layers `target_layer_ids`, concatenated) to the draft.
+//!
+//! Snapshots: the target clones every DeltaNet layer's conv window and state at the committed
+//! position; a restore copies them back and truncates the attention layers' KV rows to it. The
+//! draft truncates its per-row context K/V.
 
 use flashtree_reference::model::dflash::{ContextKv, DFlashWeights};
+use flashtree_reference::model::state::LayerState;
 use flashtree_reference::model::tensor::Matrix;
 use flashtree_reference::model::{ForwardOptions, Qwen35State, Qwen35Weights, TreeOutput};
 
@@ -54,12 +59,21 @@ pub struct CpuTarget<'w> {
     state: Qwen35State,
     capture: Vec<usize>,
     last: Option<TreeOutput>,
+    /// The saved position and, per DeltaNet layer in layer order, its conv window and state.
+    snapshot: Option<RecurrentSnapshot>,
+}
+
+/// The recurrent part of a [`Qwen35State`] at position `at`.
+struct RecurrentSnapshot {
+    at: usize,
+    /// `(conv, s)` of each DeltaNet layer, in layer order.
+    layers: Vec<(Vec<f32>, Vec<f32>)>,
 }
 
 impl<'w> CpuTarget<'w> {
     /// Empty state; `capture` = the target layers whose outputs feed the draft.
     pub fn new(w: &'w Qwen35Weights, capture: Vec<usize>) -> Self {
-        Self { w, state: Qwen35State::new(&w.hparams), capture, last: None }
+        Self { w, state: Qwen35State::new(&w.hparams), capture, last: None, snapshot: None }
     }
 
     fn rows(&self, captured: &[Vec<Vec<f32>>], nodes: impl Iterator<Item = usize>) -> FeatureRows {
@@ -77,6 +91,7 @@ impl Target for CpuTarget<'_> {
     fn reset(&mut self) -> Result<(), SpecError> {
         self.state = Qwen35State::new(&self.w.hparams);
         self.last = None;
+        self.snapshot = None;
         Ok(())
     }
 
@@ -114,6 +129,54 @@ impl Target for CpuTarget<'_> {
         let out = self.last.take().ok_or_else(|| SpecError::Config("commit without a verify".into()))?;
         self.state.commit_path(&out, path).map_err(SpecError::backend)?;
         Ok(self.rows(&out.captured, path.iter().copied()))
+    }
+
+    fn supports_snapshots(&self) -> bool {
+        true
+    }
+
+    fn save_snapshot(&mut self) -> Result<(), SpecError> {
+        let layers = self
+            .state
+            .layers
+            .iter()
+            .filter_map(|l| match l {
+                LayerState::DeltaNet { conv, s } => Some((conv.clone(), s.clone())),
+                LayerState::Attention { .. } => None,
+            })
+            .collect();
+        self.snapshot = Some(RecurrentSnapshot { at: self.state.n_past, layers });
+        Ok(())
+    }
+
+    fn restore_snapshot(&mut self) -> Result<usize, SpecError> {
+        let snap = self.snapshot.as_ref().ok_or_else(|| SpecError::Config("restore: no snapshot saved".into()))?;
+        let at = snap.at;
+        if at > self.state.n_past {
+            return Err(SpecError::Config(format!(
+                "restore: the snapshot at position {at} lies past the {} committed tokens",
+                self.state.n_past
+            )));
+        }
+        let mut saved = snap.layers.iter();
+        for layer in &mut self.state.layers {
+            match layer {
+                LayerState::Attention { k, v } => {
+                    k.truncate(at);
+                    v.truncate(at);
+                }
+                LayerState::DeltaNet { conv, s } => {
+                    let (c, st) = saved.next().ok_or_else(|| {
+                        SpecError::Config("restore: the snapshot holds fewer DeltaNet layers than the model".into())
+                    })?;
+                    conv.clone_from(c);
+                    s.clone_from(st);
+                }
+            }
+        }
+        self.state.n_past = at;
+        self.last = None;
+        Ok(at)
     }
 }
 
@@ -159,6 +222,21 @@ impl Draft for CpuDraft<'_> {
 
     fn reset(&mut self) -> Result<(), SpecError> {
         self.ctx.clear();
+        Ok(())
+    }
+
+    fn supports_truncation(&self) -> bool {
+        true
+    }
+
+    fn truncate_context(&mut self, rows: usize) -> Result<(), SpecError> {
+        if rows > self.ctx.len() {
+            return Err(SpecError::Config(format!(
+                "truncate: the draft holds {} context rows, not {rows}",
+                self.ctx.len()
+            )));
+        }
+        self.ctx.truncate(rows);
         Ok(())
     }
 

@@ -62,4 +62,12 @@ where
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         self.draft.device_times()
     }
+
+    fn supports_truncation(&self) -> bool {
+        self.draft.supports_truncation()
+    }
+
+    fn truncate_context(&mut self, rows: usize) -> Result<(), SpecError> {
+        self.draft.truncate_context(rows)
+    }
 }

@@ -93,6 +93,16 @@ where
     Session::new(target, draft).generate(prompt, cfg, on_tokens)
 }
 
+/// How a turn starts from the caches ([`Session::reusable`]).
+enum Reuse {
+    /// The prompt continues the cached tokens.
+    Extend,
+    /// The prompt shares the tokens before the snapshot at this position, not all the rest.
+    Snapshot(usize),
+    /// Empty caches.
+    Cold,
+}
+
 /// A target and its draft across the turns of a conversation, with the tokens the target's
 /// caches hold. [`Session::generate`] reuses them when the new prompt starts with them: only
 /// the rest is run (`Target::extend`, reported as `Stats::reused_tokens`); any other prompt
@@ -100,6 +110,17 @@ where
 /// except the output's last token when it is the pending one (the target's pick after the
 /// caches, not yet run): a round that stops inside its accepted path commits only the emitted
 /// prefix. So a next prompt of `prompt + output + more` always reuses them.
+///
+/// A turn may also name a snapshot position `s` ([`Session::generate_with_snapshot`]): its
+/// prompt runs up to `s`, the target saves its recurrent state there
+/// ([`Target::save_snapshot`]), and the rest follows. A later prompt that does not extend the
+/// cached tokens but starts with their first `s` goes back to `s` instead of starting over:
+/// the target restores the snapshot, the draft forgets its context rows from `s` on, and only
+/// `prompt[s..]` runs (`Stats::reused_tokens = s`). That is how a conversation whose template
+/// re-renders the last reply differently (a thinking model's `<think>` block dropped) reuses
+/// everything before the reply: `s` = the start of the generation prompt. The tokens are the
+/// ones a cold run of the prompt gives (a node's result does not depend on how the prompt was
+/// split into forwards).
 pub struct Session<T: Target, D> {
     target: T,
     draft: Option<D>,
@@ -107,8 +128,11 @@ pub struct Session<T: Target, D> {
     committed: Vec<u32>,
     /// `committed` mirrors the target (false before the first turn and after a failed one).
     known: bool,
-    /// Features of committed rows the draft has not read yet.
+    /// Features of committed rows the draft has not read yet: the draft holds the context rows
+    /// of the first `committed.len() − unread.rows()` tokens.
     unread: Option<T::Features>,
+    /// The position of the target's snapshot (`≤ committed.len()`; valid while `known`).
+    snapshot: Option<usize>,
 }
 
 impl<T, D> Session<T, D>
@@ -118,7 +142,18 @@ where
 {
     /// A session over `target` and `draft`; the first turn resets both.
     pub fn new(target: T, draft: Option<D>) -> Self {
-        Self { target, draft, committed: Vec::new(), known: false, unread: None }
+        Self { target, draft, committed: Vec::new(), known: false, unread: None, snapshot: None }
+    }
+
+    /// The position of the snapshot the next turn can go back to (`None`: none saved).
+    pub fn snapshot_position(&self) -> Option<usize> {
+        self.snapshot.filter(|_| self.known)
+    }
+
+    /// Whether the pair can go back to a snapshot: the target saves one and the draft (if any)
+    /// truncates its context.
+    pub fn supports_snapshots(&self) -> bool {
+        self.target.supports_snapshots() && self.draft.as_ref().is_none_or(|d| d.supports_truncation())
     }
 
     /// The tokens in the target's caches after the last turn (empty before the first).
@@ -140,6 +175,7 @@ where
         self.known = false;
         self.committed.clear();
         self.unread = None;
+        self.snapshot = None;
         self.target.reset()?;
         if let Some(d) = &mut self.draft {
             d.reset()?;
@@ -178,35 +214,125 @@ where
     }
 
     /// Brings the caches to `prompt` and returns the pending token: extends them when they hold
-    /// a proper prefix of it, else resets target and draft and prefills.
-    fn start_turn(&mut self, prompt: &[u32], rule: DecodingRule, stats: &mut Stats) -> Result<u32, SpecError> {
-        let reuse = self.known
-            && self.target.committed() == self.committed.len()
-            && prompt.len() > self.committed.len()
-            && prompt.starts_with(&self.committed);
+    /// a proper prefix of it; else goes back to the snapshot when the prompt starts with the
+    /// tokens before it and extends from there; else resets target and draft and runs it all.
+    /// Saves a snapshot at `snapshot_at` on the way when that lies in the part that runs.
+    fn start_turn(
+        &mut self,
+        prompt: &[u32],
+        snapshot_at: Option<usize>,
+        rule: DecodingRule,
+        stats: &mut Stats,
+    ) -> Result<u32, SpecError> {
+        let reuse = self.reuse(prompt);
         self.known = false;
-        let (bonus, features) = if reuse {
-            stats.reused_tokens = self.committed.len();
-            self.target.extend(&prompt[self.committed.len()..], rule)?
-        } else {
-            self.committed.clear();
-            self.unread = None;
-            if let Some(d) = &mut self.draft {
-                d.reset()?;
+        match reuse {
+            Reuse::Extend => stats.reused_tokens = self.committed.len(),
+            Reuse::Snapshot(s) => {
+                self.rewind_to_snapshot(s)?;
+                stats.reused_tokens = s;
             }
-            self.target.prefill(prompt, rule)?
-        };
-        self.committed.extend_from_slice(&prompt[self.committed.len()..]);
+            Reuse::Cold => {
+                self.committed.clear();
+                self.unread = None;
+                self.snapshot = None;
+                if let Some(d) = &mut self.draft {
+                    d.reset()?;
+                }
+                self.target.reset()?;
+            }
+        }
+        let start = self.committed.len();
+        let save_at = snapshot_at.filter(|&s| s > 0 && s >= start && self.supports_snapshots());
+        let mut bonus = None;
+        if let Some(s) = save_at {
+            if s > start {
+                let (b, features) = self.target.extend(&prompt[start..s], rule)?;
+                self.absorb(features)?;
+                bonus = Some(b);
+            }
+            self.target.save_snapshot()?;
+            self.snapshot = Some(s);
+        }
+        let from = save_at.unwrap_or(start);
+        if from < prompt.len() {
+            let (b, features) = self.target.extend(&prompt[from..], rule)?;
+            self.absorb(features)?;
+            bonus = Some(b);
+        }
+        let bonus = bonus.ok_or_else(|| SpecError::Config("the prompt adds no tokens to the caches".into()))?;
+        self.committed.extend_from_slice(&prompt[start..]);
         self.known = true;
-        self.absorb(features)?;
         Ok(bonus)
     }
 
+    /// How a turn on `prompt` would start: extending the cached tokens when it continues them,
+    /// going back to the snapshot when it shares the tokens before it (and has more), else cold.
+    fn reuse(&self, prompt: &[u32]) -> Reuse {
+        let held = self.known && self.target.committed() == self.committed.len();
+        if held && prompt.len() > self.committed.len() && prompt.starts_with(&self.committed) {
+            return Reuse::Extend;
+        }
+        match self.snapshot {
+            Some(s) if held && s <= self.committed.len() && prompt.len() > s && prompt[..s] == self.committed[..s] => {
+                Reuse::Snapshot(s)
+            }
+            _ => Reuse::Cold,
+        }
+    }
+
+    /// The number of cached tokens a turn on `prompt` would reuse (0: it would start cold).
+    pub fn reusable(&self, prompt: &[u32]) -> usize {
+        match self.reuse(prompt) {
+            Reuse::Extend => self.committed.len(),
+            Reuse::Snapshot(s) => s,
+            Reuse::Cold => 0,
+        }
+    }
+
+    /// Returns target and draft to the snapshot at `s` (`≤ committed.len()`): the target
+    /// restores it; a draft that read rows past `s` forgets them, one that did not keeps the
+    /// unread features of the rows before `s` only.
+    fn rewind_to_snapshot(&mut self, s: usize) -> Result<(), SpecError> {
+        let at = self.target.restore_snapshot()?;
+        if at != s {
+            return Err(SpecError::Config(format!("the target restored position {at}, the session saved {s}")));
+        }
+        if let Some(d) = &mut self.draft {
+            let unread = self.unread.as_ref().map_or(0, |u| u.rows());
+            let read = self.committed.len().checked_sub(unread).ok_or_else(|| {
+                SpecError::Config(format!("{unread} unread feature rows for {} tokens", self.committed.len()))
+            })?;
+            if read > s {
+                d.truncate_context(s)?;
+                self.unread = None;
+            } else if let Some(u) = &mut self.unread {
+                u.truncate(s - read);
+            }
+        }
+        self.committed.truncate(s);
+        Ok(())
+    }
+
     /// Generates up to `cfg.max_tokens` tokens after `prompt` (see [`generate`]), reusing the
-    /// caches when `prompt` continues the tokens they hold.
+    /// caches when `prompt` continues the tokens they hold (or starts with those before the
+    /// snapshot).
     pub fn generate(
         &mut self,
         prompt: &[u32],
+        cfg: &GenerateConfig,
+        on_tokens: impl FnMut(&[u32]) -> ControlFlow<()>,
+    ) -> Result<(Vec<u32>, Stats), SpecError> {
+        self.generate_with_snapshot(prompt, None, cfg, on_tokens)
+    }
+
+    /// [`Session::generate`], saving a snapshot at position `snapshot_at` (`≤ prompt.len()`) of
+    /// the prompt when the turn runs that position (a position inside the reused prefix keeps
+    /// the snapshot held before; a target or draft without snapshots saves none).
+    pub fn generate_with_snapshot(
+        &mut self,
+        prompt: &[u32],
+        snapshot_at: Option<usize>,
         cfg: &GenerateConfig,
         mut on_tokens: impl FnMut(&[u32]) -> ControlFlow<()>,
     ) -> Result<(Vec<u32>, Stats), SpecError> {
@@ -228,6 +354,12 @@ where
         if prompt.is_empty() {
             return Err(SpecError::Config("the prompt has no tokens".into()));
         }
+        if let Some(s) = snapshot_at.filter(|&s| s > prompt.len()) {
+            return Err(SpecError::Config(format!(
+                "snapshot position {s} lies past the prompt's {} tokens",
+                prompt.len()
+            )));
+        }
         let mut stats = Stats { prompt_tokens: prompt.len(), ..Stats::default() };
         let mut out = Vec::new();
         if cfg.max_tokens == 0 {
@@ -236,7 +368,7 @@ where
         // Device time left from an earlier turn (one that failed) is not this turn's.
         self.device_times()?;
         let t = Instant::now();
-        let r = self.start_turn(prompt, cfg.rule, &mut stats);
+        let r = self.start_turn(prompt, snapshot_at, cfg.rule, &mut stats);
         stats.time.prefill += t.elapsed();
         let mut bonus = r?;
         // `emit` pushes one token and says why generation ends there, if it does.
@@ -263,7 +395,10 @@ where
                     let k = opts.effective_k(usize::MAX);
                     let new =
                         self.unread.take().ok_or_else(|| SpecError::Config("no features for the draft".into()))?;
+                    // A failed propose may have read part of the rows: the next turn starts over.
+                    self.known = false;
                     let topk = timed(&mut stats.time.draft, || d.propose(&new, bonus, k))?;
+                    self.known = true;
                     timed(&mut stats.time.build, || ddtree::build(bonus, &topk, opts))
                 }
                 _ => Tree::root_only(bonus),

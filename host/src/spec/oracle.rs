@@ -89,4 +89,14 @@ where
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         self.inner.device_times()
     }
+
+    fn supports_truncation(&self) -> bool {
+        self.inner.supports_truncation()
+    }
+
+    fn truncate_context(&mut self, rows: usize) -> Result<(), SpecError> {
+        self.inner.truncate_context(rows)?;
+        self.pos = rows;
+        Ok(())
+    }
 }

@@ -9,6 +9,14 @@
 //! the last path node, conv window along the path), so afterwards the target holds
 //! `committed + |path|` tokens. `extend` appends tokens the caller supplies (a prompt, the next
 //! turn of a conversation) the same way; `reset` empties the caches.
+//!
+//! Snapshots (prefix reuse when a conversation is re-rendered differently after some point): the
+//! KV rows, the feature rows and the draft's context rows of positions `0..s` are never changed
+//! by what is appended after `s`, so going back to `s` needs no copy of them — only the recurrent
+//! part (DeltaNet states and conv windows), which every token overwrites. A target keeps one
+//! snapshot of that part ([`Target::save_snapshot`] at the committed position,
+//! [`Target::restore_snapshot`] back to it, dropped by `reset`); a draft only forgets context
+//! rows ([`Draft::truncate_context`]).
 
 use super::batch::VerifyBatch;
 use super::ddtree::DraftTopK;
@@ -25,6 +33,9 @@ pub trait FeatureSpan: Sized {
 
     /// Rows (tokens) held.
     fn rows(&self) -> usize;
+
+    /// Keeps the first `rows` rows (all of them when it holds fewer).
+    fn truncate(&mut self, rows: usize);
 }
 
 impl<T> FeatureSpan for Vec<T> {
@@ -35,6 +46,10 @@ impl<T> FeatureSpan for Vec<T> {
 
     fn rows(&self) -> usize {
         self.len()
+    }
+
+    fn truncate(&mut self, rows: usize) {
+        Vec::truncate(self, rows);
     }
 }
 
@@ -85,6 +100,28 @@ pub trait Target {
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         Ok(None)
     }
+
+    /// Whether [`Target::save_snapshot`] / [`Target::restore_snapshot`] work (a
+    /// [`super::Session`] saves none otherwise).
+    fn supports_snapshots(&self) -> bool {
+        false
+    }
+
+    /// Saves the recurrent part of the committed state (every DeltaNet layer's state and conv
+    /// window) at position `s = committed()`, replacing any earlier snapshot. It stays valid
+    /// while the tokens at positions `0..s` stay in the caches: [`Target::reset`] drops it.
+    fn save_snapshot(&mut self) -> Result<(), SpecError> {
+        Err(SpecError::Config("this target keeps no snapshots".into()))
+    }
+
+    /// Returns the caches to the saved position `s` and returns it: afterwards `committed() ==
+    /// s`, the recurrent state and conv windows are the saved ones bit for bit, and the KV and
+    /// feature rows of positions `0..s` are the ones they were (rows from `s` on are overwritten
+    /// by what is appended next). The snapshot stays (it may be restored again). An error, with
+    /// the caches unchanged, when there is no snapshot or it lies past `committed()`.
+    fn restore_snapshot(&mut self) -> Result<usize, SpecError> {
+        Err(SpecError::Config("this target keeps no snapshots".into()))
+    }
 }
 
 /// The block drafter: one pass over `[b, MASK × (S−1)]` gives `L = S − 1` distributions.
@@ -107,6 +144,19 @@ pub trait Draft {
     /// for a host draft.
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         Ok(None)
+    }
+
+    /// Whether [`Draft::truncate_context`] works.
+    fn supports_truncation(&self) -> bool {
+        false
+    }
+
+    /// Keeps the first `rows` context rows (positions `0..rows`) and forgets the rest, so the
+    /// next `propose` appends from position `rows` (the rows are append-only: nothing else
+    /// changes). An error when it holds fewer than `rows`.
+    fn truncate_context(&mut self, rows: usize) -> Result<(), SpecError> {
+        let _ = rows;
+        Err(SpecError::Config("this draft cannot truncate its context".into()))
     }
 }
 
@@ -137,6 +187,15 @@ impl<T: Target + ?Sized> Target for &mut T {
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         (**self).device_times()
     }
+    fn supports_snapshots(&self) -> bool {
+        (**self).supports_snapshots()
+    }
+    fn save_snapshot(&mut self) -> Result<(), SpecError> {
+        (**self).save_snapshot()
+    }
+    fn restore_snapshot(&mut self) -> Result<usize, SpecError> {
+        (**self).restore_snapshot()
+    }
 }
 
 /// A borrowed draft is a draft.
@@ -153,5 +212,11 @@ impl<D: Draft + ?Sized> Draft for &mut D {
     }
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         (**self).device_times()
+    }
+    fn supports_truncation(&self) -> bool {
+        (**self).supports_truncation()
+    }
+    fn truncate_context(&mut self, rows: usize) -> Result<(), SpecError> {
+        (**self).truncate_context(rows)
     }
 }

@@ -16,7 +16,7 @@ use flashtree_reference::model::tensor::with_device_rounding;
 use std::ops::ControlFlow;
 
 /// The tiny pair: the GPU engine (context `ctx`), the GPU draft over it, the reference draft.
-fn pair(
+pub(crate) fn pair(
     test: &str,
     ctx: usize,
 ) -> Option<(flashtree::engine::Engine, DraftEngine, flashtree_reference::model::dflash::DFlashWeights)> {

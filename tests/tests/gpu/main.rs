@@ -19,3 +19,4 @@ mod qmm_swiglu;
 mod sample;
 mod sampling;
 mod serve;
+mod snapshot;
