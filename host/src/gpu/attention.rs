@@ -397,15 +397,17 @@ mod sealed {
     impl Sealed for kernel_abi::CommitPath {}
 }
 
-/// Writes one step parameter ([`NodeBatch`], [`CommitPath`]) into `dst` (a buffer of at least
-/// its size in `u32` words) and returns its span (for tests and benches; the engine keeps its own).
+/// Writes one step parameter ([`NodeBatch`], [`CommitPath`]) into `dst` (a whole device buffer of
+/// at least its size in `u32` words) and returns its span (for tests and benches; the engine keeps its own).
 pub fn write_step_param<T: StepParam>(
     gpu: &Gpu,
     value: &T,
     dst: &mut super::CudaSlice<u32>,
 ) -> Result<DevSpan<T>, GpuError> {
     let words = std::mem::size_of::<T>().div_ceil(4);
-    if dst.len() < words || std::mem::align_of::<T>() > 4 {
+    // A device allocation starts 256-byte aligned, so a `u32` buffer holds any `T` aligned to 8
+    // (`NodeBatch`'s `u64` masks).
+    if dst.len() < words || std::mem::align_of::<T>() > 8 {
         return Err(GpuError::shape("write_step_param", format!("needs {words} u32 words, buffer has {}", dst.len())));
     }
     let mut w = vec![0u32; words];

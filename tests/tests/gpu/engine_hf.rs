@@ -49,7 +49,13 @@ use kernel_abi::{ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, GDN_MAX_CONV_KERNEL, MAX_NOD
 use crate::engine::{engine_chain_logits, random_parents, rel_err, tokens as random_tokens};
 
 /// Bound vs the reference with the engine's roundings (relative to the row's max |logit|).
-const TOL_EMULATED: f64 = 2e-3;
+/// The emulation rounds where the engine rounds (f16 matmul inputs, f16 KV, an f32 DeltaNet
+/// state per token) but sums in its own order, and fixture `c` amplifies f32 rounding: on the
+/// CPU alone its reference with the state rounded to f32 per token is 2.35e-3 from the f64 one
+/// (`docs/perf/engine.md`, "Accuracy"). So rounding-order differences of that size are the
+/// arithmetic, not a defect; the largest seen is 2.21e-3 (Q8_0, a 45-node tree's node 40, whose
+/// logits are bitwise those of AR along its path). 2e-3 until 2026-11-24, when that tree was added.
+const TOL_EMULATED: f64 = 2.5e-3;
 /// Sanity bound vs the exact reference and vs transformers, per row.
 const TOL_HF: f64 = 3e-2;
 /// The same over the mean of the rows.
@@ -388,15 +394,6 @@ fn hf_fixture_trees_match_the_reference_and_each_node_alone_bitwise() {
                     cpu.forward(&mut st, prompt, &engine_arithmetic()).expect("reference prompt");
                     cpu.forward_tree(&st, &nodes, &parents, &[]).expect("reference tree").logits
                 });
-                let mut worst = 0f64;
-                for i in 0..n {
-                    let err = rel_err(&tree[i * v..(i + 1) * v], &want[i]);
-                    assert!(
-                        err <= TOL_EMULATED,
-                        "{what}, prompt {plen}, tree seed {seed}: node {i}: error {err:e} vs the device-rounding reference"
-                    );
-                    worst = worst.max(err);
-                }
                 // Each node alone after its ancestors, committed as a chain.
                 for i in 0..n {
                     let mut path = vec![i];
@@ -418,6 +415,15 @@ fn hf_fixture_trees_match_the_reference_and_each_node_alone_bitwise() {
                         "{what}, prompt {plen}, tree seed {seed}: node {i} (path {path:?}) alone differs from the tree \
                          in some bit"
                     );
+                }
+                let mut worst = 0f64;
+                for i in 0..n {
+                    let err = rel_err(&tree[i * v..(i + 1) * v], &want[i]);
+                    assert!(
+                        err <= TOL_EMULATED,
+                        "{what}, prompt {plen}, tree seed {seed}: node {i}: error {err:e} vs the device-rounding reference"
+                    );
+                    worst = worst.max(err);
                 }
                 loud(&format!(
                     "{what}: tree of {n} nodes on a {plen}-token prompt: max logit error {worst:.2e} (device-rounding \

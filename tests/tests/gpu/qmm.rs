@@ -331,13 +331,13 @@ fn qmm_rejects_bad_shapes_and_types() {
     assert!(e(up(GgmlType::Q4_K, &[0u8; 4 * 144], 4, 500)).contains("multiple of 256"));
     assert!(e(up(GgmlType::Q4_0, &[0u8; 4 * 16 * 18], 4, 512)).contains("Q4_0"));
     assert!(e(up(GgmlType::Q4_K, &[0u8; 100], 2, 256)).contains("100 bytes, not 288"));
-    let x = gpu.zeros::<f32>(33 * 1024).unwrap();
-    let y = gpu.zeros::<f32>(33 * 4).unwrap();
+    let x = gpu.zeros::<f32>(65 * 1024).unwrap();
+    let y = gpu.zeros::<f32>(65 * 4).unwrap();
     let (xs, ys) = (DevSpan::of(gpu, &x), DevSpan::of(gpu, &y));
     let w = QWeight::upload(gpu, GgmlType::Q4_K, &[0u8; 4 * 2 * 144], 4, 512).unwrap();
     let mut ws = QmmWorkspace::new(gpu, 512, 4).unwrap();
-    assert!(e(w.prepare_x(gpu, xs, 33, &mut ws)).contains("33 tokens"));
-    assert!(e(w.matmul(gpu, 33, ys, &mut ws)).contains("33 tokens"));
+    assert!(e(w.prepare_x(gpu, xs, 65, &mut ws)).contains("65 tokens"));
+    assert!(e(w.matmul(gpu, 65, ys, &mut ws)).contains("65 tokens"));
     let wide = QWeight::upload(gpu, GgmlType::Q4_K, &[0u8; 4 * 4 * 144], 4, 1024).unwrap();
     assert!(e(wide.prepare_x(gpu, xs, 1, &mut ws)).contains("workspace"));
     assert!(e(wide.matmul(gpu, 1, ys, &mut ws)).contains("exceeds the workspace"));
