@@ -114,17 +114,24 @@ fn openai_tool_calls_are_parsed_from_the_xml_and_json_forms() {
         };
         assert_eq!(field("reasoning_content"), "I need the weather.");
         assert_eq!(field("content").trim(), "Let me check.");
+        // The call streams: its first delta has index, id, type and name, the next ones argument
+        // fragments that join into the non-streamed arguments.
         let calls: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0]["delta"].get("tool_calls")).collect();
-        assert_eq!(calls.len(), 1, "{chunks:?}");
+        assert!(calls.len() > 2, "{chunks:?}");
         assert_eq!(calls[0][0]["index"], 0);
+        assert_eq!(calls[0][0]["type"], "function");
+        assert!(calls[0][0]["id"].as_str().unwrap().starts_with("call_"), "{:?}", calls[0]);
         assert_eq!(calls[0][0]["function"]["name"], "get_weather");
+        let joined: String = calls.iter().map(|c| c[0]["function"]["arguments"].as_str().unwrap()).collect();
+        assert_eq!(joined, choice["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap());
+        assert!(calls[1..].iter().all(|c| c[0]["index"] == 0 && c[0].get("id").is_none()));
         assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
 
         // The older JSON form.
         let body = json!({ "messages": user("use the json form"), "tools": weather_tool() });
         let (_, v) = post("/v1/chat/completions", &body).await;
         let call = &v["choices"][0]["message"]["tool_calls"][0];
-        assert_eq!(call["function"]["arguments"], r#"{"city":"Oslo"}"#, "{v}");
+        assert_eq!(call["function"]["arguments"], r#"{"city": "Oslo"}"#, "{v}"); // as the model wrote it
         assert!(v["choices"][0]["message"]["content"].is_null(), "{v}");
 
         // Without tools in the request, the same text is plain content.
@@ -249,6 +256,8 @@ fn messages_give_thinking_text_and_tool_use_blocks() {
         assert_eq!(deltas("text_delta", "text").trim(), "Let me check.");
         let input: Value = serde_json::from_str(&deltas("input_json_delta", "partial_json")).unwrap();
         assert_eq!(input, json!({ "city": "Paris", "days": 3 }));
+        let fragments = data.iter().filter(|d| d["delta"]["type"] == "input_json_delta").count();
+        assert!(fragments > 1, "the input streams in fragments: {fragments}");
         assert!(data.iter().any(|d| d["delta"]["type"] == "signature_delta"));
         let md = &data[data.len() - 2];
         assert_eq!(md["delta"]["stop_reason"], "tool_use");

@@ -31,12 +31,26 @@ pub struct ToolCall {
     pub name: String,
     /// Its arguments (a JSON object).
     pub arguments: Map<String, Value>,
+    /// The arguments' JSON text as sent (streamed fragments joined): keys in the order written.
+    json: String,
 }
 
 impl ToolCall {
-    /// The arguments as a JSON string (OpenAI's `function.arguments`).
-    pub fn arguments_json(&self) -> String {
-        Value::Object(self.arguments.clone()).to_string()
+    /// A call with `arguments` (its JSON text is theirs, compact).
+    pub fn new(name: String, arguments: Map<String, Value>) -> Self {
+        let json = Value::Object(arguments.clone()).to_string();
+        Self { name, arguments, json }
+    }
+
+    /// A call from its arguments' JSON text (a JSON object; anything else reads as `{}`).
+    pub fn from_json(name: String, json: String) -> Self {
+        let arguments = serde_json::from_str::<Map<String, Value>>(&json).unwrap_or_default();
+        Self { name, arguments, json }
+    }
+
+    /// The arguments as a JSON string (OpenAI's `function.arguments`): the text streamed.
+    pub fn arguments_json(&self) -> &str {
+        &self.json
     }
 
     /// As a message's `tool_calls` entry for the chat template (arguments as an object).
@@ -109,7 +123,7 @@ pub fn parse(text: &str, tools: &[Value]) -> Parsed {
 }
 
 /// One call's body (between the tags): XML form, else JSON form.
-fn parse_block(body: &str, tools: &[Value]) -> Option<ToolCall> {
+pub(super) fn parse_block(body: &str, tools: &[Value]) -> Option<ToolCall> {
     let t = body.trim();
     if t.starts_with(FUNCTION) {
         parse_xml(t, tools)
@@ -152,11 +166,11 @@ fn parse_xml(t: &str, tools: &[Value]) -> Option<ToolCall> {
     if !tail.is_empty() {
         return None;
     }
-    Some(ToolCall { name, arguments })
+    Some(ToolCall::new(name, arguments))
 }
 
 /// A parameter's value: the text less one newline at each end, typed by the schema.
-fn value(raw: &str, ty: Option<&Value>) -> Value {
+pub(super) fn value(raw: &str, ty: Option<&Value>) -> Value {
     let s = raw.strip_prefix('\n').unwrap_or(raw);
     let s = s.strip_suffix('\n').unwrap_or(s);
     let is_string = ty.and_then(Value::as_str) == Some("string");
@@ -172,7 +186,7 @@ fn value(raw: &str, ty: Option<&Value>) -> Value {
 }
 
 /// The `type` of each parameter of tool `name` (`None` when the tool or its schema is unknown).
-fn parameter_types(tools: &[Value], name: &str) -> Option<Map<String, Value>> {
+pub(super) fn parameter_types(tools: &[Value], name: &str) -> Option<Map<String, Value>> {
     let tool = tools.iter().map(|t| t.get("function").unwrap_or(t)).find(|f| f["name"] == name)?;
     let props = tool["parameters"]["properties"].as_object()?;
     Some(props.iter().map(|(k, v)| (k.clone(), v.get("type").cloned().unwrap_or(Value::Null))).collect())
@@ -198,7 +212,7 @@ fn parse_json(t: &str) -> Option<ToolCall> {
         Value::Null => Map::new(),
         _ => return None,
     };
-    Some(ToolCall { name, arguments })
+    Some(ToolCall::new(name, arguments))
 }
 
 /// Normalises tool definitions to OpenAI's shape (what the chat templates read): OpenAI's are
@@ -237,7 +251,7 @@ mod tests {
     }
 
     fn call(name: &str, args: Value) -> ToolCall {
-        ToolCall { name: name.into(), arguments: args.as_object().unwrap().clone() }
+        ToolCall::new(name.into(), args.as_object().unwrap().clone())
     }
 
     #[test]
