@@ -11,7 +11,8 @@
 //! `content_block_start` / `content_block_delta`… / `content_block_stop` (`thinking_delta` then
 //! `signature_delta`, `text_delta`, `input_json_delta`), `message_delta` (`stop_reason`,
 //! `stop_sequence`, usage), `message_stop`; a failure mid-stream is an `error` event.
-//! `max_tokens` is clamped to what the context leaves; errors use Anthropic's shape.
+//! `max_tokens` is clamped to what the context leaves; `thinking.budget_tokens` closes the
+//! thinking after that many tokens ([`super::budget`]); errors use Anthropic's shape.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;

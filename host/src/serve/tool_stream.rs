@@ -171,7 +171,11 @@ impl CallBlock {
         if let Body::Undecided(blank) = &mut self.body {
             // The text after `<tool_call>` (the first read includes the tag itself).
             blank.push_str(&new);
-            let after = if self.tagged { blank.strip_prefix(OPEN).unwrap_or(blank) } else { blank.as_str() };
+            let after = match blank.strip_prefix(OPEN) {
+                Some(a) => a,
+                None if OPEN.starts_with(blank.as_str()) => return, // the tag itself, in parts
+                None => blank.as_str(),
+            };
             let t = after.trim_start();
             if t.is_empty() || (FUNCTION.starts_with(t) && t.len() < FUNCTION.len()) {
                 return;
@@ -378,6 +382,10 @@ impl XmlCall {
         loop {
             match &mut self.state {
                 XmlState::Name => {
+                    if !self.buf.starts_with(FUNCTION) {
+                        // (Only the tag's own first part: a block starts at a whole tag.)
+                        return if FUNCTION.starts_with(&self.buf) { Ok(()) } else { Err(Failed) };
+                    }
                     let Some((name, n)) = tag_value(&self.buf, FUNCTION)? else { return Ok(()) };
                     self.buf.drain(..n);
                     self.types = tools::parameter_types(tools, &name);
@@ -642,5 +650,73 @@ impl JsonCall {
             out.push(CallEvent::End { complete: true });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Feeds `text` (a block and what follows) char by char: the events, the text after the block.
+    fn feed(text: &str, tools: &[Value]) -> (Vec<CallEvent>, Option<String>) {
+        let mut b = CallBlock::new(text);
+        let mut out = Vec::new();
+        for (i, c) in text.char_indices() {
+            let (ev, rest) = b.push(&c.to_string(), tools);
+            out.extend(ev);
+            if let Some(r) = rest {
+                return (coalesce(out), Some(format!("{r}{}", &text[i + c.len_utf8()..])));
+            }
+        }
+        out.extend(b.finish(tools));
+        (coalesce(out), None)
+    }
+
+    fn start(name: &str) -> CallEvent {
+        CallEvent::Start(name.into())
+    }
+
+    fn args(j: &str) -> CallEvent {
+        CallEvent::Args(j.into())
+    }
+
+    #[test]
+    fn unknown_values_stream_as_strings_unless_they_look_like_json() {
+        let text = "<tool_call>\n<function=run>\n<parameter=cmd>\n  ls -la\n</parameter>\n\
+                    <parameter=n>\n 42\n</parameter>\n<parameter=flags>\n[\"a\"]\n</parameter>\n</function>\n</tool_call>\nafter";
+        let (ev, rest) = feed(text, &[]);
+        assert_eq!(rest.as_deref(), Some("\nafter"));
+        assert_eq!(
+            ev,
+            [start("run"), args(r#"{"cmd":"  ls -la","n":42,"flags":["a"]}"#), CallEvent::End { complete: true }]
+        );
+    }
+
+    #[test]
+    fn a_call_starts_only_at_its_first_parameter_or_function_end() {
+        // Junk right after the name: never a call, parsed whole (fails), the block is text.
+        let text = "<tool_call><function=f>junk<parameter=a>1</parameter></function></tool_call>";
+        assert_eq!(feed(text, &[]).0, [CallEvent::Text(text.into())]);
+        // No parameters at all.
+        let (ev, _) = feed("<function=noop>\n</function> then", &[]);
+        assert_eq!(ev, [start("noop"), args("{}"), CallEvent::End { complete: true }]);
+    }
+
+    #[test]
+    fn the_json_head_needs_the_name_before_the_arguments() {
+        assert!(matches!(head(r#"{"name": "f", "arguments": {"#), Head::Match { ref name, at: 27 } if name == "f"));
+        assert!(
+            matches!(head(r#" { "name" : "a\"b" , "parameters" : {}"#), Head::Match { ref name, .. } if name == "a\"b")
+        );
+        assert!(matches!(head(r#"{"name": "f", "argu"#), Head::More));
+        assert!(matches!(head(r#"{"name": "f", "arguments": "{}"}"#), Head::No));
+        assert!(matches!(head(r#"{"arguments": {}, "name": "f"}"#), Head::No));
+        assert!(matches!(head(r#"{"name": "", "arguments": {}}"#), Head::No));
+        // Not streamable: sent whole at the block's end.
+        let (ev, _) = feed(r#"<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>"#, &[]);
+        assert_eq!(ev, [start("f"), args(r#"{"x":1}"#), CallEvent::End { complete: true }]);
+        let tools = [json!({"type":"function","function":{"name":"f"}})];
+        assert_eq!(feed("<tool_call>{\"name\": \"f\", \"arguments\": {}}", &tools).0.len(), 3);
     }
 }

@@ -14,6 +14,10 @@
 //! the tool's schema says the parameter is not a string (or the schema is unknown and the value
 //! is a JSON object, array, number, boolean or null), else kept as a string. A block that does
 //! not parse stays in the reply as text: a parse never fails the request.
+//!
+//! Replies are read as they stream by [`super::tool_stream`] (which follows the well-formed
+//! shapes token by token and hands every other block to [`parse_block`] whole); `parse`, the
+//! whole-text reading, is kept for the tests of that leniency.
 
 use serde_json::{json, Map, Value};
 
@@ -61,6 +65,7 @@ impl ToolCall {
 }
 
 /// A reply split into text and calls.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Parsed {
     /// The text outside the calls (trimmed), including blocks that did not parse.
@@ -81,6 +86,7 @@ pub fn partial_start_suffix(text: &str) -> usize {
 }
 
 /// Splits `text` into reply text and tool calls; `tools` (OpenAI shape) give parameter types.
+#[cfg(test)]
 pub fn parse(text: &str, tools: &[Value]) -> Parsed {
     let mut out = Parsed::default();
     let mut rest = text;
