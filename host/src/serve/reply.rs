@@ -6,6 +6,8 @@
 //! client and a non-streamed answer see the same text. Tags split across pieces are held back,
 //! never sent in part.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::thinking::{Piece, ThinkingSplitter};
@@ -48,7 +50,7 @@ pub enum Delta {
 pub struct ReplySplitter {
     thinking: ThinkingSplitter,
     /// Tool definitions (OpenAI shape); `None` = tool calls are not parsed.
-    tools: Option<Vec<Value>>,
+    tools: Option<Arc<Vec<Value>>>,
     /// Reply text held because it may begin a tool call, or is trailing blanks.
     held: String,
     /// The call block being read, and the blanks before it (sent only if it is not a call).
@@ -69,7 +71,7 @@ impl ReplySplitter {
     pub fn new(thinking: bool, tools: Option<Vec<Value>>) -> Self {
         Self {
             thinking: ThinkingSplitter::new(thinking),
-            tools,
+            tools: tools.map(Arc::new),
             held: String::new(),
             block: None,
             after_call: false,
@@ -106,10 +108,12 @@ impl ReplySplitter {
     /// Reply text when tools are parsed.
     fn text(&mut self, mut rest: String, out: &mut Vec<Delta>) {
         let tools = self.tools.clone().unwrap_or_default();
+        let tools = tools.as_slice();
         loop {
-            if let Some((block, _)) = &mut self.block {
-                let (events, after) = block.push(&rest, &tools);
-                self.relay(events, out);
+            if let Some((block, blanks)) = &mut self.block {
+                let (events, after) = block.push(&rest, tools);
+                let blanks = if events.is_empty() { String::new() } else { std::mem::take(blanks) };
+                self.relay(events, blanks, out);
                 match after {
                     Some(r) => {
                         self.block = None;
@@ -149,11 +153,11 @@ impl ReplySplitter {
         }
     }
 
-    /// Passes a block's events on as deltas.
-    fn relay(&mut self, events: Vec<CallEvent>, out: &mut Vec<Delta>) {
+    /// Passes a block's events on as deltas; `blanks` (those before the block, with its first
+    /// events) are dropped before a call and sent before text.
+    fn relay(&mut self, events: Vec<CallEvent>, mut blanks: String, out: &mut Vec<Delta>) {
         for e in events {
-            // The blanks before the block: dropped before a call, sent before text.
-            let blanks = self.block.as_mut().map(|(_, b)| std::mem::take(b)).unwrap_or_default();
+            let blanks = std::mem::take(&mut blanks);
             match e {
                 CallEvent::Start(name) => {
                     out.push(Delta::CallStart { index: self.started, name: name.clone() });
@@ -186,12 +190,10 @@ impl ReplySplitter {
     pub fn finish(&mut self) -> Vec<Delta> {
         let last = self.thinking.finish();
         let mut out = self.route(last);
-        if let Some((mut block, _)) = self.block.take() {
+        if let Some((mut block, blanks)) = self.block.take() {
             let tools = self.tools.clone().unwrap_or_default();
             let events = block.finish(&tools);
-            self.block = Some((block, String::new()));
-            self.relay(events, &mut out);
-            self.block = None;
+            self.relay(events, blanks, &mut out);
         }
         let held = std::mem::take(&mut self.held);
         if !held.is_empty() {
