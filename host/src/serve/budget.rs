@@ -20,7 +20,6 @@
 use std::ops::ControlFlow;
 
 use crate::spec::{Draft, GenerateConfig, Session, SpecError, Stats, StopReason, Target};
-use crate::tokenizer::Tokenizer;
 
 use super::thinking::CLOSE;
 
@@ -34,15 +33,15 @@ pub struct ThinkBudget {
 }
 
 /// Generates one turn after `prompt` (see [`Session::generate`]) with the thinking closed after
-/// `budget.tokens` tokens when the model has not closed it; `on_tokens` sees every token of the
-/// output, the closing ones included. Without a budget (or one `max_tokens` reaches first) it is
-/// one `Session::generate`.
-pub fn generate<T, D>(
+/// `budget.tokens` tokens when the model has not closed it (`token_bytes` gives an id's bytes,
+/// where `</think>` is looked for); `on_tokens` sees every token of the output, the closing ones
+/// included. Without a budget (or one `max_tokens` reaches first) it is one `Session::generate`.
+pub fn generate<'t, T, D>(
     session: &mut Session<T, D>,
     prompt: &[u32],
     cfg: &GenerateConfig,
     budget: Option<&ThinkBudget>,
-    tk: &Tokenizer,
+    token_bytes: impl Fn(u32) -> &'t [u8],
     mut on_tokens: impl FnMut(&[u32]) -> ControlFlow<()>,
 ) -> Result<(Vec<u32>, Stats), SpecError>
 where
@@ -59,7 +58,7 @@ where
         let flow = on_tokens(ids);
         caller |= flow.is_break();
         for &id in ids {
-            tail.extend_from_slice(tk.token_bytes(id).unwrap_or(b""));
+            tail.extend_from_slice(token_bytes(id));
         }
         closed |= tail.windows(CLOSE.len()).any(|w| w == CLOSE.as_bytes());
         tail.drain(..tail.len().saturating_sub(CLOSE.len() - 1));

@@ -167,7 +167,8 @@ where
             let _ = job.events.send(Event::Text(text));
         }
     };
-    let (output, stats) = budget::generate(session, &prompt, &cfg, job.think_budget.as_ref(), &tk.tokenizer, |ids| {
+    let bytes = |id| tk.tokenizer.token_bytes(id).unwrap_or(b"");
+    let (output, stats) = budget::generate(session, &prompt, &cfg, job.think_budget.as_ref(), bytes, |ids| {
         let mut text = String::new();
         for &id in ids.iter().filter(|id| !cfg.eos.contains(id)) {
             text.push_str(&dec.push(tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
