@@ -367,6 +367,16 @@ mod tests {
             "\"",
             "1",
             "[",
+            "<parameter=",
+            "</tool_call",
+            "\\",
+            "\"}",
+            "-",
+            "true",
+            "]",
+            ",",
+            ":",
+            "{\"name\": \"h\", \"parameters\": {",
         ];
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         let mut next = |n: usize| {
@@ -375,10 +385,16 @@ mod tests {
             seed ^= seed << 17;
             (seed % n as u64) as usize
         };
-        for case in 0..3000 {
+        for case in 0..4000 {
             let text: String = (0..next(24)).map(|_| BITS[next(BITS.len())]).collect();
             let thinking = case % 2 == 0;
-            let tools = if case % 3 == 0 { None } else { Some(Vec::new()) };
+            let tools = match case % 3 {
+                0 => None,
+                1 => Some(Vec::new()),
+                _ => Some(vec![
+                    json!({"type":"function","function":{"name":"f","parameters":{"properties":{"a":{"type":"string"}}}}}),
+                ]),
+            };
             let (whole_deltas, whole_calls) = run(&[&text], thinking, tools.clone());
             let whole = accumulate(&whole_deltas);
             for (_, json, _) in &whole.2 {
