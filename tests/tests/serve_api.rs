@@ -474,6 +474,13 @@ fn streamed_tool_call_arguments_join_into_the_non_streamed_ones() {
         assert_eq!(content, "Saving it.");
         assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
 
+        // Stop strings still cut the reply when tools are offered (text held for a possible call
+        // is released when generation ends).
+        let body = json!({ "messages": user("say the stop word"), "tools": note_tool(), "stop": ["STOP"] });
+        let (_, v) = post("/v1/chat/completions", &body).await;
+        assert_eq!(v["choices"][0]["message"]["content"], "alpha beta ", "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
         // Anthropic: a tool_use block whose input_json_delta fragments join into the input.
         let tools = json!([{ "name": "save_note", "input_schema": note_tool()[0]["function"]["parameters"] }]);
         let body = json!({ "max_tokens": 400, "messages": user("please write a long note"), "tools": tools });
