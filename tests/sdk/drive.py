@@ -109,6 +109,54 @@ assert not r.choices[0].message.tool_calls and "junk" in r.choices[0].message.co
 assert r.choices[0].finish_reason == "stop"
 ok("tools accepted; tool calls parsed back (Qwen3-Coder XML and JSON forms), stream and not; a broken one is text")
 
+NOTE = {
+    "type": "function",
+    "function": {
+        "name": "save_note",
+        "parameters": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}, "pages": {"type": "integer"}},
+        },
+    },
+}
+r = oa.chat.completions.create(model="m", messages=user("please write a long note"), tools=[NOTE], max_tokens=400)
+whole_args = r.choices[0].message.tool_calls[0].function.arguments
+calls, fragments, finish = {}, 0, None
+for ch in oa.chat.completions.create(
+    model="m", messages=user("please write a long note"), tools=[NOTE], max_tokens=400, stream=True
+):
+    if not ch.choices:
+        continue
+    for tc in ch.choices[0].delta.tool_calls or []:
+        if tc.index not in calls:
+            assert tc.id and tc.type == "function" and tc.function.name == "save_note", tc
+            calls[tc.index] = ""
+        else:
+            assert tc.id is None and tc.function.name is None, tc
+        if tc.function.arguments:
+            calls[tc.index] += tc.function.arguments
+            fragments += 1
+    finish = ch.choices[0].finish_reason or finish
+assert finish == "tool_calls" and list(calls) == [0], (finish, calls)
+assert calls[0] == whole_args, (calls[0], whole_args)
+assert fragments > 5, fragments
+assert json.loads(whole_args)["pages"] == 2
+ok(f"a tool call's arguments stream in {fragments} fragments that join into the non-streamed arguments")
+
+calls, content, finish = {}, "", None
+for ch in oa.chat.completions.create(model="m", messages=user("a call cut short"), tools=[WEATHER], stream=True):
+    if not ch.choices:
+        continue
+    for tc in ch.choices[0].delta.tool_calls or []:
+        calls[tc.index] = calls.get(tc.index, "") + (tc.function.arguments or "")
+    content += ch.choices[0].delta.content or ""
+    finish = ch.choices[0].finish_reason or finish
+assert json.loads(calls[0]) == {"city": "Par"}, calls
+assert content.startswith("<tool_call>") and finish == "stop", (content, finish)
+r = oa.chat.completions.create(model="m", messages=user("a call cut short"), tools=[WEATHER])
+assert not r.choices[0].message.tool_calls and r.choices[0].message.content == content, r.choices[0].message
+ok("a call cut off after its start streamed: its JSON is closed, its raw text follows as content")
+
 history = [
     {"role": "user", "content": "weather in Paris?"},
     {"role": "assistant", "content": None, "tool_calls": [
@@ -181,6 +229,44 @@ assert final.content[2].input == {"city": "Paris", "days": 3} and final.stop_rea
 assert final.usage.output_tokens == m.usage.output_tokens
 assert final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0) == count, final.usage
 ok("messages stream: full event sequence, thinking / text / tool_use (input_json_delta) blocks")
+
+NOTE_ANTHROPIC = {"name": "save_note", "input_schema": NOTE["function"]["parameters"]}
+note = dict(model="x", max_tokens=400, tools=[NOTE_ANTHROPIC], messages=user("please write a long note"))
+m = an.messages.create(**note)
+partial, types = [], []
+with an.messages.stream(**note) as s:
+    for ev in s:
+        types.append(ev.type)
+        if ev.type == "content_block_delta" and ev.delta.type == "input_json_delta":
+            partial.append(ev.delta.partial_json)
+    final = s.get_final_message()
+assert len(partial) > 5, partial
+assert json.loads("".join(partial)) == m.content[-1].input, ("".join(partial), m.content)
+assert final.content[-1].type == "tool_use" and final.content[-1].input == m.content[-1].input, final.content
+assert final.stop_reason == "tool_use"
+with an.messages.stream(model="x", max_tokens=100, tools=[WEATHER_ANTHROPIC], messages=user("a call cut short")) as s:
+    final = s.get_final_message()
+assert [b.type for b in final.content] == ["tool_use", "text"], final.content
+assert final.content[0].input == {"city": "Par"} and final.content[1].text.startswith("<tool_call>"), final.content
+assert final.stop_reason == "end_turn", final.stop_reason
+ok(f"messages stream: tool_use input in {len(partial)} input_json_delta fragments; a call cut short is closed")
+
+try:
+    an.messages.create(model="x", max_tokens=4096, messages=user("hello"),
+                       thinking={"type": "enabled", "budget_tokens": 1000})
+    raise AssertionError("budget_tokens < 1024 was accepted")
+except anthropic.BadRequestError as e:
+    assert e.status_code == 400 and "budget_tokens" in str(e), e
+try:
+    an.messages.create(model="x", max_tokens=2048, messages=user("hello"),
+                       thinking={"type": "enabled", "budget_tokens": 2048})
+    raise AssertionError("budget_tokens >= max_tokens was accepted")
+except anthropic.BadRequestError as e:
+    assert e.status_code == 400 and "max_tokens" in str(e), e
+m = an.messages.create(model="x", max_tokens=2000, messages=user("think then answer"),
+                       thinking={"type": "enabled", "budget_tokens": 1024})
+assert [b.type for b in m.content] == ["thinking", "text"] and m.content[1].text == "The answer is 4.", m
+ok("thinking.budget_tokens checked as Anthropic checks it (400 otherwise); a reply within the budget is unchanged")
 
 m = an.messages.create(model="x", max_tokens=100, messages=user("say the stop word"), stop_sequences=["STOP"])
 assert m.stop_reason == "stop_sequence" and m.stop_sequence == "STOP" and m.content[0].text == "alpha beta ", m

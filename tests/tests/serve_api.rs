@@ -49,19 +49,52 @@ fn server() -> &'static str {
     })
 }
 
+/// The same pair and script served in AR mode: one token per round and no draft, for the long
+/// replies of the thinking-budget test (the scripted target accepts none of a random draft's
+/// tokens, so each tree round would verify 23 nodes for one token).
+fn ar_server() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        let (model, _, script) = tiny().clone();
+        start(ServeArgs {
+            model,
+            draft: None,
+            host: "127.0.0.1".parse().unwrap(),
+            port: 0,
+            api_key: None,
+            backend: BackendArg::Cpu,
+            mode: ModeArg::Ar,
+            budget: 0,
+            ctx: None,
+            queue: 16,
+            max_body_bytes: 1 << 20,
+            chat_template: Some("qwen35".into()),
+            script: Some(script),
+        })
+    })
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
 
 async fn post(path: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new().post(format!("{}{path}", server())).json(body).send().await.unwrap();
+    post_to(server(), path, body).await
+}
+
+async fn post_to(base: &str, path: &str, body: &Value) -> (u16, Value) {
+    let r = reqwest::Client::new().post(format!("{base}{path}")).json(body).send().await.unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap())
 }
 
 /// (event name, data) of an SSE answer.
 async fn events(path: &str, body: &Value) -> Vec<(String, String)> {
-    let r = reqwest::Client::new().post(format!("{}{path}", server())).json(body).send().await.unwrap();
+    events_from(server(), path, body).await
+}
+
+async fn events_from(base: &str, path: &str, body: &Value) -> Vec<(String, String)> {
+    let r = reqwest::Client::new().post(format!("{base}{path}")).json(body).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let text = r.text().await.unwrap();
     let mut out = Vec::new();
@@ -114,17 +147,24 @@ fn openai_tool_calls_are_parsed_from_the_xml_and_json_forms() {
         };
         assert_eq!(field("reasoning_content"), "I need the weather.");
         assert_eq!(field("content").trim(), "Let me check.");
+        // The call streams: its first delta has index, id, type and name, the next ones argument
+        // fragments that join into the non-streamed arguments.
         let calls: Vec<&Value> = chunks.iter().filter_map(|c| c["choices"][0]["delta"].get("tool_calls")).collect();
-        assert_eq!(calls.len(), 1, "{chunks:?}");
+        assert!(calls.len() > 2, "{chunks:?}");
         assert_eq!(calls[0][0]["index"], 0);
+        assert_eq!(calls[0][0]["type"], "function");
+        assert!(calls[0][0]["id"].as_str().unwrap().starts_with("call_"), "{:?}", calls[0]);
         assert_eq!(calls[0][0]["function"]["name"], "get_weather");
+        let joined: String = calls.iter().map(|c| c[0]["function"]["arguments"].as_str().unwrap()).collect();
+        assert_eq!(joined, choice["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap());
+        assert!(calls[1..].iter().all(|c| c[0]["index"] == 0 && c[0].get("id").is_none()));
         assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
 
         // The older JSON form.
         let body = json!({ "messages": user("use the json form"), "tools": weather_tool() });
         let (_, v) = post("/v1/chat/completions", &body).await;
         let call = &v["choices"][0]["message"]["tool_calls"][0];
-        assert_eq!(call["function"]["arguments"], r#"{"city":"Oslo"}"#, "{v}");
+        assert_eq!(call["function"]["arguments"], r#"{"city": "Oslo"}"#, "{v}"); // as the model wrote it
         assert!(v["choices"][0]["message"]["content"].is_null(), "{v}");
 
         // Without tools in the request, the same text is plain content.
@@ -249,6 +289,8 @@ fn messages_give_thinking_text_and_tool_use_blocks() {
         assert_eq!(deltas("text_delta", "text").trim(), "Let me check.");
         let input: Value = serde_json::from_str(&deltas("input_json_delta", "partial_json")).unwrap();
         assert_eq!(input, json!({ "city": "Paris", "days": 3 }));
+        let fragments = data.iter().filter(|d| d["delta"]["type"] == "input_json_delta").count();
+        assert!(fragments > 1, "the input streams in fragments: {fragments}");
         assert!(data.iter().any(|d| d["delta"]["type"] == "signature_delta"));
         let md = &data[data.len() - 2];
         assert_eq!(md["delta"]["stop_reason"], "tool_use");
@@ -306,5 +348,250 @@ fn messages_errors_use_anthropics_shape() {
         let r = c.get(format!("{}/v1/messages/nothing", server())).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 404);
         assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "not_found_error");
+    });
+}
+
+/// Tokens of `text` in the tiny model's vocabulary.
+fn count(text: &str) -> usize {
+    static TK: OnceLock<flashtree::tokenizer::gguf::GgufTokenizer> = OnceLock::new();
+    let tk = TK.get_or_init(|| {
+        let file = flashtree::gguf::Gguf::open(&tiny().0).unwrap();
+        flashtree::tokenizer::gguf::from_gguf(&file).unwrap()
+    });
+    tk.tokenizer.encode(text).unwrap().len()
+}
+
+/// Checks an Anthropic event sequence: `message_start` first, blocks numbered from 0, each
+/// started, given its deltas and stopped before the next starts, then `message_delta` and
+/// `message_stop`. Returns the blocks: (type, joined text / thinking / partial_json).
+fn anthropic_blocks(events: &[(String, String)]) -> Vec<(String, String)> {
+    let data: Vec<Value> = events.iter().map(|e| serde_json::from_str(&e.1).unwrap()).collect();
+    let names: Vec<&str> = events.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(names[0], "message_start", "{names:?}");
+    assert_eq!(names[names.len() - 2..], ["message_delta", "message_stop"], "{names:?}");
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    let mut open: Option<usize> = None;
+    for (n, d) in names.iter().zip(&data) {
+        assert_eq!(d["type"], *n, "the data's type is the event's name");
+        match *n {
+            "content_block_start" => {
+                assert_eq!(open, None, "a block started inside another: {names:?}");
+                assert_eq!(d["index"], blocks.len(), "{names:?}");
+                open = Some(blocks.len());
+                let kind = d["content_block"]["type"].as_str().unwrap().to_string();
+                if kind == "tool_use" {
+                    assert_eq!(d["content_block"]["input"], json!({}));
+                    assert!(d["content_block"]["id"].as_str().unwrap().starts_with("toolu_"));
+                }
+                blocks.push((kind, String::new()));
+            }
+            "content_block_delta" => {
+                assert_eq!(Some(d["index"].as_u64().unwrap() as usize), open, "{names:?}");
+                let delta = &d["delta"];
+                let part = match delta["type"].as_str().unwrap() {
+                    "text_delta" => &delta["text"],
+                    "thinking_delta" => &delta["thinking"],
+                    "input_json_delta" => &delta["partial_json"],
+                    "signature_delta" => continue,
+                    other => panic!("unknown delta {other}"),
+                };
+                blocks.last_mut().unwrap().1.push_str(part.as_str().unwrap());
+            }
+            "content_block_stop" => {
+                assert_eq!(Some(d["index"].as_u64().unwrap() as usize), open, "{names:?}");
+                open = None;
+            }
+            "message_delta" => assert_eq!(open, None, "message_delta inside a block: {names:?}"),
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// One tool call as an OpenAI stream gave it.
+#[derive(Debug, Default)]
+struct StreamedCall {
+    name: String,
+    /// The argument fragments joined.
+    arguments: String,
+    /// How many non-empty fragments.
+    fragments: usize,
+}
+
+/// The OpenAI stream's chunks (before `[DONE]`) and its tool calls, checking that a call's first
+/// delta carries its id, type and name and the later ones do not.
+fn openai_stream(events: &[(String, String)]) -> (Vec<Value>, Vec<StreamedCall>) {
+    assert_eq!(events.last().unwrap().1, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(&e.1).unwrap()).collect();
+    let mut calls: Vec<StreamedCall> = Vec::new();
+    for c in &chunks {
+        for tc in c["choices"][0]["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            let i = tc["index"].as_u64().unwrap() as usize;
+            if i == calls.len() {
+                assert_eq!(tc["type"], "function", "{tc}");
+                assert!(tc["id"].as_str().unwrap().starts_with("call_"), "{tc}");
+                let name = tc["function"]["name"].as_str().unwrap().to_string();
+                calls.push(StreamedCall { name, ..StreamedCall::default() });
+            } else {
+                assert!(tc.get("id").is_none() && tc["function"].get("name").is_none(), "{tc}");
+            }
+            let frag = tc["function"]["arguments"].as_str().unwrap();
+            if !frag.is_empty() {
+                calls[i].arguments.push_str(frag);
+                calls[i].fragments += 1;
+            }
+        }
+    }
+    (chunks, calls)
+}
+
+fn note_tool() -> Value {
+    json!([{ "type": "function", "function": { "name": "save_note", "parameters": { "type": "object",
+             "properties": { "text": { "type": "string" }, "pages": { "type": "integer" } } } } }])
+}
+
+#[test]
+fn streamed_tool_call_arguments_join_into_the_non_streamed_ones() {
+    rt().block_on(async {
+        let body = json!({ "messages": user("please write a long note"), "tools": note_tool(), "max_tokens": 400 });
+        let (status, v) = post("/v1/chat/completions", &body).await;
+        assert_eq!(status, 200, "{v}");
+        let whole = v["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"].as_str().unwrap().to_string();
+        let args: Value = serde_json::from_str(&whole).unwrap();
+        assert_eq!(args["pages"], 2);
+        assert!(
+            args["text"].as_str().unwrap().starts_with("Line one")
+                && args["text"].as_str().unwrap().contains("\"quotes\", a backslash \\ and a tab\t.")
+        );
+        let mut s = body.clone();
+        s["stream"] = json!(true);
+        let (chunks, calls) = openai_stream(&events("/v1/chat/completions", &s).await);
+        assert_eq!(calls.len(), 1, "{chunks:?}");
+        assert_eq!(calls[0].name, "save_note");
+        assert_eq!(calls[0].arguments, whole, "the joined fragments are the non-streamed arguments");
+        assert!(calls[0].fragments > 5, "a long argument streams in fragments: {}", calls[0].fragments);
+        let content: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+        assert_eq!(content, "Saving it.");
+        assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "tool_calls");
+
+        // Stop strings still cut the reply when tools are offered (text held for a possible call
+        // is released when generation ends).
+        let body = json!({ "messages": user("say the stop word"), "tools": note_tool(), "stop": ["STOP"] });
+        let (_, v) = post("/v1/chat/completions", &body).await;
+        assert_eq!(v["choices"][0]["message"]["content"], "alpha beta ", "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+        // Anthropic: a tool_use block whose input_json_delta fragments join into the input.
+        let tools = json!([{ "name": "save_note", "input_schema": note_tool()[0]["function"]["parameters"] }]);
+        let body = json!({ "max_tokens": 400, "messages": user("please write a long note"), "tools": tools });
+        let (_, m) = post("/v1/messages", &body).await;
+        assert_eq!(m["content"][1]["input"], args, "{m}");
+        let mut s = body.clone();
+        s["stream"] = json!(true);
+        let ev = events("/v1/messages", &s).await;
+        let fragments = ev.iter().filter(|e| e.1.contains("input_json_delta")).count();
+        assert!(fragments > 5, "{fragments}");
+        let blocks = anthropic_blocks(&ev);
+        let kinds: Vec<&str> = blocks.iter().map(|b| b.0.as_str()).collect();
+        assert_eq!(kinds, ["text", "tool_use"]);
+        assert_eq!(blocks[1].1, whole, "the same JSON text in both APIs");
+        assert!(ev[ev.len() - 2].1.contains("\"stop_reason\":\"tool_use\""), "{:?}", ev[ev.len() - 2]);
+    });
+}
+
+#[test]
+fn a_call_that_breaks_after_its_start_ends_in_valid_json_and_its_text_follows() {
+    rt().block_on(async {
+        for (trigger, raw_start, partial) in [
+            ("a call cut short", "<tool_call>\n{\"name\": \"get_weather\"", json!({ "city": "Par" })),
+            ("a drifting call", "<tool_call>\n<function=get_weather>", json!({ "city": "Rome" })),
+        ] {
+            let body = json!({ "messages": user(trigger), "tools": weather_tool(), "max_tokens": 200 });
+            let (_, v) = post("/v1/chat/completions", &body).await;
+            let msg = &v["choices"][0]["message"];
+            assert!(msg.get("tool_calls").is_none(), "not reported when not streamed: {v}");
+            assert!(msg["content"].as_str().unwrap().starts_with(raw_start), "{v}");
+            assert_eq!(v["choices"][0]["finish_reason"], "stop");
+            let mut s = body.clone();
+            s["stream"] = json!(true);
+            let (chunks, calls) = openai_stream(&events("/v1/chat/completions", &s).await);
+            assert_eq!(calls.len(), 1, "{chunks:?}");
+            assert_eq!(calls[0].name, "get_weather");
+            let args: Value = serde_json::from_str(&calls[0].arguments).expect("closed to valid JSON");
+            assert_eq!(args, partial);
+            let content: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+            assert_eq!(content, msg["content"].as_str().unwrap(), "the raw text follows as content");
+            assert_eq!(chunks.last().unwrap()["choices"][0]["finish_reason"], "stop");
+
+            let body =
+                json!({ "max_tokens": 200, "messages": user(trigger), "tools": anthropic_tools(), "stream": true });
+            let ev = events("/v1/messages", &body).await;
+            let blocks = anthropic_blocks(&ev);
+            let kinds: Vec<&str> = blocks.iter().map(|b| b.0.as_str()).collect();
+            assert_eq!(kinds, ["tool_use", "text"], "{ev:?}");
+            assert_eq!(serde_json::from_str::<Value>(&blocks[0].1).unwrap(), partial);
+            assert!(blocks[1].1.starts_with(raw_start));
+            assert!(ev[ev.len() - 2].1.contains("\"stop_reason\":\"end_turn\""), "{:?}", ev[ev.len() - 2]);
+        }
+    });
+}
+
+#[test]
+fn a_thinking_budget_closes_the_thinking_and_the_answer_follows() {
+    rt().block_on(async {
+        let body = json!({ "max_tokens": 2000, "messages": user("think at length"),
+                           "thinking": { "type": "enabled", "budget_tokens": 1024 } });
+        let (status, v) = post_to(ar_server(), "/v1/messages", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["content"][0]["type"], "thinking", "{v}");
+        assert_eq!(v["content"][0]["thinking"], "z".repeat(1024), "thinking stops after 1024 tokens");
+        assert_eq!(v["content"][1]["text"], "The budget answer.", "{v}");
+        assert_eq!(v["stop_reason"], "end_turn");
+        // Output: the thinking, the closing tokens as if generated, the answer and its EOS.
+        let closing = count(&flashtree::serve::thinking::template_close(&flashtree::chat::ChatTemplate::qwen35()));
+        let output = 1024 + closing + count("The budget answer.") + 1;
+        assert_eq!(v["usage"]["output_tokens"], output, "{v}");
+        let counted = post_to(ar_server(), "/v1/messages/count_tokens", &body).await.1["input_tokens"].clone();
+        let u = &v["usage"];
+        assert_eq!(u["input_tokens"].as_u64().unwrap() + u["cache_read_input_tokens"].as_u64().unwrap(), counted);
+
+        // Streamed: the same blocks and usage.
+        let mut s = body.clone();
+        s["stream"] = json!(true);
+        let ev = events_from(ar_server(), "/v1/messages", &s).await;
+        let blocks = anthropic_blocks(&ev);
+        assert_eq!(blocks, [("thinking".into(), "z".repeat(1024)), ("text".into(), "The budget answer.".to_string())]);
+        let last: Value = serde_json::from_str(&ev[ev.len() - 2].1).unwrap();
+        assert_eq!(last["usage"]["output_tokens"], output);
+
+        // A model that closes its thinking within the budget answers as without one.
+        let body = json!({ "max_tokens": 2000, "messages": user("think then answer"),
+                           "thinking": { "type": "enabled", "budget_tokens": 1024 } });
+        let (_, v) = post_to(ar_server(), "/v1/messages", &body).await;
+        assert_eq!(v["content"][0]["thinking"], "Two plus two is four.", "{v}");
+        assert_eq!(v["content"][1]["text"], "The answer is 4.", "{v}");
+        let (_, plain) =
+            post_to(ar_server(), "/v1/messages", &json!({ "max_tokens": 2000, "messages": user("think then answer") }))
+                .await;
+        assert_eq!(v["usage"]["output_tokens"], plain["usage"]["output_tokens"]);
+    });
+}
+
+#[test]
+fn thinking_budgets_are_checked_as_anthropic_checks_them() {
+    rt().block_on(async {
+        for (thinking, max, what) in [
+            (json!({ "type": "enabled" }), 4096, "budget_tokens"),
+            (json!({ "type": "enabled", "budget_tokens": 1000 }), 4096, "at least 1024"),
+            (json!({ "type": "enabled", "budget_tokens": 4096 }), 4096, "max_tokens"),
+            (json!({ "type": "enabled", "budget_tokens": "lots" }), 4096, "budget_tokens"),
+        ] {
+            let body = json!({ "max_tokens": max, "messages": user("hello"), "thinking": thinking });
+            let (status, v) = post("/v1/messages", &body).await;
+            assert_eq!(status, 400, "{body}: {v}");
+            assert_eq!(v["type"], "error");
+            assert_eq!(v["error"]["type"], "invalid_request_error");
+            assert!(v["error"]["message"].as_str().unwrap().contains(what), "{v}");
+        }
     });
 }

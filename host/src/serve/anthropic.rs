@@ -12,6 +12,9 @@ use super::routes::Sampling;
 use super::tools::ToolCall;
 use crate::chat::Message;
 
+/// The smallest `thinking.budget_tokens` Anthropic's API accepts.
+pub const MIN_THINKING_BUDGET: u64 = 1024;
+
 /// `POST /v1/messages` (and `/v1/messages/count_tokens`) body.
 #[derive(Debug, Clone, Deserialize)]
 pub struct MessagesRequest {
@@ -37,7 +40,8 @@ pub struct MessagesRequest {
     pub tools: Option<Vec<Value>>,
     /// `{"type":"auto"}` (default) or `{"type":"none"}`; `any` / `tool` are refused.
     pub tool_choice: Option<Value>,
-    /// `{"type":"enabled"|"disabled", …}`: disabled pre-fills an empty think block.
+    /// `{"type":"enabled","budget_tokens":N}` (the server closes the thinking after N tokens),
+    /// `{"type":"adaptive"}` or `{"type":"disabled"}` (pre-fills an empty think block).
     pub thinking: Option<Value>,
 }
 
@@ -236,6 +240,35 @@ impl MessagesRequest {
         }
     }
 
+    /// `thinking.budget_tokens` of `{"type": "enabled", …}`, checked as Anthropic's API checks
+    /// it: required, an integer of at least [`MIN_THINKING_BUDGET`], less than `max_tokens` when
+    /// that is given; `None` for the other thinking types (no budget).
+    pub fn thinking_budget(&self) -> Result<Option<usize>, ApiError> {
+        let Some(t) = self.thinking.as_ref().filter(|t| t["type"] == "enabled") else { return Ok(None) };
+        let budget = match t.get("budget_tokens") {
+            None | Some(Value::Null) => {
+                return Err(ApiError::bad_request("thinking.budget_tokens: required when thinking.type is \"enabled\""))
+            }
+            Some(v) => v.as_u64().ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "thinking.budget_tokens: must be an integer of at least {MIN_THINKING_BUDGET}, got {}",
+                    cut(&v.to_string())
+                ))
+            })?,
+        };
+        if budget < MIN_THINKING_BUDGET {
+            return Err(ApiError::bad_request(format!(
+                "thinking.budget_tokens: must be at least {MIN_THINKING_BUDGET}, got {budget}"
+            )));
+        }
+        if let Some(max) = self.max_tokens.filter(|&m| budget >= m) {
+            return Err(ApiError::bad_request(format!(
+                "max_tokens: must be greater than thinking.budget_tokens ({max} ≤ {budget})"
+            )));
+        }
+        Ok(Some(usize::try_from(budget).unwrap_or(usize::MAX)))
+    }
+
     /// The sampling parameters.
     pub fn sampling(&self) -> Sampling {
         Sampling { temperature: self.temperature, top_p: self.top_p, top_k: self.top_k, min_p: None, seed: None }
@@ -287,10 +320,15 @@ pub fn stop_reason(
     }
 }
 
-/// A `tool_use` block (`input` whole, or `{}` to start a streamed one).
-pub fn tool_use_block(id: &str, c: &ToolCall, whole: bool) -> Value {
-    let input = if whole { Value::Object(c.arguments.clone()) } else { json!({}) };
-    json!({ "type": "tool_use", "id": id, "name": c.name, "input": input })
+/// A `tool_use` block with its whole `input`.
+pub fn tool_use_block(id: &str, c: &ToolCall) -> Value {
+    json!({ "type": "tool_use", "id": id, "name": c.name, "input": Value::Object(c.arguments.clone()) })
+}
+
+/// The `content_block_start` block of a streamed `tool_use` (`input: {}`; the input follows as
+/// `input_json_delta`s).
+pub fn tool_use_start(id: &str, name: &str) -> Value {
+    json!({ "type": "tool_use", "id": id, "name": name, "input": {} })
 }
 
 #[cfg(test)]
@@ -338,6 +376,26 @@ mod tests {
         assert!(e.message.contains("tool_choice"), "{}", e.message);
         let e = MessagesRequest::parse(br#"{"messages":[{"role":"user","content":5}]}"#).unwrap_err();
         assert!(e.anthropic && e.message.contains("messages[0].content"), "{e:?}");
+    }
+
+    #[test]
+    fn thinking_budgets_are_checked_as_anthropic_checks_them() {
+        let budget = |t: &str| req(&format!(r#"{{"messages":[],"max_tokens":4096,"thinking":{t}}}"#)).thinking_budget();
+        assert_eq!(budget(r#"{"type":"enabled","budget_tokens":2048}"#).unwrap(), Some(2048));
+        assert_eq!(budget(r#"{"type":"adaptive"}"#).unwrap(), None);
+        assert_eq!(budget(r#"{"type":"disabled"}"#).unwrap(), None);
+        for (bad, what) in [
+            (r#"{"type":"enabled"}"#, "required"),
+            (r#"{"type":"enabled","budget_tokens":1023}"#, "at least 1024"),
+            (r#"{"type":"enabled","budget_tokens":-5}"#, "integer"),
+            (r#"{"type":"enabled","budget_tokens":"many"}"#, "integer"),
+            (r#"{"type":"enabled","budget_tokens":4096}"#, "greater than thinking.budget_tokens"),
+        ] {
+            let e = budget(bad).unwrap_err();
+            assert!(e.message.contains(what), "{bad}: {}", e.message);
+        }
+        let r = req(r#"{"messages":[],"thinking":{"type":"enabled","budget_tokens":100000}}"#);
+        assert_eq!(r.thinking_budget().unwrap(), Some(100000), "no max_tokens: only the minimum");
     }
 
     #[test]

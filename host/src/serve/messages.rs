@@ -11,7 +11,8 @@
 //! `content_block_start` / `content_block_delta`… / `content_block_stop` (`thinking_delta` then
 //! `signature_delta`, `text_delta`, `input_json_delta`), `message_delta` (`stop_reason`,
 //! `stop_sequence`, usage), `message_stop`; a failure mid-stream is an `error` event.
-//! `max_tokens` is clamped to what the context leaves; errors use Anthropic's shape.
+//! `max_tokens` is clamped to what the context leaves; `thinking.budget_tokens` closes the
+//! thinking after that many tokens ([`super::budget`]); errors use Anthropic's shape.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -27,12 +28,12 @@ use axum::Json;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::anthropic::{stop_reason, tool_use_block, usage_json, MessagesRequest};
+use super::anthropic::{stop_reason, tool_use_block, tool_use_start, usage_json, MessagesRequest};
+use super::budget::ThinkBudget;
 use super::error::ApiError;
 use super::history::generation_prompt_start;
-use super::reply::{self, ReplySplitter};
-use super::routes::{blocking, body, collect, now, prepare, rule, submit, tokenize, AppState, Planned};
-use super::thinking::Piece;
+use super::reply::{self, Delta, ReplySplitter};
+use super::routes::{blocking, body, collect, now, prepare, rule, submit, tokenize, AppState};
 use super::worker::{Event, Outcome};
 use crate::chat::RenderOptions;
 
@@ -88,10 +89,18 @@ async fn messages(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result
         let stops = req2.stops()?;
         let rule = rule(&req2.sampling())?;
         let requested = req2.max_tokens()?;
+        let budget = req2.thinking_budget()?;
         let text = prompt_text(&st2, &req2)?;
         // Where the generation prompt starts: the session's snapshot (`super::history`).
         let start = rendered(&st2, &req2, false).ok().and_then(|base| generation_prompt_start(&base, &text));
-        Ok(Planned { snapshot_bytes: start, ..prepare(&st2, text, requested, rule, false, stops)? })
+        let mut p = prepare(&st2, text, requested, rule, false, stops)?;
+        p.snapshot_bytes = start;
+        if let Some(tokens) = budget.filter(|_| p.thinking) {
+            let close = super::thinking::template_close(&st2.model.template);
+            let close = tokenize(&st2, &close)?;
+            p.think_budget = Some(ThinkBudget { tokens, close });
+        }
+        Ok(p)
     })
     .await?;
     let (prompt_len, thinking, stops) = (planned.prompt.len(), planned.thinking, planned.stops.clone());
@@ -116,7 +125,7 @@ async fn messages(st: Arc<AppState>, b: Result<Bytes, BytesRejection>) -> Result
         blocks.push(json!({ "type": "text", "text": content }));
     }
     for (i, c) in calls.iter().enumerate() {
-        blocks.push(tool_use_block(&head.tool_id(i), c, true));
+        blocks.push(tool_use_block(&head.tool_id(i), c));
     }
     let (reason, seq) = stop_reason(o.finish, o.stop_string, &head.stops, !calls.is_empty());
     Ok(Json(json!({
@@ -171,15 +180,29 @@ impl Events {
         self.open = kind;
     }
 
-    fn piece(&mut self, p: Piece) {
-        let (kind, delta) = match p {
-            Piece::Reasoning(r) => (Open::Thinking, json!({ "type": "thinking_delta", "thinking": r })),
-            Piece::Text(t) => (Open::Text, json!({ "type": "text_delta", "text": t })),
+    /// One delta: text and thinking open (or continue) a block of their kind; a call is a
+    /// `tool_use` block of its own whose input streams as `input_json_delta`s.
+    fn delta(&mut self, d: Delta) {
+        let (kind, delta) = match d {
+            Delta::Reasoning(r) => (Open::Thinking, json!({ "type": "thinking_delta", "thinking": r })),
+            Delta::Text(t) => (Open::Text, json!({ "type": "text_delta", "text": t })),
+            Delta::CallStart { index, name } => {
+                let block = tool_use_start(&self.head.tool_id(index), &name);
+                self.start(Open::Tool, block);
+                return;
+            }
+            Delta::CallArgs { json, .. } => (Open::Tool, json!({ "type": "input_json_delta", "partial_json": json })),
+            Delta::CallEnd { .. } => {
+                self.close();
+                return;
+            }
         };
         if self.open != kind {
             let block = match kind {
                 Open::Thinking => json!({ "type": "thinking", "thinking": "", "signature": "" }),
-                _ => json!({ "type": "text", "text": "" }),
+                Open::Text => json!({ "type": "text", "text": "" }),
+                // Arguments outside a call do not occur (a call starts before them).
+                _ => return,
             };
             self.start(kind, block);
         }
@@ -187,23 +210,16 @@ impl Events {
         self.out.push(event("content_block_delta", d));
     }
 
-    fn done(&mut self, tail: reply::Tail, o: &Outcome) {
-        for p in tail.pieces {
-            self.piece(p);
-        }
-        for (i, c) in tail.calls.iter().enumerate() {
-            let id = self.head.tool_id(i);
-            self.start(Open::Tool, tool_use_block(&id, c, false));
-            let d = json!({ "type": "content_block_delta", "index": self.next - 1,
-                            "delta": { "type": "input_json_delta", "partial_json": c.arguments_json() } });
-            self.out.push(event("content_block_delta", d));
+    fn done(&mut self, tail: Vec<Delta>, called: bool, o: &Outcome) {
+        for d in tail {
+            self.delta(d);
         }
         if self.next == 0 {
             // An empty answer still has one (empty) text block.
             self.start(Open::Text, json!({ "type": "text", "text": "" }));
         }
         self.close();
-        let (reason, seq) = stop_reason(o.finish, o.stop_string, &self.head.stops, !tail.calls.is_empty());
+        let (reason, seq) = stop_reason(o.finish, o.stop_string, &self.head.stops, called);
         let d = json!({ "type": "message_delta", "delta": { "stop_reason": reason, "stop_sequence": seq },
                         "usage": usage_json(o.prompt_tokens, o.reused_tokens, o.completion_tokens) });
         self.out.push(event("message_delta", d));
@@ -244,12 +260,13 @@ fn sse(
                 }
                 match rx.recv().await {
                     Some(Event::Text(t)) => {
-                        for p in sp.push(&t) {
-                            ev.piece(p);
+                        for d in sp.push(&t) {
+                            ev.delta(d);
                         }
                     }
                     Some(Event::Done(o)) => {
-                        ev.done(sp.finish(), &o);
+                        let tail = sp.finish();
+                        ev.done(tail, !sp.calls().is_empty(), &o);
                         ended = true;
                     }
                     Some(Event::Failed(m)) => {

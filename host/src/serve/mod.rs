@@ -11,9 +11,11 @@
 //! each API's shape ([`error`]).
 
 pub mod anthropic;
+pub mod budget;
 pub mod completions;
 pub mod error;
 pub mod history;
+pub mod json_prefix;
 pub mod load;
 pub mod messages;
 pub mod metrics;
@@ -24,6 +26,7 @@ pub mod routes;
 pub mod script;
 pub mod stop;
 pub mod thinking;
+pub mod tool_stream;
 pub mod tools;
 pub mod worker;
 

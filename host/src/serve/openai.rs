@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
+use super::reply::Delta;
 use super::tools::ToolCall;
 use crate::chat::Message;
 
@@ -351,7 +352,7 @@ impl Answer {
             message["reasoning_content"] = json!(reasoning);
         }
         if !calls.is_empty() {
-            message["tool_calls"] = calls.iter().enumerate().map(|(i, c)| self.tool_call(i, c, false)).collect();
+            message["tool_calls"] = calls.iter().enumerate().map(|(i, c)| self.tool_call(i, c)).collect();
         }
         json!({
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
@@ -360,15 +361,31 @@ impl Answer {
         })
     }
 
-    /// Call `i` of this answer in OpenAI's shape (with `index` in a stream delta); ids are
-    /// `call_<answer id>_<i>`.
-    pub fn tool_call(&self, i: usize, c: &ToolCall, delta: bool) -> Value {
-        let mut v = json!({ "id": format!("call_{}_{i}", self.id), "type": "function",
-                            "function": { "name": c.name, "arguments": c.arguments_json() } });
-        if delta {
-            v["index"] = json!(i);
-        }
-        v
+    /// The id of call `i` of this answer: `call_<answer id>_<i>`.
+    pub fn call_id(&self, i: usize) -> String {
+        format!("call_{}_{i}", self.id)
+    }
+
+    /// Call `i` of this answer in OpenAI's shape.
+    pub fn tool_call(&self, i: usize, c: &ToolCall) -> Value {
+        json!({ "id": self.call_id(i), "type": "function",
+                "function": { "name": c.name, "arguments": c.arguments_json() } })
+    }
+
+    /// A stream chunk's `delta` for `d` (`None` for a call's end, which OpenAI does not mark):
+    /// a call's first delta carries its index, id, type and name with empty arguments, the
+    /// next ones its index and an arguments fragment.
+    pub fn delta(&self, d: Delta) -> Option<Value> {
+        Some(match d {
+            Delta::Reasoning(r) => json!({ "reasoning_content": r }),
+            Delta::Text(t) => json!({ "content": t }),
+            Delta::CallStart { index, name } => json!({ "tool_calls": [{ "index": index, "id": self.call_id(index),
+                "type": "function", "function": { "name": name, "arguments": "" } }] }),
+            Delta::CallArgs { index, json } => {
+                json!({ "tool_calls": [{ "index": index, "function": { "arguments": json } }] })
+            }
+            Delta::CallEnd { .. } => return None,
+        })
     }
 
     /// One `chat.completion.chunk` with `delta` and `finish_reason`; `"usage": null` when the

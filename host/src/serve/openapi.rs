@@ -121,7 +121,8 @@ pub fn document(model_id: &str) -> Value {
                 "ChatCompletionRequest",
                 "ChatCompletion",
                 "OpenAIError",
-                "`chat.completion.chunk` objects, a usage chunk with `stream_options.include_usage`, then `[DONE]`",
+                "`chat.completion.chunk` objects (tool calls as `delta.tool_calls`: id and name first, then \
+                 `arguments` fragments as generated), a usage chunk with `stream_options.include_usage`, then `[DONE]`",
             ),
             "/v1/completions": generating_post(
                 "OpenAI (legacy) text completions.",
@@ -135,7 +136,8 @@ pub fn document(model_id: &str) -> Value {
                 "MessagesRequest",
                 "Message",
                 "AnthropicError",
-                "`message_start`, per block `content_block_start` / `content_block_delta`… / `content_block_stop`, `message_delta`, `message_stop`",
+                "`message_start`, per block `content_block_start` / `content_block_delta`… / `content_block_stop` \
+                 (`tool_use` input as `input_json_delta` fragments as generated), `message_delta`, `message_stop`",
             ),
             "/v1/messages/count_tokens": {
                 "post": {
@@ -462,7 +464,12 @@ fn schemas(model_id: &str) -> Value {
                 "thinking": {
                     "type": "object",
                     "required": ["type"],
-                    "properties": { "type": { "enum": ["enabled", "disabled"] }, "budget_tokens": { "type": "integer", "minimum": 0 } },
+                    "properties": {
+                        "type": { "enum": ["enabled", "adaptive", "disabled"] },
+                        "budget_tokens": { "type": "integer", "minimum": 1024, "description":
+                            "Required with `enabled`, less than `max_tokens`: after this many thinking tokens the \
+                             server closes the thinking and the model answers (`max_tokens` bounds the whole)." },
+                    },
                 },
                 "metadata": { "type": "object" },
             },

@@ -23,7 +23,6 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use super::openai::{Answer, ChatRequest, Usage};
 use super::reply::{self, ReplySplitter};
-use super::thinking::Piece;
 use super::worker::{Event, Job, Outcome};
 use super::Loaded;
 use crate::chat::RenderOptions;
@@ -232,6 +231,8 @@ pub(super) struct Planned {
     /// Where the generation prompt starts in `text` (bytes): the session's snapshot
     /// ([`super::history`]); `None` for a raw prompt.
     pub snapshot_bytes: Option<usize>,
+    /// The thinking budget (Anthropic requests only).
+    pub think_budget: Option<super::budget::ThinkBudget>,
 }
 
 /// Tokenises a rendered prompt whole and checks it against the context (the worker may run it
@@ -247,7 +248,7 @@ pub(super) fn prepare(
     let prompt = tokenize(st, &text)?;
     let cfg = config(st, &prompt, requested, rule, ignore_eos)?;
     let thinking = super::thinking::prompt_opens_think(&text);
-    Ok(Planned { text, prompt, cfg, requested, stops, thinking, snapshot_bytes: None })
+    Ok(Planned { text, prompt, cfg, requested, stops, thinking, snapshot_bytes: None, think_budget: None })
 }
 
 /// Renders, tokenises and checks a chat request.
@@ -280,6 +281,7 @@ pub(super) fn submit(st: &AppState, p: Planned) -> Result<mpsc::UnboundedReceive
         requested: p.requested,
         room,
         stops: p.stops,
+        think_budget: p.think_budget,
         events: tx,
     };
     st.model.jobs.try_send(job).map_err(|e| match e {
@@ -351,9 +353,10 @@ pub(super) fn usage(o: &Outcome) -> Usage {
     Usage { prompt: o.prompt_tokens, reused: o.reused_tokens, completion: o.completion_tokens }
 }
 
-/// The SSE answer: a role chunk, reasoning and content chunks, the tool calls (one chunk each,
-/// whole arguments) when generation ends, a chunk with `finish_reason`, the usage chunk when
-/// asked, then `[DONE]`. A failure mid-stream is sent as an `error` object before `[DONE]`.
+/// The SSE answer: a role chunk, reasoning, content and tool-call chunks as the reply streams
+/// (a call's first chunk carries its id and name, the next ones its arguments as the model
+/// writes them: [`Answer::delta`]), a chunk with `finish_reason`, the usage chunk when asked,
+/// then `[DONE]`. A failure mid-stream is sent as an `error` object before `[DONE]`.
 /// Dropping the stream (client gone) closes `rx`, which stops the worker after its round.
 fn sse(
     answer: Answer,
@@ -362,10 +365,6 @@ fn sse(
     include_usage: bool,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>> {
     let first = answer.chunk(json!({ "role": "assistant", "content": "" }), None, include_usage).to_string();
-    let delta = |p: Piece| match p {
-        Piece::Reasoning(r) => json!({ "reasoning_content": r }),
-        Piece::Text(t) => json!({ "content": t }),
-    };
     let state = (rx, vec![first], false, splitter);
     let stream = futures_util::stream::unfold(state, move |(mut rx, mut pending, mut ended, mut splitter)| {
         let answer = answer.clone();
@@ -380,20 +379,15 @@ fn sse(
                 }
                 match rx.recv().await {
                     Some(Event::Text(t)) => {
-                        for p in splitter.push(&t) {
-                            pending.push(answer.chunk(delta(p), None, include_usage).to_string());
+                        for d in splitter.push(&t).into_iter().filter_map(|d| answer.delta(d)) {
+                            pending.push(answer.chunk(d, None, include_usage).to_string());
                         }
                     }
                     Some(Event::Done(o)) => {
-                        let tail = splitter.finish();
-                        for p in tail.pieces {
-                            pending.push(answer.chunk(delta(p), None, include_usage).to_string());
-                        }
-                        for (i, c) in tail.calls.iter().enumerate() {
-                            let d = json!({ "tool_calls": [answer.tool_call(i, c, true)] });
+                        for d in splitter.finish().into_iter().filter_map(|d| answer.delta(d)) {
                             pending.push(answer.chunk(d, None, include_usage).to_string());
                         }
-                        let finish = if tail.calls.is_empty() { o.finish } else { "tool_calls" };
+                        let finish = if splitter.calls().is_empty() { o.finish } else { "tool_calls" };
                         pending.push(answer.chunk(json!({}), Some(finish), include_usage).to_string());
                         if include_usage {
                             pending.push(answer.usage_chunk(usage(&o)).to_string());

@@ -11,7 +11,9 @@
 //! FILE is JSON: `[{"when": "trigger text", "reply": "text the model answers"}, …]`. A script
 //! applies when its trigger occurs in the last [`TAIL_BYTES`] bytes of the prompt's text (the
 //! one occurring last wins); no trigger = the model's own reply. The choice depends on the
-//! prompt only, so a turn that reuses cached tokens picks what a cold run of it picks.
+//! prompt only, so a turn that reuses cached tokens picks what a cold run of it picks — except
+//! that tokens added to the caches that are exactly the active script's next ones continue it
+//! (how a turn paused and resumed on the same caches, the thinking budget's, stays scripted).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -115,8 +117,15 @@ impl<T: Target> Target for ScriptedTarget<T> {
 
     fn extend(&mut self, tokens: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {
         let (pending, f) = self.inner.extend(tokens, rule)?;
+        let at = self.history.len();
         self.history.extend_from_slice(tokens);
-        Ok((self.choose(pending), f))
+        // Tokens that are the active script's own next ones continue it (a turn resumed after
+        // a pause: the thinking budget's answer, `super::budget`); anything else chooses anew.
+        let follows = tokens.iter().enumerate().all(|(i, &t)| self.at(at + i) == Some(t));
+        match self.at(self.history.len()) {
+            Some(next) if follows => Ok((next, f)),
+            _ => Ok((self.choose(pending), f)),
+        }
     }
 
     fn prefill(&mut self, prompt: &[u32], rule: DecodingRule) -> Result<(u32, Self::Features), SpecError> {

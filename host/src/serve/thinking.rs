@@ -14,6 +14,29 @@ pub const CLOSE: &str = "</think>";
 /// The tag that opens it (already in the prompt; dropped if the model repeats it).
 pub const OPEN: &str = "<think>";
 
+/// The thinking end a template writes when it has none we can read (Qwen3.5's).
+pub const DEFAULT_CLOSE: &str = "\n</think>\n\n";
+
+/// The text `template` writes between an assistant turn's reasoning and its answer (Qwen3.5:
+/// `\n</think>\n\n`): what the model writes to end its thinking, so what the server appends
+/// when a thinking budget is spent ([`super::budget`]). Read from a rendered conversation with
+/// marker texts; [`DEFAULT_CLOSE`] when the template keeps no reasoning or the text between
+/// has no `</think>`.
+pub fn template_close(template: &crate::chat::ChatTemplate) -> String {
+    use crate::chat::{Message, RenderOptions};
+    const R: &str = "flashtree-reasoning-mark";
+    const A: &str = "flashtree-answer-mark";
+    let mut asst = Message::new("assistant", A);
+    asst.reasoning_content = Some(R.into());
+    let opts = RenderOptions { add_generation_prompt: false, enable_thinking: true };
+    let Ok(text) = template.render(&[Message::new("user", "x"), asst], opts) else { return DEFAULT_CLOSE.into() };
+    let between = text.find(R).and_then(|r| Some(&text[r + R.len()..r + R.len() + text[r + R.len()..].find(A)?]));
+    match between {
+        Some(b) if b.contains(CLOSE) => b.to_string(),
+        _ => DEFAULT_CLOSE.into(),
+    }
+}
+
 /// The length of the longest suffix of `text` that is a proper prefix of `tag` (text that must
 /// be held back because the next piece may complete the tag). At char boundaries.
 pub fn partial_tag_suffix(text: &str, tag: &str) -> usize {
@@ -49,6 +72,8 @@ pub struct ThinkingSplitter {
     thinking: bool,
     /// Nothing released yet in the current part (leading `<think>` / newlines are dropped).
     at_start: bool,
+    /// The repeated `<think>` was dropped already (only one is, however the text is cut).
+    open_dropped: bool,
     held: String,
 }
 
@@ -56,7 +81,7 @@ impl ThinkingSplitter {
     /// `thinking` = the prompt opened a think block ([`prompt_opens_think`]); without one the
     /// text passes through unchanged.
     pub fn new(thinking: bool) -> Self {
-        Self { thinking, at_start: thinking, held: String::new() }
+        Self { thinking, at_start: thinking, open_dropped: false, held: String::new() }
     }
 
     /// Whether the text so far is still reasoning.
@@ -72,9 +97,17 @@ impl ThinkingSplitter {
             if self.at_start {
                 // Leading newlines, and in reasoning a repeated `<think>`, are dropped.
                 let trimmed = self.held.trim_start_matches('\n');
-                let trimmed = if self.thinking { trimmed.strip_prefix(OPEN).unwrap_or(trimmed) } else { trimmed };
+                let may_drop = self.thinking && !self.open_dropped;
+                let trimmed = match trimmed.strip_prefix(OPEN) {
+                    Some(t) if may_drop => {
+                        self.open_dropped = true;
+                        t
+                    }
+                    _ => trimmed,
+                };
                 let trimmed = trimmed.trim_start_matches('\n').to_string();
-                let undecided = trimmed.is_empty() || (self.thinking && OPEN.starts_with(trimmed.as_str()));
+                let undecided =
+                    trimmed.is_empty() || (self.thinking && !self.open_dropped && OPEN.starts_with(trimmed.as_str()));
                 self.held = trimmed;
                 if undecided {
                     return out;
@@ -112,7 +145,8 @@ impl ThinkingSplitter {
     pub fn finish(&mut self) -> Vec<Piece> {
         let rest = std::mem::take(&mut self.held);
         let rest = if self.thinking { rest.trim_end_matches('\n').to_string() } else { rest };
-        if rest.is_empty() || (self.at_start && self.thinking && OPEN.starts_with(rest.as_str())) {
+        if rest.is_empty() || (self.at_start && self.thinking && !self.open_dropped && OPEN.starts_with(rest.as_str()))
+        {
             return Vec::new();
         }
         vec![if self.thinking { Piece::Reasoning(rest) } else { Piece::Text(rest) }]
@@ -168,6 +202,16 @@ mod tests {
     }
 
     #[test]
+    fn the_thinking_end_is_read_from_the_template() {
+        assert_eq!(template_close(&crate::chat::ChatTemplate::qwen35()), "\n</think>\n\n");
+        let plain = crate::chat::ChatTemplate::new(
+            "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+        )
+        .unwrap();
+        assert_eq!(template_close(&plain), DEFAULT_CLOSE);
+    }
+
+    #[test]
     fn an_open_think_block_is_found_in_the_prompt() {
         assert!(prompt_opens_think("<|im_start|>assistant\n<think>\n"));
         assert!(!prompt_opens_think("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
@@ -190,6 +234,8 @@ mod tests {
         assert_eq!(streamed("x</think>y</think>z", true), r("x", "y</think>z"));
         assert_eq!(streamed("", true), r("", ""));
         assert_eq!(streamed("<thi", true), r("", ""));
+        // Only one repeated `<think>` is dropped, however the text is cut.
+        assert_eq!(streamed("<think><think>x", true), r("<think>x", ""));
         assert_eq!(streamed("é</think>ü", true), r("é", "ü"));
     }
 }

@@ -14,6 +14,10 @@
 //! the tool's schema says the parameter is not a string (or the schema is unknown and the value
 //! is a JSON object, array, number, boolean or null), else kept as a string. A block that does
 //! not parse stays in the reply as text: a parse never fails the request.
+//!
+//! Replies are read as they stream by [`super::tool_stream`] (which follows the well-formed
+//! shapes token by token and hands every other block to [`parse_block`] whole); `parse`, the
+//! whole-text reading, is kept for the tests of that leniency.
 
 use serde_json::{json, Map, Value};
 
@@ -31,12 +35,26 @@ pub struct ToolCall {
     pub name: String,
     /// Its arguments (a JSON object).
     pub arguments: Map<String, Value>,
+    /// The arguments' JSON text as sent (streamed fragments joined): keys in the order written.
+    json: String,
 }
 
 impl ToolCall {
-    /// The arguments as a JSON string (OpenAI's `function.arguments`).
-    pub fn arguments_json(&self) -> String {
-        Value::Object(self.arguments.clone()).to_string()
+    /// A call with `arguments` (its JSON text is theirs, compact).
+    pub fn new(name: String, arguments: Map<String, Value>) -> Self {
+        let json = Value::Object(arguments.clone()).to_string();
+        Self { name, arguments, json }
+    }
+
+    /// A call from its arguments' JSON text (a JSON object; anything else reads as `{}`).
+    pub fn from_json(name: String, json: String) -> Self {
+        let arguments = serde_json::from_str::<Map<String, Value>>(&json).unwrap_or_default();
+        Self { name, arguments, json }
+    }
+
+    /// The arguments as a JSON string (OpenAI's `function.arguments`): the text streamed.
+    pub fn arguments_json(&self) -> &str {
+        &self.json
     }
 
     /// As a message's `tool_calls` entry for the chat template (arguments as an object).
@@ -47,6 +65,7 @@ impl ToolCall {
 }
 
 /// A reply split into text and calls.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Parsed {
     /// The text outside the calls (trimmed), including blocks that did not parse.
@@ -67,6 +86,7 @@ pub fn partial_start_suffix(text: &str) -> usize {
 }
 
 /// Splits `text` into reply text and tool calls; `tools` (OpenAI shape) give parameter types.
+#[cfg(test)]
 pub fn parse(text: &str, tools: &[Value]) -> Parsed {
     let mut out = Parsed::default();
     let mut rest = text;
@@ -109,7 +129,7 @@ pub fn parse(text: &str, tools: &[Value]) -> Parsed {
 }
 
 /// One call's body (between the tags): XML form, else JSON form.
-fn parse_block(body: &str, tools: &[Value]) -> Option<ToolCall> {
+pub(super) fn parse_block(body: &str, tools: &[Value]) -> Option<ToolCall> {
     let t = body.trim();
     if t.starts_with(FUNCTION) {
         parse_xml(t, tools)
@@ -152,11 +172,11 @@ fn parse_xml(t: &str, tools: &[Value]) -> Option<ToolCall> {
     if !tail.is_empty() {
         return None;
     }
-    Some(ToolCall { name, arguments })
+    Some(ToolCall::new(name, arguments))
 }
 
 /// A parameter's value: the text less one newline at each end, typed by the schema.
-fn value(raw: &str, ty: Option<&Value>) -> Value {
+pub(super) fn value(raw: &str, ty: Option<&Value>) -> Value {
     let s = raw.strip_prefix('\n').unwrap_or(raw);
     let s = s.strip_suffix('\n').unwrap_or(s);
     let is_string = ty.and_then(Value::as_str) == Some("string");
@@ -172,7 +192,7 @@ fn value(raw: &str, ty: Option<&Value>) -> Value {
 }
 
 /// The `type` of each parameter of tool `name` (`None` when the tool or its schema is unknown).
-fn parameter_types(tools: &[Value], name: &str) -> Option<Map<String, Value>> {
+pub(super) fn parameter_types(tools: &[Value], name: &str) -> Option<Map<String, Value>> {
     let tool = tools.iter().map(|t| t.get("function").unwrap_or(t)).find(|f| f["name"] == name)?;
     let props = tool["parameters"]["properties"].as_object()?;
     Some(props.iter().map(|(k, v)| (k.clone(), v.get("type").cloned().unwrap_or(Value::Null))).collect())
@@ -198,7 +218,7 @@ fn parse_json(t: &str) -> Option<ToolCall> {
         Value::Null => Map::new(),
         _ => return None,
     };
-    Some(ToolCall { name, arguments })
+    Some(ToolCall::new(name, arguments))
 }
 
 /// Normalises tool definitions to OpenAI's shape (what the chat templates read): OpenAI's are
@@ -237,7 +257,7 @@ mod tests {
     }
 
     fn call(name: &str, args: Value) -> ToolCall {
-        ToolCall { name: name.into(), arguments: args.as_object().unwrap().clone() }
+        ToolCall::new(name.into(), args.as_object().unwrap().clone())
     }
 
     #[test]

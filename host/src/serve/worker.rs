@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
+use super::budget::{self, ThinkBudget};
 use super::history::History;
 use super::stop::StopMatcher;
 use crate::spec::{Draft, GenerateConfig, Session, Stats, StopReason, Target};
@@ -36,6 +37,8 @@ pub struct Job {
     pub room: usize,
     /// Stop strings (the text ends before the first found).
     pub stops: Vec<String>,
+    /// The thinking budget (Anthropic `budget_tokens`; [`super::budget`]).
+    pub think_budget: Option<ThinkBudget>,
     /// Where the text goes; closed = the client left.
     pub events: mpsc::UnboundedSender<Event>,
 }
@@ -168,20 +171,20 @@ where
             let _ = job.events.send(Event::Text(text));
         }
     };
-    let (output, stats) = session
-        .generate_with_snapshot(&prompt, snapshot, &cfg, |ids| {
-            let mut text = String::new();
-            for &id in ids.iter().filter(|id| !cfg.eos.contains(id)) {
-                text.push_str(&dec.push(tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
-            }
-            send(stop.push(&text));
-            if stop.hit() || job.events.is_closed() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        })
-        .map_err(|e| e.to_string())?;
+    let bytes = |id| tk.tokenizer.token_bytes(id).unwrap_or(b"");
+    let (output, stats) = budget::generate(session, &prompt, snapshot, &cfg, job.think_budget.as_ref(), bytes, |ids| {
+        let mut text = String::new();
+        for &id in ids.iter().filter(|id| !cfg.eos.contains(id)) {
+            text.push_str(&dec.push(tk.tokenizer.token_bytes(id).unwrap_or(b"\xEF\xBF\xBD")));
+        }
+        send(stop.push(&text));
+        if stop.hit() || job.events.is_closed() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .map_err(|e| e.to_string())?;
     if !output.is_empty() {
         // (Empty only when nothing ran: the caches and the history are as they were.)
         history.record(&tk.tokenizer, &prompt, &output, session.snapshot_position());
