@@ -114,7 +114,7 @@ pub struct Engine {
 }
 
 /// The attention split rule's fewest keys per split (`kernel_abi::attn_split_len_min`):
-/// `kernel_abi::ATTN_MIN_SPLIT_KEYS` unless `FLASHTREE_ATTN_SPLIT_KEYS=<128..=65536>` overrides it
+/// `kernel_abi::ATTN_MIN_SPLIT_KEYS` unless `FLASHTREE_ATTN_SPLIT_KEYS=<64..=65536>` overrides it
 /// (tuning only: any fixed value keeps every node's reduction order a function of its key count,
 /// so results stay batch-invariant; the tree scratch is sized for the default, the most splits).
 pub fn attn_split_keys() -> u32 {
@@ -123,7 +123,7 @@ pub fn attn_split_keys() -> u32 {
         std::env::var("FLASHTREE_ATTN_SPLIT_KEYS")
             .ok()
             .and_then(|v| v.trim().parse::<u32>().ok())
-            .filter(|v| (kernel_abi::ATTN_MIN_SPLIT_KEYS..=65_536).contains(v))
+            .filter(|v| (kernel_abi::ATTN_TILE_KEYS..=65_536).contains(v))
             .unwrap_or(kernel_abi::ATTN_MIN_SPLIT_KEYS)
     })
 }
