@@ -4,5 +4,6 @@ pub mod gpu;
 pub mod markov;
 pub mod serve;
 pub mod stats;
+pub mod tiny;
 pub mod tolerance;
 pub mod toy;

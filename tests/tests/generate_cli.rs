@@ -3,17 +3,8 @@
 
 use flashtree::cli::generate::{run_to, GenerateArgs, ModeArg};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
-fn tiny() -> &'static (PathBuf, PathBuf) {
-    static PAIR: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    PAIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("flashtree-generate-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
-        (out.target, out.draft_dir.expect("draft written"))
-    })
-}
+use flashtree_tests::tiny::tiny_pair as tiny;
 
 fn args(mode: ModeArg) -> GenerateArgs {
     let (model, draft) = tiny().clone();

@@ -3,7 +3,6 @@
 //! prefix reuse are reported, bad requests get 400 in OpenAI's shape and the server keeps
 //! serving, the API key is enforced, a full queue answers 429.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use flashtree::cli::backend::BackendArg;
@@ -12,15 +11,7 @@ use flashtree::cli::serve::ServeArgs;
 use flashtree_tests::serve::start;
 use serde_json::{json, Value};
 
-fn tiny() -> &'static (PathBuf, PathBuf) {
-    static PAIR: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    PAIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("flashtree-serve-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
-        (out.target, out.draft_dir.expect("draft written"))
-    })
-}
+use flashtree_tests::tiny::tiny_pair as tiny;
 
 fn serve_args() -> ServeArgs {
     let (model, draft) = tiny().clone();

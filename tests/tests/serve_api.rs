@@ -19,11 +19,8 @@ use serde_json::{json, Value};
 fn tiny() -> &'static (PathBuf, PathBuf, PathBuf) {
     static PAIR: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
     PAIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("flashtree-serve-api-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/script.json");
-        (out.target, out.draft_dir.expect("draft written"), script)
+        let (target, draft) = flashtree_tests::tiny::tiny_pair().clone();
+        (target, draft, std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sdk/script.json"))
     })
 }
 

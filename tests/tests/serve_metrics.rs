@@ -24,12 +24,10 @@ fn samples(text: &str) -> HashMap<String, f64> {
 
 #[test]
 fn metrics_count_requests_tokens_reuse_and_speed() {
-    let dir = std::env::temp_dir().join(format!("flashtree-serve-metrics-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let pair = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
+    let (target, draft) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        model: pair.target,
-        draft: pair.draft_dir,
+        model: target,
+        draft: Some(draft),
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: None,

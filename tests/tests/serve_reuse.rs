@@ -35,15 +35,7 @@ use serde_json::{json, Value};
 
 const BUDGET: usize = 22;
 
-fn tiny() -> &'static (PathBuf, PathBuf) {
-    static PAIR: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
-    PAIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("flashtree-serve-reuse-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
-        (out.target, out.draft_dir.expect("draft written"))
-    })
-}
+use flashtree_tests::tiny::tiny_pair as tiny;
 
 /// A new server on the tiny pair (its own session).
 fn new_server() -> String {

@@ -39,11 +39,9 @@ fn schemathesis_finds_no_server_error_and_the_server_keeps_serving() {
         let _ = writeln!(std::io::stderr(), "skipped: schemathesis not installed (.ci/run installs it into .venv)");
         return;
     };
-    let dir = std::env::temp_dir().join(format!("flashtree-schemathesis-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let pair = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
+    let (target, _) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        model: pair.target,
+        model: target,
         draft: None,
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
@@ -58,7 +56,7 @@ fn schemathesis_finds_no_server_error_and_the_server_keeps_serving() {
         script: None,
     });
     // Schemathesis keeps a `.schemathesis/` folder in its working directory: a temporary one.
-    let work = dir.join("schemathesis");
+    let work = std::env::temp_dir().join(format!("flashtree-schemathesis-{}", std::process::id()));
     std::fs::create_dir_all(&work).unwrap();
     let out = Command::new(&st)
         .current_dir(&work)

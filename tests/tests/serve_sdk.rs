@@ -44,12 +44,10 @@ fn the_openai_and_anthropic_sdks_and_curl_drive_every_route() {
         );
         return;
     };
-    let dir = std::env::temp_dir().join(format!("flashtree-serve-sdk-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let out = flashtree::synth::tiny(&dir, 7).expect("synth tiny");
+    let (target, draft) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        model: out.target,
-        draft: out.draft_dir,
+        model: target,
+        draft: Some(draft),
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: Some("sdk-test-key".into()),

@@ -346,20 +346,11 @@ fn run_gpu(
     progress.finish();
     let (mut engine, _) = super::backend::open_engine(gpu, &args.model, Some(ctx), &capture, !args.verbose)?;
     let gpu_draft = match &draft {
-        Some(d) => {
-            let progress = limits::LoadProgress::new(args.verbose);
-            progress.step(format!("loading the draft {} onto the GPU", d.path.display()));
-            let r = super::gpu_draft_load::load_gpu_draft(&engine, d, ctx)?;
-            progress.finish();
-            // A draft the GPU kernels do not cover yet (sliding-window layers) runs on the CPU.
-            match r {
-                Ok(de) => Some(de),
-                Err(why) => {
-                    writeln!(err, "note: {why}; the draft runs on the CPU reference instead")?;
-                    None
-                }
-            }
-        }
+        // A draft the GPU kernels do not cover runs on the CPU.
+        Some(d) => super::gpu_draft_load::gpu_draft_or_note(&engine, d, ctx, args.verbose, |n| {
+            writeln!(err, "{n}")?;
+            Ok(())
+        })?,
         None => None,
     };
     let cfg = GenerateConfig {

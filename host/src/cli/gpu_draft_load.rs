@@ -29,6 +29,28 @@ pub fn load_gpu_draft(engine: &Engine, d: &DraftModel, ctx: usize) -> anyhow::Re
     }
 }
 
+/// [`load_gpu_draft`] behind a load progress line: the GPU draft, or `None` after `note(why)` when
+/// the kernels do not cover it and the draft runs on the CPU reference instead.
+pub fn gpu_draft_or_note(
+    engine: &Engine,
+    d: &DraftModel,
+    ctx: usize,
+    verbose: bool,
+    note: impl FnOnce(&str) -> anyhow::Result<()>,
+) -> anyhow::Result<Option<DraftEngine>> {
+    let progress = limits::LoadProgress::new(verbose);
+    progress.step(format!("loading the draft {} onto the GPU", d.path.display()));
+    let r = load_gpu_draft(engine, d, ctx)?;
+    progress.finish();
+    match r {
+        Ok(de) => Ok(Some(de)),
+        Err(why) => {
+            note(&format!("note: {why}; the draft runs on the CPU reference instead"))?;
+            Ok(None)
+        }
+    }
+}
+
 /// What a CPU draft driven by a GPU target holds: its f32 weights and the target's embedding and
 /// LM head (`None`: tied to the embedding).
 pub struct CpuDraftParts {

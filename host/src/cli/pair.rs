@@ -164,19 +164,10 @@ fn on_gpu<R: PairRunner>(spec: &PairSpec, gpu: crate::gpu::Gpu, h: Header, runne
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.config.target_layer_ids.clone());
     let (mut engine, _) = super::backend::open_engine(gpu, model, Some(ctx), &capture, !spec.verbose)?;
     let gpu_draft = match &draft {
-        Some(d) => {
-            let progress = limits::LoadProgress::new(spec.verbose);
-            progress.step(format!("loading the draft {} onto the GPU", d.path.display()));
-            let r = super::gpu_draft_load::load_gpu_draft(&engine, d, ctx)?;
-            progress.finish();
-            match r {
-                Ok(de) => Some(de),
-                Err(why) => {
-                    eprintln!("note: {why}; the draft runs on the CPU reference instead");
-                    None
-                }
-            }
-        }
+        Some(d) => super::gpu_draft_load::gpu_draft_or_note(&engine, d, ctx, spec.verbose, |n| {
+            eprintln!("{n}");
+            Ok(())
+        })?,
         None => None,
     };
     let info = PairInfo { tk: h.tk, template: h.template, ctx, reserve: nodes, gpu: true, has_draft: draft.is_some() };

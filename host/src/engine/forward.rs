@@ -171,11 +171,7 @@ pub struct Profile {
     pub steps: usize,
 }
 
-fn mark(gpu: &Gpu, prof: &mut Option<Profile>, family: &'static str) -> Result<(), EngineError> {
-    Ok(mark_gpu(gpu, prof, family)?)
-}
-
-fn mark_gpu(gpu: &Gpu, prof: &mut Option<Profile>, family: &'static str) -> Result<(), GpuError> {
+fn mark(gpu: &Gpu, prof: &mut Option<Profile>, family: &'static str) -> Result<(), GpuError> {
     if let Some(p) = prof {
         let ev = gpu
             .context()
@@ -763,7 +759,7 @@ impl Engine {
                             "gdn_recur" => "dn recur",
                             _ => "dn norm",
                         };
-                        mark_gpu(gpu, prof, family)
+                        mark(gpu, prof, family)
                     })?;
                     prepare(gpu, s(&self.go), n, out.inp(), &mut self.ws)?;
                     mark(gpu, prof, "prep")?;

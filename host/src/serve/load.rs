@@ -209,13 +209,10 @@ fn gpu_worker(
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.config.target_layer_ids.clone());
     let (mut engine, _) = crate::cli::backend::open_engine(gpu, &args.model, Some(ctx), &capture, false)?;
     let gpu_draft = match &draft {
-        Some(d) => match crate::cli::gpu_draft_load::load_gpu_draft(&engine, d, ctx)? {
-            Ok(de) => Some(de),
-            Err(why) => {
-                eprintln!("note: {why}; the draft runs on the CPU reference instead");
-                None
-            }
-        },
+        Some(d) => crate::cli::gpu_draft_load::gpu_draft_or_note(&engine, d, ctx, false, |n| {
+            eprintln!("{n}");
+            Ok(())
+        })?,
         None => None,
     };
     let tgt = crate::engine::GpuTarget::new(&mut engine);
