@@ -372,6 +372,17 @@ pub mod qmm_lanes {
     }
 }
 
+/// Records of the `chain-trace` experiment build (`gpu-kernels` feature): the `FLASHTREE_TRACE`
+/// global holds `CHAIN_TRACE_CAP` records of [`CHAIN_TRACE_WORDS`] u64 each, filled in the order
+/// the kernels' blocks `(0, 0, 0)` return from `griddepcontrol.wait` (the chain's order), counted
+/// by the u32 global `FLASHTREE_TRACE_COUNT` (which keeps counting past the capacity).
+pub const CHAIN_TRACE_CAP: u32 = 16384;
+
+/// Words of one chain-trace record: `%globaltimer` (ns) when block 0 reached the wait, when the
+/// wait returned (the previous kernel had completed and its writes were visible), and the grid
+/// `x | y << 32 | z << 48`.
+pub const CHAIN_TRACE_WORDS: usize = 3;
+
 /// Parameters of `qmm_prep_x`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]

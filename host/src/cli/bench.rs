@@ -89,6 +89,11 @@ pub struct BenchArgs {
     /// contents joined by newlines).
     #[arg(long)]
     pub raw: bool,
+    /// Also time every kernel inside the chained AR step and tree forward (needs the
+    /// `chain-trace` kernel build: `cargo xtask ptx --features chain-trace`, loaded with
+    /// FLASHTREE_PTX=<that .ptx>).
+    #[arg(long)]
+    pub chain_trace: bool,
 }
 
 fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
@@ -239,6 +244,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
              {:.3} ms saved by chaining",
             sum - unprofiled
         );
+    }
+    if args.chain_trace {
+        let bytes = e.step_weight_bytes() as f64;
+        for (label, toks, par, t) in
+            [("AR step", vec![tok], vec![None], t1), ("tree", tree_toks.clone(), parents.clone(), tn)]
+        {
+            let b = node_batch(e.n_past(), &toks, &par, v, e.ctx())?;
+            super::chain_trace::report(&mut e, label, &b, t, bytes, ceiling)?;
+        }
     }
     // The same decode through the spec loop: host wall time and device-event time per phase.
     let cfg =

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod bench;
 pub mod bench_plot;
 pub mod bench_suite;
+pub mod chain_trace;
 pub mod chat;
 pub mod convert;
 pub mod default_model;

@@ -137,6 +137,8 @@ impl<'a> ChainedLaunch<'a> {
         };
         sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut())
             .result()
-            .while_(|| format!("launching {name} (chained)"))
+            .while_(|| format!("launching {name} (chained)"))?;
+        self.gpu.log_launch(name, cfg.grid_dim);
+        Ok(())
     }
 }

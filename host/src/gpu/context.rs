@@ -23,6 +23,8 @@ pub struct Gpu {
     smem_allowed: Mutex<HashMap<&'static str, u32>>,
     /// Blocks resident at once on the whole device, per kernel and block size (cached).
     resident: Mutex<HashMap<(&'static str, u32), u32>>,
+    /// Chained launches in order while a launch log is on ([`Gpu::start_launch_log`]).
+    launch_log: Mutex<Option<Vec<super::trace::LaunchRecord>>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -73,6 +75,7 @@ impl Gpu {
             functions: Mutex::new(HashMap::new()),
             smem_allowed: Mutex::new(HashMap::new()),
             resident: Mutex::new(HashMap::new()),
+            launch_log: Mutex::new(None),
         })
     }
 
@@ -82,6 +85,28 @@ impl Gpu {
 
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    pub(crate) fn module(&self) -> &Arc<CudaModule> {
+        &self.module
+    }
+
+    /// Starts recording every chained launch (kernel name and grid) in order, dropping any log
+    /// in progress; [`Gpu::take_launch_log`] ends it. A graph replay launches nothing from the
+    /// host, so record while a forward is enqueued (its first run, or with graphs off).
+    pub fn start_launch_log(&self) {
+        *self.launch_log.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+    }
+
+    /// Ends the launch log and returns it (empty when none was on).
+    pub fn take_launch_log(&self) -> Vec<super::trace::LaunchRecord> {
+        self.launch_log.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default()
+    }
+
+    pub(crate) fn log_launch(&self, name: &'static str, grid: (u32, u32, u32)) {
+        if let Some(log) = self.launch_log.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            log.push(super::trace::LaunchRecord { name, grid });
+        }
     }
 
     /// The kernel named `name` (cached after the first lookup).

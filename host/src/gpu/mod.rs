@@ -20,6 +20,7 @@ pub mod info;
 pub mod norm;
 pub mod qmatmul;
 pub mod sample;
+pub mod trace;
 
 pub use chain::{chaining_enabled, ChainedLaunch};
 pub use context::{Gpu, KERNELS_PTX};

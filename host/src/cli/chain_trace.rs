@@ -1,0 +1,134 @@
+//! `flashtree bench --chain-trace`: each kernel's share of the chained forward, by family and
+//! by (kernel, grid), from the `chain-trace` kernel build (`crate::gpu::trace`).
+
+use std::collections::BTreeMap;
+
+use kernel_abi::{NodeBatch, CHAIN_TRACE_CAP};
+
+use crate::engine::Engine;
+use crate::gpu::trace::{kernel_shares, ChainTrace, KernelShare};
+
+/// Forwards averaged per report (at most what the trace buffer holds).
+const FORWARDS: usize = 10;
+
+/// The engine's family of a kernel (the names of the event profile where they exist).
+fn family(name: &str) -> &'static str {
+    match name {
+        "qmm_prep_norm" => "norm+prep",
+        "qmm_prep_x" => "prep",
+        "gdn_prep" => "dn prep",
+        n if n.starts_with("gdn_recur") => "dn recur",
+        n if n.starts_with("gdn_") => "dn norm",
+        n if n.starts_with("qmm_") || n.starts_with("gemv_") => "qmm",
+        n if n.starts_with("attn_") || n.starts_with("kv_") => "attention",
+        n if n.starts_with("embed") => "embed",
+        n if n.contains("norm") => "norm",
+        n if n.starts_with("argmax") || n.starts_with("sample") || n.starts_with("topk") => "argmax",
+        _ => "other",
+    }
+}
+
+/// Total share (ns), kernels, total lead (ns).
+type Sum = (f64, usize, f64);
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Traces `FORWARDS` graph replays of `batch` on `e` and prints the shares. `host_s`: the
+/// forward's host-timed seconds (from the bench); `step_bytes`: the weight bytes one forward
+/// streams; `ceiling`: the copy bandwidth in GB/s.
+pub fn report(
+    e: &mut Engine,
+    label: &str,
+    batch: &NodeBatch,
+    host_s: f64,
+    step_bytes: f64,
+    ceiling: f64,
+) -> anyhow::Result<()> {
+    let gpu = e.gpu.clone();
+    let trace = ChainTrace::open(&gpu)?;
+    // The launch order from an eager forward (the profile path launches from the host).
+    e.set_profile(true)?;
+    gpu.start_launch_log();
+    let eager = e.forward(batch);
+    let log = gpu.take_launch_log();
+    e.set_profile(false)?;
+    eager?;
+    for _ in 0..3 {
+        e.forward(batch)?;
+    }
+    let forwards = (CHAIN_TRACE_CAP as usize / log.len().max(1)).min(FORWARDS);
+    trace.reset()?;
+    for _ in 0..forwards {
+        e.forward(batch)?;
+    }
+    let (records, count) = trace.read()?;
+    if count != records.len() {
+        anyhow::bail!("chain trace: {count} records written, {} kept (buffer full)", records.len());
+    }
+    let shares = kernel_shares(&log, &records).map_err(|m| anyhow::anyhow!("chain trace of the {label}: {m}"))?;
+    let granularity = records.windows(2).fold(0u64, |g, w| gcd(g, w[1].ready_ns.abs_diff(w[0].ready_ns)));
+    let span_ms =
+        records.chunks_exact(log.len()).map(|f| (f[f.len() - 1].ready_ns - f[0].ready_ns) as f64 / 1e6).sum::<f64>()
+            / forwards as f64;
+    println!(
+        "chain trace of one {label} forward ({} nodes; {forwards} graph replays, {} kernels each; \
+         globaltimer steps of {granularity} ns): each kernel's share = its ready → next kernel's ready",
+        batch.n,
+        log.len()
+    );
+    let mut fam: BTreeMap<&str, Sum> = BTreeMap::new();
+    let mut groups: BTreeMap<(&str, (u32, u32, u32)), Sum> = BTreeMap::new();
+    for KernelShare { name, grid, share_ns, lead_ns } in &shares {
+        let Some(ns) = share_ns else { continue };
+        let f = fam.entry(family(name)).or_default();
+        *f = (f.0 + ns, f.1 + 1, f.2 + lead_ns);
+        let g = groups.entry((name, *grid)).or_default();
+        *g = (g.0 + ns, g.1 + 1, g.2 + lead_ns);
+    }
+    let mut fam: Vec<_> = fam.into_iter().collect();
+    fam.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    for (f, (ns, k, lead)) in &fam {
+        println!(
+            "  {f:<10} {:8.3} ms  {:5.1} %  {k:4} kernels, {:6.2} µs each, launched {:5.2} µs before ready",
+            ns / 1e6,
+            100.0 * ns / 1e6 / span_ms,
+            ns / 1e3 / *k as f64,
+            lead / 1e3 / *k as f64
+        );
+    }
+    let last = shares.last().map(|s| s.name).unwrap_or("?");
+    println!(
+        "  sum {span_ms:.3} ms from the first kernel's ready to the last's ({last} not included) vs {:.3} ms \
+         per forward host-timed",
+        host_s * 1e3
+    );
+    if let Some((_, (qmm_ns, _, _))) = fam.iter().find(|(f, _)| *f == "qmm") {
+        let s = qmm_ns / 1e9;
+        println!(
+            "  qmm in the chain: {:.2} GB of weights in {:.3} ms = {:.0} GB/s = {:.3} of copy",
+            step_bytes / 1e9,
+            s * 1e3,
+            step_bytes / s / 1e9,
+            step_bytes / s / 1e9 / ceiling
+        );
+    }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    println!("  largest (kernel, grid) groups: total ms, launches, µs each, µs launched before ready");
+    for ((name, grid), (ns, k, lead)) in groups.iter().take(24) {
+        println!(
+            "    {name:<28} {:>16} {:8.3} ms {k:4} × {:7.2} µs  lead {:5.2}",
+            format!("{}x{}x{}", grid.0, grid.1, grid.2),
+            ns / 1e6,
+            ns / 1e3 / *k as f64,
+            lead / 1e3 / *k as f64
+        );
+    }
+    Ok(())
+}
