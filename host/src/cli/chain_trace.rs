@@ -31,6 +31,9 @@ fn family(name: &str) -> &'static str {
 /// Total share (ns), kernels, total lead (ns).
 type Sum = (f64, usize, f64);
 
+/// A kernel, its grid and its launch tag (a matmul's `in_features`).
+type Group<'a> = (&'a str, (u32, u32, u32), u32);
+
 fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
@@ -83,12 +86,12 @@ pub fn report(
         log.len()
     );
     let mut fam: BTreeMap<&str, Sum> = BTreeMap::new();
-    let mut groups: BTreeMap<(&str, (u32, u32, u32)), Sum> = BTreeMap::new();
-    for KernelShare { name, grid, share_ns, lead_ns } in &shares {
+    let mut groups: BTreeMap<Group, Sum> = BTreeMap::new();
+    for KernelShare { name, grid, tag, share_ns, lead_ns } in &shares {
         let Some(ns) = share_ns else { continue };
         let f = fam.entry(family(name)).or_default();
         *f = (f.0 + ns, f.1 + 1, f.2 + lead_ns);
-        let g = groups.entry((name, *grid)).or_default();
+        let g = groups.entry((name, *grid, *tag)).or_default();
         *g = (g.0 + ns, g.1 + 1, g.2 + lead_ns);
     }
     let mut fam: Vec<_> = fam.into_iter().collect();
@@ -120,11 +123,12 @@ pub fn report(
     }
     let mut groups: Vec<_> = groups.into_iter().collect();
     groups.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-    println!("  largest (kernel, grid) groups: total ms, launches, µs each, µs launched before ready");
-    for ((name, grid), (ns, k, lead)) in groups.iter().take(24) {
+    println!("  largest (kernel, grid, in_features of a matmul) groups: total ms, launches, µs each, µs launched before ready");
+    for ((name, grid, tag), (ns, k, lead)) in groups.iter().take(28) {
         println!(
-            "    {name:<28} {:>16} {:8.3} ms {k:4} × {:7.2} µs  lead {:5.2}",
+            "    {name:<28} {:>12} {:>6} {:8.3} ms {k:4} × {:7.2} µs  lead {:5.2}",
             format!("{}x{}x{}", grid.0, grid.1, grid.2),
+            if *tag > 0 { tag.to_string() } else { String::new() },
             ns / 1e6,
             ns / 1e3 / *k as f64,
             lead / 1e3 / *k as f64

@@ -48,6 +48,8 @@ pub struct ChainedLaunch<'a> {
     len: usize,
     /// Set when an argument did not fit (reported by [`Self::launch`]).
     overflow: Option<String>,
+    /// What the launch log records beside the name and grid ([`Self::tag`]).
+    tag: u32,
 }
 
 impl<'a> ChainedLaunch<'a> {
@@ -60,6 +62,7 @@ impl<'a> ChainedLaunch<'a> {
             wide: [0; WIDE_BYTES / 8],
             len: 0,
             overflow: None,
+            tag: 0,
         }
     }
 
@@ -104,6 +107,13 @@ impl<'a> ChainedLaunch<'a> {
         self.push(v)
     }
 
+    /// A number the launch log keeps with this launch (e.g. a matmul's `in_features`, which
+    /// the grid does not show); nothing else reads it.
+    pub fn tag(&mut self, tag: u32) -> &mut Self {
+        self.tag = tag;
+        self
+    }
+
     /// Launches on the context's stream, chained to the previous kernel when
     /// [`chaining_enabled`].
     ///
@@ -138,7 +148,7 @@ impl<'a> ChainedLaunch<'a> {
         sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut())
             .result()
             .while_(|| format!("launching {name} (chained)"))?;
-        self.gpu.log_launch(name, cfg.grid_dim);
+        self.gpu.log_launch(name, cfg.grid_dim, self.tag);
         Ok(())
     }
 }

@@ -103,9 +103,9 @@ impl Gpu {
         self.launch_log.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default()
     }
 
-    pub(crate) fn log_launch(&self, name: &'static str, grid: (u32, u32, u32)) {
+    pub(crate) fn log_launch(&self, name: &'static str, grid: (u32, u32, u32), tag: u32) {
         if let Some(log) = self.launch_log.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
-            log.push(super::trace::LaunchRecord { name, grid });
+            log.push(super::trace::LaunchRecord { name, grid, tag });
         }
     }
 

@@ -29,6 +29,8 @@ use super::Gpu;
 pub struct LaunchRecord {
     pub name: &'static str,
     pub grid: (u32, u32, u32),
+    /// The launcher's [`super::ChainedLaunch::tag`] (a matmul's `in_features`), else 0.
+    pub tag: u32,
 }
 
 /// One kernel's stamps as the device wrote them.
@@ -111,6 +113,7 @@ impl<'g> ChainTrace<'g> {
 pub struct KernelShare {
     pub name: &'static str,
     pub grid: (u32, u32, u32),
+    pub tag: u32,
     /// Mean `ready[k+1] − ready[k]` in ns (`None` for the last kernel).
     pub share_ns: Option<f64>,
     /// Mean `ready[k] − arrive[k]` in ns.
@@ -143,6 +146,7 @@ pub fn kernel_shares(log: &[LaunchRecord], records: &[TraceRecord]) -> Result<Ve
             KernelShare {
                 name: log[k].name,
                 grid: log[k].grid,
+                tag: log[k].tag,
                 share_ns: (k + 1 < l).then(|| mean(&|fw| fw[k + 1].ready_ns.saturating_sub(fw[k].ready_ns) as f64)),
                 lead_ns: mean(&|fw| fw[k].ready_ns.saturating_sub(fw[k].arrive_ns) as f64),
             }
@@ -161,9 +165,9 @@ mod tests {
     #[test]
     fn shares_are_the_gaps_between_ready_stamps_averaged_over_forwards() {
         let log = vec![
-            LaunchRecord { name: "a", grid: (1, 1, 1) },
-            LaunchRecord { name: "b", grid: (2, 1, 1) },
-            LaunchRecord { name: "c", grid: (3, 1, 1) },
+            LaunchRecord { name: "a", grid: (1, 1, 1), tag: 0 },
+            LaunchRecord { name: "b", grid: (2, 1, 1), tag: 0 },
+            LaunchRecord { name: "c", grid: (3, 1, 1), tag: 0 },
         ];
         let recs =
             vec![rec(0, 10, 1), rec(5, 40, 2), rec(40, 45, 3), rec(100, 100, 1), rec(100, 120, 2), rec(130, 150, 3)];
@@ -176,7 +180,10 @@ mod tests {
 
     #[test]
     fn a_shifted_trace_is_reported_not_mislabelled() {
-        let log = vec![LaunchRecord { name: "a", grid: (1, 1, 1) }, LaunchRecord { name: "b", grid: (2, 1, 1) }];
+        let log = vec![
+            LaunchRecord { name: "a", grid: (1, 1, 1), tag: 0 },
+            LaunchRecord { name: "b", grid: (2, 1, 1), tag: 0 },
+        ];
         let err = kernel_shares(&log, &[rec(0, 1, 2), rec(1, 2, 1)]).unwrap_err();
         assert!(err.contains("kernel 0 (a)"), "{err}");
         assert!(kernel_shares(&log, &[rec(0, 1, 1)]).unwrap_err().contains("1 trace records"));

@@ -148,6 +148,7 @@ pub(super) fn launch(
                 .buf_mut(&mut ws.counters)
                 .span(y)
                 .value(Param(p))
+                .tag(p.in_features)
                 .launch(cfg)?
         };
     }
