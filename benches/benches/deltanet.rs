@@ -1,6 +1,7 @@
 //! `deltanet` benches at Qwen3.5-27B shapes (n_k 16, n_v 48, d_k = d_v 128, conv kernel 4):
-//! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree), and
-//! `gdn_commit` of a 4-node path over all 48 layers.
+//! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree), the gated
+//! norm + out-projection prep (`gdn_norm_prep` against `gdn_gated_norm` + `qmm_prep_x`) at the
+//! same n, and `gdn_commit` of a 4-node path over all 48 layers.
 //!
 //! Roofline: the forward's DRAM-sized traffic is the layer's state read once (`n_v·d_k·d_v·4` =
 //! 3.1 MB); everything else (mixed rows, scratch, outputs: ≤ 4 MB at n = 22, mostly L2) is
@@ -9,9 +10,10 @@
 //! (`2·48·3.1 MB`). Reported as state bytes per second and their fraction of copy bandwidth.
 
 use flashtree::gpu::deltanet::{
-    commit_path_words, gdn_commit, gdn_forward, gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnShape,
-    GdnWeights,
+    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep, gdn_scratch_len, node_batch_words,
+    GdnIo, GdnLayerState, GdnShape, GdnWeights,
 };
+use flashtree::gpu::qmatmul::QmmWorkspace;
 use flashtree::gpu::{DevSpan, Gpu};
 use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
 use flashtree_reference::deltanet::{commit_path, node_batch};
@@ -87,6 +89,31 @@ fn main() {
             (n * (ch + 3 * vd + 2 * nv) * 4 + n * (ch + 2 * vd + 2 * nv) * 4) as f64 / 1e6
         );
         report("deltanet", &format!("gdn_forward 27B n={n}"), state_bytes, secs, ceiling, &note);
+    }
+
+    // The gated norm + the out projection's prep of one layer's forward output: fused
+    // (`gdn_norm_prep`, the engine's default) and as the two launches it replaces. Bytes: `o`
+    // and `z` read once, the f16 fragment and core-matrix planes and the unit sums written
+    // (`n·vd·(8 + 4 + 1/8)`); both lines count the same bytes (the fused kernel's L2 re-reads
+    // of its row per chunk and the two-kernel path's f32 `out` round trip are not counted).
+    let mut ws = QmmWorkspace::new(&gpu, vd, 8).unwrap();
+    for parents in [&[-1i32][..], &TREE22[..]] {
+        let n = parents.len();
+        let nb = node_batch(1000, parents);
+        let (_nbd, nbp) = upload_words(&gpu, &node_batch_words(&nb));
+        let nbs: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(nbp, 1) };
+        let (io, st) = layer(0);
+        gdn_forward(&gpu, &s, n, nbs, &w, &io, &st).unwrap();
+        let bytes = (n * vd) as f64 * (8.0 + 4.0 + 0.125);
+        let secs = median_secs(&gpu, 200, |_| gdn_norm_prep(&gpu, &s, n, &w, &io, &st, &mut ws, false));
+        let note = "o, z read once; x f16 + core-matrix plane + sums written; latency-bound";
+        report("deltanet", &format!("gdn_norm_prep 27B n={n}"), bytes, secs, ceiling, note);
+        let secs = median_secs(&gpu, 200, |_| {
+            gdn_gated_norm(&gpu, &s, n, nbs, &w, &io, &st)?;
+            ws.prepare(&gpu, io.out, n, vd, false)
+        });
+        let note = "the two launches gdn_norm_prep replaces (same bytes counted)";
+        report("deltanet", &format!("gdn_gated_norm+qmm_prep_x 27B n={n}"), bytes, secs, ceiling, note);
     }
 
     // Commit a 4-node path of the 22-node tree in all layers (the forward above left every

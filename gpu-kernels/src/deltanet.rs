@@ -22,6 +22,8 @@
 //!   nearest ancestor whose state it saved in shared memory (or the root) and replays the
 //!   updates in between. Nothing per node is written but `o`.
 //! * `gdn_gated_norm` — per (node, value head) RMSNorm of `o` times `norm_w ⊙ silu(z)`.
+//! * `gdn_norm_prep_dv*` ([`norm_prep`]) — the gated norm fused with the out projection's
+//!   `qmm_prep_x` (the engine's default in place of `gdn_gated_norm`).
 //! * `gdn_commit_*` — per (layer, value head, column group): applies the path's updates to the
 //!   stored state with the same [`delta_step`], so the committed state is bitwise the state the
 //!   forward computed for the path's last node (and the state AR reaches); shifts the path's raw
@@ -46,6 +48,8 @@ use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, Shared};
 use crate::device::sync::sync_threads;
 use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
 use crate::device::*;
+
+pub mod norm_prep;
 
 const COLS: usize = GDN_COLS_PER_BLOCK as usize;
 const THREADS: usize = GDN_RECUR_THREADS as usize;
@@ -439,12 +443,27 @@ pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
         ss = fma(v, v, ss);
         c += 32;
     }
-    let inv = div_rn(1.0, sqrt_rn(div_rn(warp_sum_f32(ss), dv as f32) + p.eps));
+    let inv = head_inv_rms(ss, &p);
     let mut c = lane;
     while c < dv {
-        *out.add(row + c) = *o.add(c) * inv * *norm_w.add(c) * silu(*z.add(c));
+        *out.add(row + c) = gated(*o.add(c), inv, *norm_w.add(c), silu(*z.add(c)));
         c += 32;
     }
+}
+
+/// `1/√(mean(o²) + eps)` of one value head from each lane's part `ss` of `Σ o²` (the lanes'
+/// strided fma chains): butterfly over the warp, then correctly rounded divide and sqrt. Every
+/// lane gets the same value. Shared by [`gdn_gated_norm`] and `gdn_norm_prep`, which must agree
+/// bit for bit.
+#[inline(always)]
+pub(crate) fn head_inv_rms(ss: f32, p: &GdnParams) -> f32 {
+    div_rn(1.0, sqrt_rn(div_rn(warp_sum_f32(ss), p.d_v as usize as f32) + p.eps))
+}
+
+/// One gated-norm output `((o · inv) · w) · silu(z)`, in this order (given `silu(z)`).
+#[inline(always)]
+pub(crate) fn gated(o: f32, inv: f32, w: f32, silu_z: f32) -> f32 {
+    o * inv * w * silu_z
 }
 
 /// Commit of an accepted path over `p.layers` layers (contiguous arenas; layer `l`'s `mixed`

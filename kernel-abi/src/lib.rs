@@ -606,6 +606,9 @@ pub const GDN_SLOTS: u32 = 4;
 pub const GDN_PREP_THREADS: u32 = 128;
 /// Longest causal conv kernel the `gdn_*` kernels take.
 pub const GDN_MAX_CONV_KERNEL: u32 = 8;
+/// Most value heads `gdn_norm_prep_*` takes (its long-row path keeps one `1/rms` per head in
+/// the block's 6144-float staging row).
+pub const GDN_NORM_PREP_MAX_HEADS: u32 = 6144;
 
 /// Shapes of one Gated DeltaNet layer as the `gdn_*` kernels take them.
 ///

@@ -12,6 +12,7 @@ use kernel_abi::{CommitPath, NodeBatch, MAX_NODES};
 
 use crate::model::deltanet::{self, DeltaInputs, GdnDims, Projected};
 use crate::model::ops::{rms_norm, sigmoid, silu, softplus};
+use crate::model::tensor::round_f16_scaled;
 
 /// One Gated DeltaNet layer's shapes and (f32) weights as the kernels take them.
 #[derive(Clone, Copy, Debug)]
@@ -131,6 +132,20 @@ pub fn gated_norm(layer: &GdnLayer, o: &[f32], z: &[f32]) -> Vec<f32> {
         y.extend(nrm.iter().zip(zh).map(|(&a, &b)| a * silu(b)));
     }
     y
+}
+
+/// Reference of `gdn_norm_prep` (the gated norm fused with the out projection's input
+/// preparation): the composition of its two parts, per node row — [`gated_norm`] of `o_i`, `z_i`,
+/// then the prep's rounding ([`crate::model::tensor::round_f16_scaled`]: the row scaled by the
+/// power of two that puts its largest `|y|` in `[2^14, 2^15)`, rounded to nearest f16, scaled
+/// back). So row `i` is the `[n_v·d_v]` input the out projection's tensor-core kernels multiply,
+/// as f32. `o`, `z`: `[n][n_v·d_v]`; the result likewise. Each row is scaled on its own.
+pub fn gdn_norm_prep(layer: &GdnLayer, o: &[f32], z: &[f32]) -> Vec<f32> {
+    let vd = layer.dims.n_v * layer.dims.d_v;
+    o.chunks_exact(vd)
+        .zip(z.chunks_exact(vd))
+        .flat_map(|(oi, zi)| round_f16_scaled(&gated_norm(layer, oi, zi)))
+        .collect()
 }
 
 /// The commit of `path` (nodes of the forward that produced `inputs`, root first): advances
@@ -288,6 +303,42 @@ mod tests {
                 assert_eq!(s, r[last].state, "path to {last}: the forward's state of the last node");
             }
         }
+    }
+
+    /// Each node row of `gdn_norm_prep` is its own gated norm rounded to f16 at its own scale:
+    /// within `2^-11` of the gated norm (relative, or `2^-25` of the row's largest value), a
+    /// row's result does not depend on the other rows (a row 2^20 times larger beside it), and
+    /// every value is an f16 times the row's power-of-two scale.
+    #[test]
+    fn gdn_norm_prep_rounds_each_node_row_at_its_own_scale() {
+        let dims = GdnDims { n_k: 1, n_v: 3, d_k: 4, d_v: 32 };
+        let mut c = Case::new(dims, 2, 2, 99);
+        let vd = dims.n_v * dims.d_v;
+        let mut seed = 7u64;
+        let mut o = rand_vec(&mut seed, 2 * vd, 1e-3);
+        for v in &mut o[vd..] {
+            *v *= 1.0e6; // the norm removes this; z makes row 1 larger
+        }
+        for v in &mut c.z[vd..] {
+            *v *= 1.0e6;
+        }
+        let l = c.layer();
+        let both = gdn_norm_prep(&l, &o, &c.z);
+        for i in 0..2 {
+            let (oi, zi) = (&o[i * vd..(i + 1) * vd], &c.z[i * vd..(i + 1) * vd]);
+            let alone = gdn_norm_prep(&l, oi, zi);
+            assert_eq!(&both[i * vd..(i + 1) * vd], &alone[..], "row {i}");
+            let exact = gated_norm(&l, oi, zi);
+            let max = exact.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = 2f32.powi(14 - max.log2().floor() as i32);
+            for (k, (&r, &e)) in alone.iter().zip(&exact).enumerate() {
+                let err = (r - e).abs();
+                assert!(err <= e.abs() * 2f32.powi(-11) + max * 2f32.powi(-25), "row {i}[{k}]: {r} vs {e}");
+                let h = half::f16::from_f32(r * scale);
+                assert_eq!(h.to_f32(), r * scale, "row {i}[{k}]: {r} is not an f16 at the row's scale");
+            }
+        }
+        assert!(both[vd..].iter().any(|v| v.abs() > 1e4) && both[..vd].iter().all(|v| v.abs() < 1e3));
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub const fn core_matrix_slot(unit: usize, e: u32, c: usize, steps: usize) -> us
 }
 
 #[link_section = ".shared"]
-static PREP_MAX: Shared<[u32; 8]> = Shared::uninit();
+pub(crate) static PREP_MAX: Shared<[u32; 8]> = Shared::uninit();
 
 /// `2^k` as f32 for `k ∈ [-126, 127]`.
 #[inline(always)]
@@ -240,13 +240,39 @@ const ROW_BATCH: usize = 8;
 
 /// Elements of a row each thread of [`qmm_prep_norm`] keeps in registers: rows up to
 /// `256 · REG_ELEMS` are read from global memory once; longer rows take the three-pass path.
-const REG_ELEMS: usize = 24;
+pub(crate) const REG_ELEMS: usize = 24;
 
 /// The longest row whose `x̂` [`qmm_prep_norm`] stages in shared memory (`256 · REG_ELEMS`).
-const STAGED_MAX: usize = 256 * REG_ELEMS;
+pub(crate) const STAGED_MAX: usize = 256 * REG_ELEMS;
 
+/// A column staged in shared memory by the fused prep kernels (`qmm_prep_norm`,
+/// `deltanet::norm_prep`) for [`write_units`].
 #[link_section = ".shared"]
-static PREP_NORM_ROW: Shared<[f32; STAGED_MAX]> = Shared::uninit();
+pub(crate) static PREP_NORM_ROW: Shared<[f32; STAGED_MAX]> = Shared::uninit();
+
+/// The largest of the 256 threads' `m` (bits of non-negative floats, see pass 1 of
+/// [`qmm_prep_x`]): butterfly within the warp, then the 8 warp maxima through [`PREP_MAX`]
+/// (one barrier; a block calls it once, every thread).
+#[inline(always)]
+pub(crate) unsafe fn block_max_bits(mut m: u32) -> u32 {
+    let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
+    let mut sh = 16;
+    while sh > 0 {
+        m = m.max(shfl_xor_u32(m, sh));
+        sh >>= 1;
+    }
+    if lane_id() == 0 {
+        *maxes.add(warp_id() as usize) = m;
+    }
+    sync_threads();
+    let mut m = 0u32;
+    let mut wi = 0;
+    while wi < 8 {
+        m = m.max(*maxes.add(wi));
+        wi += 1;
+    }
+    m
+}
 
 /// The residual add, RMSNorm and `qmm_prep_x` in one launch: `v = h (+ a)`, `x̂ = v · s · w` with
 /// `s = 1/sqrt(Σ v² / in + eps)`, then exactly [`qmm_prep_x`] of `x̂`; with `np.add ≠ 0`, block
@@ -298,7 +324,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         v
     };
     let partials = PREP_NORM_PARTIALS.as_mut_ptr() as *mut f32;
-    let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
     // The block's sum of the 8 warp partials, in warp order.
     let block_sum = |acc: f32| -> f32 {
         let acc = warp_sum_f32(acc);
@@ -313,24 +338,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
             i += 1;
         }
         total
-    };
-    let block_max = |mut m: u32| -> u32 {
-        let mut sh = 16;
-        while sh > 0 {
-            m = m.max(shfl_xor_u32(m, sh));
-            sh >>= 1;
-        }
-        if lane_id() == 0 {
-            *maxes.add(warp_id() as usize) = m;
-        }
-        sync_threads();
-        let mut m = 0u32;
-        let mut wi = 0;
-        while wi < 8 {
-            m = m.max(*maxes.add(wi));
-            wi += 1;
-        }
-        m
     };
     if k <= STAGED_MAX {
         let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
@@ -379,8 +386,8 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
             }
             j += 1;
         }
-        // The barrier in `block_max` also orders the row's shared stores before the reads below.
-        let (scale, inv) = column_scale(block_max(m));
+        // The barrier in `block_max_bits` also orders the row's shared stores before the reads below.
+        let (scale, inv) = column_scale(block_max_bits(m));
         if t == 0 && block_y() == 0 {
             *xscale.add(c as usize) = scale;
         }
@@ -435,7 +442,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         }
         at += ROW_BATCH * 256;
     }
-    let (scale, inv) = column_scale(block_max(m));
+    let (scale, inv) = column_scale(block_max_bits(m));
     if t == 0 && block_y() == 0 {
         *xscale.add(c as usize) = scale;
     }

@@ -156,7 +156,9 @@ pub fn graphs_enabled() -> bool {
 /// (`FLASHTREE_FUSED_NORM=0`). The two give the same bits (GPU test
 /// `qmm_prep_norm::fused_norm_prep_equals_norm_then_prep_bitwise`); the fused kernel keeps its
 /// row in registers and saves one kernel boundary per norm (nvidia-h200, 27B AR: 116.5 vs
-/// 113.5 tok/s, docs/perf/engine.md v1.2).
+/// 113.5 tok/s, docs/perf/engine.md v1.2). The same switch picks the DeltaNet layers' gated
+/// norm + out-projection prep: `gdn_norm_prep` (default) or `gdn_gated_norm` + `qmm_prep_x`,
+/// also bitwise equal (GPU test `deltanet_norm_prep::gdn_norm_prep_equals_gated_norm_then_prep_bitwise`).
 pub fn fused_norm_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("FLASHTREE_FUSED_NORM").map(|v| v.trim() != "0").unwrap_or(true))
@@ -753,16 +755,21 @@ impl Engine {
                             "gdn scratch",
                         )?,
                     };
-                    gdn::gdn_forward_marked(gpu, &self.gdn, n, nodes, &w, &io, &st, &mut |k| {
-                        let family = match k {
-                            "gdn_prep" => "dn prep",
-                            "gdn_recur" => "dn recur",
-                            _ => "dn norm",
-                        };
-                        mark(gpu, prof, family)
+                    gdn::gdn_recurrence_marked(gpu, &self.gdn, n, nodes, &w, &io, &st, &mut |k| {
+                        mark(gpu, prof, if k == "gdn_prep" { "dn prep" } else { "dn recur" })
                     })?;
-                    prepare(gpu, s(&self.go), n, out.inp(), &mut self.ws)?;
-                    mark(gpu, prof, "prep")?;
+                    if fused {
+                        // The gated norm straight into the out projection's workspace (`go`
+                        // is not written: only the prep read it).
+                        let pairs = self.ws.pairs_needed;
+                        gdn::gdn_norm_prep(gpu, &self.gdn, n, &w, &io, &st, &mut self.ws, pairs)?;
+                        mark(gpu, prof, "dn norm+prep")?;
+                    } else {
+                        gdn::gdn_gated_norm(gpu, &self.gdn, n, nodes, &w, &io, &st)?;
+                        mark(gpu, prof, "dn norm")?;
+                        prepare(gpu, s(&self.go), n, out.inp(), &mut self.ws)?;
+                        mark(gpu, prof, "prep")?;
+                    }
                     matmul(gpu, out, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }

@@ -1,6 +1,7 @@
 //! Launchers of `deltanet` (`gpu-kernels/src/deltanet.rs`): the Gated DeltaNet layer core over a
-//! tree of nodes ([`gdn_forward`]) and the commit of an accepted path over all layers
-//! ([`gdn_commit`]).
+//! tree of nodes ([`gdn_forward`]; or [`gdn_recurrence_marked`] then [`gdn_norm_prep`], the
+//! gated norm fused with the out projection's input preparation) and the commit of an accepted
+//! path over all layers ([`gdn_commit`]).
 //!
 //! Buffers (f32, row-major; `vd = n_v·d_v`, `conv_ch = 2·n_k·d_k + vd`):
 //!
@@ -12,7 +13,7 @@
 //! | `conv_state` | `[K−1][conv_ch]` committed raw inputs, oldest first | commit |
 //! | `state` | `[n_v][d_k][d_v]` committed recurrent state | commit (the forward only reads it) |
 //! | `scratch` | [`gdn_scratch_len`] floats: the nodes' q, k, v, α, β and `o` | forward; read by commit |
-//! | `out` | `[n][vd]` gated-RMSNorm output (input of the out projection) | forward |
+//! | `out` | `[n][vd]` gated-RMSNorm output (input of the out projection) | forward ([`gdn_gated_norm`]; not with [`gdn_norm_prep`]) |
 //!
 //! Every kernel is chained ([`ChainedLaunch`]) and reads the node batch and the path from
 //! device memory, so a step can be captured in a CUDA graph and replayed with new values.
@@ -20,9 +21,10 @@
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
     gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, NodeBatch, GDN_COLS_PER_BLOCK,
-    GDN_MAX_CONV_KERNEL, GDN_PREP_THREADS, GDN_RECUR_THREADS, MAX_NODES,
+    GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_THREADS, GDN_RECUR_THREADS, MAX_NODES,
 };
 
+use super::qmatmul::QmmWorkspace;
 use super::{ChainedLaunch, DevSpan, Gpu, GpuError};
 
 /// Shapes of one Gated DeltaNet layer (from the model's hyperparameters).
@@ -178,6 +180,16 @@ pub struct GdnLayerState {
     pub scratch: DevSpan<f32>,
 }
 
+/// The `gdn_norm_prep_dv*` kernel for value heads of `d_v` columns: the smallest whose register
+/// layout holds a head (`d_v` beyond 256: `dv256`'s long-row path).
+fn norm_prep_kernel(d_v: usize) -> &'static str {
+    match d_v {
+        0..=64 => "gdn_norm_prep_dv64",
+        65..=128 => "gdn_norm_prep_dv128",
+        _ => "gdn_norm_prep_dv256",
+    }
+}
+
 fn recur_kernels(d_k: usize) -> (&'static str, &'static str) {
     match d_k {
         16 => ("gdn_recur_dk16", "gdn_commit_dk16"),
@@ -220,6 +232,21 @@ pub fn gdn_forward_marked(
     st: &GdnLayerState,
     after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), GpuError> {
+    gdn_recurrence_marked(gpu, shape, n, nodes, w, io, st, after)?;
+    gdn_gated_norm(gpu, shape, n, nodes, w, io, st)?;
+    after("gdn_gated_norm")
+}
+
+/// The checks of a forward's arguments, and its parameters with `io`'s row strides.
+#[allow(clippy::too_many_arguments)]
+fn forward_params(
+    shape: &GdnShape,
+    n: usize,
+    nodes: DevSpan<NodeBatch>,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+) -> Result<GdnParams, GpuError> {
     const K: &str = "gdn_forward";
     let mut p = shape.params(K, 1)?;
     if n == 0 || n > MAX_NODES as usize {
@@ -251,6 +278,52 @@ pub fn gdn_forward_marked(
     st.conv_state.need(shape.conv_state_len(), K, "conv_state")?;
     st.state.need(shape.state_len(), K, "state")?;
     st.scratch.need(gdn_scratch_len(shape), K, "scratch")?;
+    Ok(p)
+}
+/// The checks of the gated norm's inputs (`w.norm_w`, `io.z` at `io.z_stride`, `st.scratch`)
+/// and its parameters.
+fn norm_params(
+    k: &'static str,
+    shape: &GdnShape,
+    n: usize,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+) -> Result<GdnParams, GpuError> {
+    let mut p = shape.params(k, 1)?;
+    if n == 0 || n > MAX_NODES as usize {
+        return Err(GpuError::shape(k, format!("{n} nodes: 1..={MAX_NODES} per forward")));
+    }
+    let vd = shape.value_len();
+    if io.z_stride < vd || io.z_stride > u32::MAX as usize / MAX_NODES as usize {
+        return Err(GpuError::shape(
+            k,
+            format!("z row stride {}: at least its width {vd}, at most 2^32/{MAX_NODES}", io.z_stride),
+        ));
+    }
+    p.z_stride = io.z_stride as u32;
+    w.norm_w.need(shape.d_v, k, "norm_w")?;
+    io.z.need(strided_len(n, io.z_stride, vd), k, "z")?;
+    st.scratch.need(gdn_scratch_len(shape), k, "scratch")?;
+    Ok(p)
+}
+
+/// The forward up to the recurrence output: `gdn_prep` then `gdn_recur_dk*` (see
+/// [`gdn_forward`]), leaving each node's `o` in `st.scratch` (`kernel_abi::gdn_scratch`'s `o`
+/// rows) for the gated norm — [`gdn_gated_norm`] into `io.out`, or [`gdn_norm_prep`] straight
+/// into the out projection's workspace. Calls `after("gdn_prep")` and `after("gdn_recur")`.
+#[allow(clippy::too_many_arguments)]
+pub fn gdn_recurrence_marked(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    n: usize,
+    nodes: DevSpan<NodeBatch>,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+    after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+) -> Result<(), GpuError> {
+    let mut p = forward_params(shape, n, nodes, w, io, st)?;
     let n32 = n as u32;
 
     let cfg = LaunchConfig {
@@ -294,9 +367,31 @@ pub fn gdn_forward_marked(
             .value(super::Param(p))
             .launch(cfg)?;
     }
-    after("gdn_recur")?;
+    after("gdn_recur")
+}
 
-    let cfg = LaunchConfig { grid_dim: (n32, p.n_v.div_ceil(8), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+/// The gated RMSNorm of the `n` nodes' recurrence outputs (in `st.scratch`, from
+/// [`gdn_recurrence_marked`]) into `io.out [n][n_v·d_v]`: `out = o/√(mean(o²) + eps) · norm_w ⊙
+/// silu(z)` per value head. One launch `gdn_gated_norm`, grid `(n, ⌈n_v/8⌉)`, a warp per
+/// (node, head). Reads `nodes` (its node count), `w.norm_w`, `io.z`, the scratch's `o` rows;
+/// writes `io.out`; the other fields are not used.
+#[allow(clippy::too_many_arguments)]
+pub fn gdn_gated_norm(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    n: usize,
+    nodes: DevSpan<NodeBatch>,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+) -> Result<(), GpuError> {
+    const K: &str = "gdn_gated_norm";
+    let p = norm_params(K, shape, n, w, io, st)?;
+    nodes.need(1, K, "nodes (one NodeBatch)")?;
+    io.out.need(n * shape.value_len(), K, "out")?;
+    let cfg = LaunchConfig { grid_dim: (n as u32, p.n_v.div_ceil(8), 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // Safety: arguments match `gdn_gated_norm`'s signature, lengths checked; the kernel waits
+    // before touching memory.
     unsafe {
         ChainedLaunch::new(gpu, "gdn_gated_norm")
             .span(nodes)
@@ -305,9 +400,59 @@ pub fn gdn_forward_marked(
             .span(w.norm_w)
             .span(io.out)
             .value(super::Param(p))
-            .launch(cfg)?;
+            .launch(cfg)
     }
-    after("gdn_gated_norm")
+}
+
+/// [`gdn_gated_norm`] fused with the out projection's input preparation: the `n` nodes'
+/// gated-norm rows (`o` from `st.scratch`, `z` from `io.z` at `io.z_stride`, `w.norm_w`) are
+/// converted into `ws` exactly as [`QmmWorkspace::prepare`] would convert `gdn_gated_norm`'s
+/// `io.out` — bitwise the same activations (GPU test `gdn_norm_prep`) — and `io.out` is neither
+/// read nor written. `pairs`: also the bf16 pair F32 weights need. Per activation plane of 32
+/// nodes one launch `gdn_norm_prep_dv{64,128,256}` (the smallest that holds `d_v`; any `d_v`
+/// beyond 256 takes the `dv256` kernel's long-row path), grid `(nodes, ⌈n_v·d_v / 1024⌉)`,
+/// 256 threads (see `gpu-kernels/src/deltanet/norm_prep.rs`). Needs `n_v·d_v` a multiple of 32
+/// within the workspace and `n_v ≤ GDN_NORM_PREP_MAX_HEADS`.
+#[allow(clippy::too_many_arguments)]
+pub fn gdn_norm_prep(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    n: usize,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+    ws: &mut QmmWorkspace,
+    pairs: bool,
+) -> Result<(), GpuError> {
+    const K: &str = "gdn_norm_prep";
+    let p = norm_params(K, shape, n, w, io, st)?;
+    if shape.n_v > GDN_NORM_PREP_MAX_HEADS as usize {
+        return Err(GpuError::shape(K, format!("n_v = {}: at most {GDN_NORM_PREP_MAX_HEADS}", shape.n_v)));
+    }
+    let vd = shape.value_len();
+    let o0 = kernel_abi::gdn_scratch(shape.n_k, shape.n_v, shape.d_k, shape.d_v).o;
+    let kernel = norm_prep_kernel(shape.d_v);
+    ws.prepare_planes(gpu, K, n, vd, pairs, |pl, first, cols, cfg, pp| {
+        let o = st.scratch.sub(o0 + first * vd, cols * vd, "scratch o rows")?;
+        let z = io.z.sub(first * io.z_stride, strided_len(cols, io.z_stride, vd), "z rows")?;
+        // Safety: arguments match `gdn_norm_prep_dv*`'s signature; lengths checked above and by
+        // the workspace; the kernel waits (griddepcontrol) before touching memory.
+        unsafe {
+            ChainedLaunch::new(gpu, kernel)
+                .span(o)
+                .span(z)
+                .span(w.norm_w)
+                .span(pl.xh)
+                .span(pl.xb_hi)
+                .span(pl.xb_lo)
+                .span(pl.xcm)
+                .span(pl.xscale)
+                .span(pl.xsum)
+                .value(super::Param(pp))
+                .value(super::Param(p))
+                .launch(cfg)
+        }
+    })
 }
 
 /// Commits the accepted path `path` (device memory, one [`CommitPath`] of the last forward) in
@@ -430,6 +575,20 @@ mod tests {
         let mut p = CommitPath { n_past: 5, len: 2, nodes: [0; MAX_NODES as usize] };
         p.nodes[1] = 9;
         assert_eq!(commit_path_words(&p)[3], 9);
+    }
+
+    /// Every kernel name the deltanet launchers pick is an entry point of the embedded PTX.
+    #[test]
+    fn every_kernel_name_is_in_the_ptx() {
+        let mut names = vec!["gdn_prep", "gdn_gated_norm"];
+        for d_k in [16, 32, 64, 128] {
+            let (recur, commit) = recur_kernels(d_k);
+            names.extend([recur, commit]);
+        }
+        names.extend([8, 64, 72, 128, 136, 256, 384].map(norm_prep_kernel));
+        for name in names {
+            assert!(crate::gpu::KERNELS_PTX.contains(&format!(".entry {name}(")), "{name} is not in the PTX");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 mod attention;
 mod copy;
 mod deltanet;
+mod deltanet_norm_prep;
 mod demo_pair;
 mod draft;
 mod draft_hf;

@@ -10,7 +10,7 @@ use cudarc::driver::LaunchConfig;
 use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK};
 
 use super::format::to_u32;
-use super::workspace::chunk_cols;
+use super::workspace::{chunk_cols, XPlane};
 use super::QmmWorkspace;
 use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
 
@@ -132,6 +132,42 @@ impl QmmWorkspace {
                     .value(np)
                     .launch(cfg)?
             };
+        }
+        self.prepared = Some((n, inp, pairs));
+        Ok(())
+    }
+
+    /// The plane loop of a prep kernel that lives with its producer (`gdn_norm_prep` in
+    /// `gpu::deltanet`): checks `n` and `inp` like [`Self::prepare`], calls `launch(plane, first,
+    /// cols, config, params)` once per activation plane (columns `first .. first + cols`, the
+    /// grid and block of `qmm_prep_x`), then records what the workspace holds. The kernel must
+    /// write exactly what `qmm_prep_x` writes for the plane's columns.
+    pub(crate) fn prepare_planes(
+        &mut self,
+        gpu: &Gpu,
+        op: &'static str,
+        n: usize,
+        inp: usize,
+        pairs: bool,
+        mut launch: impl FnMut(&XPlane, usize, usize, LaunchConfig, QmmPrepParams) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        if n == 0 || n > self.max_columns() {
+            return Err(GpuError::shape(op, format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
+        }
+        if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
+            return Err(GpuError::shape(
+                op,
+                format!("in = {inp}: must be a positive multiple of 32 within the workspace ({})", self.max_in),
+            ));
+        }
+        self.prepared = None;
+        let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
+        for c in 0..n.div_ceil(QMM_MAX_N as usize) {
+            let (first, cols) = chunk_cols(n, c);
+            let pl = self.plane(gpu, c)?;
+            let pp = QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 };
+            let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            launch(&pl, first, cols, cfg, pp)?;
         }
         self.prepared = Some((n, inp, pairs));
         Ok(())

@@ -20,7 +20,7 @@ pub(super) fn chunk_cols(n: usize, c: usize) -> (usize, usize) {
 
 /// One activation plane of the workspace: the kernels' x arguments for up to `QMM_MAX_N` columns.
 #[derive(Clone, Copy)]
-pub(super) struct XPlane {
+pub(crate) struct XPlane {
     pub xh: DevSpan<u16>,
     pub xb_hi: DevSpan<u16>,
     pub xb_lo: DevSpan<u16>,
