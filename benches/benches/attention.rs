@@ -4,12 +4,18 @@
 //! (8192: 32 MiB); the figure is those bytes per second (the tree's nodes re-read the shared
 //! prefix from L2, which this does not count). The caches are not rotated: at n_past 512
 //! (2 MiB) they stay in L2.
+//!
+//! Each case runs with every head-group count `r` (the 6 query heads of a KV head over `r`
+//! blocks: `attn_tree_min_split`): the line without `r=` is `r = 1` (one block per KV head, the
+//! v1.1 geometry), the one marked "rule" is what `attn_head_groups` picks for the engine.
 
-use flashtree::gpu::attention::{attn_tree, attn_tree_scratch_len, write_step_param, AttnDims};
+use flashtree::gpu::attention::{
+    attn_head_groups, attn_tree_min_split, attn_tree_scratch_len, write_step_param, AttnDims,
+};
 use flashtree::gpu::DevSpan;
 use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
 use flashtree_reference::attention::node_batch;
-use kernel_abi::NodeBatch;
+use kernel_abi::{NodeBatch, ATTN_MIN_SPLIT_KEYS};
 
 fn main() {
     let Some(gpu) = gpu_or_skip("attention") else { return };
@@ -34,15 +40,27 @@ fn main() {
             let out = gpu.zeros::<f32>(n * hsz).unwrap();
             let s = |x| DevSpan::of(&gpu, x);
             let (sk, sv) = (DevSpan::of(&gpu, &dk), DevSpan::of(&gpu, &dv));
-            let secs =
-                median_secs(&gpu, 20, |_| attn_tree(&gpu, d, bs, n, s(&dq), s(&dg), sk, sv, ctx, s(&scratch), s(&out)));
-            let bytes = ((n_past + n) * d.row() * 2 * 2) as f64;
-            let note = match (n_past, n) {
-                (512, _) => "K/V in L2 at this size",
-                (_, 1) => "",
-                _ => "tree: shared prefix re-read per node",
-            };
-            report("attn", &format!("attn_tree n={n} n_past={n_past}"), bytes, secs, ceiling, note);
+            let m = ATTN_MIN_SPLIT_KEYS;
+            let rule = attn_head_groups(&gpu, d, n, n_past, m).unwrap();
+            let group = d.n_head / d.n_head_kv;
+            for r in (1..=group).filter(|r| group.is_multiple_of(*r)) {
+                let secs = median_secs(&gpu, 20, |_| {
+                    attn_tree_min_split(&gpu, d, bs, n, s(&dq), s(&dg), sk, sv, ctx, s(&scratch), s(&out), m, r)
+                });
+                let bytes = ((n_past + n) * d.row() * 2 * 2) as f64;
+                let note = match (n_past, n) {
+                    (512, _) => "K/V in L2 at this size",
+                    (_, 1) => "",
+                    _ => "tree: shared prefix re-read per node",
+                };
+                let note = if r == rule { format!("{note} (rule)") } else { note.to_string() };
+                let case = if r == 1 {
+                    format!("attn_tree n={n} n_past={n_past}")
+                } else {
+                    format!("attn_tree n={n} n_past={n_past} r={r}")
+                };
+                report("attn", &case, bytes, secs, ceiling, note.trim_start());
+            }
         }
     }
 }

@@ -268,8 +268,10 @@ unsafe fn committed_keys(batch: *const NodeBatch, i: u32, n_past: u32, window: u
     (lo, n_past - lo)
 }
 
-/// `attn_tree_split_g{G}`: one split of one node's attention for the `G = n_head / n_kv` query heads of KV head
-/// `blockIdx.y`: node `i = blockIdx.z`, split `s = blockIdx.x` of its `keys_i = nc + |anc_i|`
+/// `attn_tree_split_g{G}`: one split of one node's attention for `G` query heads of one KV head.
+/// The `n_head / n_kv = G·r` query heads of a KV head are spread over `r = p.head_groups`
+/// blocks: block `y = blockIdx.y` serves KV head `y / r` and query heads `y·G .. (y+1)·G`. Node
+/// `i = blockIdx.z`, split `s = blockIdx.x` of its `keys_i = nc + |anc_i|`
 /// logical keys, where the node sees the committed rows `lo .. n_past` (`nc = n_past − lo`;
 /// `lo = 0` without a sliding window, else `attn_window_lo(n_past, depth_i, window)`): key
 /// `t < nc` is cache row `lo + t`; key `nc + d` is the scratch row `n_past + j` of the `d`-th set
@@ -280,15 +282,22 @@ unsafe fn committed_keys(batch: *const NodeBatch, i: u32, n_past: u32, window: u
 /// 1. scores: warp `w` takes head-dim chunks `w·cpw .. (w+1)·cpw` (8 dims each,
 ///    `cpw = ⌈hd/64⌉`), lane `l` keys `l` and `l + 32`; the 8 per-warp fma chains are added in
 ///    warp order and multiplied by `σ`;
-/// 2. softmax (warp `h` for head `h`): `m' = max(m, max_t s_t)`, `α = 2^(m − m')`,
+/// 2. softmax (warp `h` for head `h`, its own max and sum): `m' = max(m, max_t s_t)`, `α = 2^(m − m')`,
 ///    `p_t = 2^(s_t − m')`, `l = l·α + Σp` (pairs, then butterfly);
 /// 3. values: thread `(kg, c)` (`c` a chunk of 8 dims, `kg < KG = 2048/hd` a key group) keeps
 ///    `acc[h][8]` over keys `t ≡ kg (mod KG)`: `acc ← acc·α`, then `fma(p_t, v_t, acc)` in key order.
 /// At the end the key groups are added in order and `(acc[hd], m, l)` written to the scratch.
 ///
+/// Invariant (head-group invariance): every value a query head's output depends on — its score
+/// chains, max, sum, rescales and accumulators — is computed for that head alone, in an order
+/// fixed by the head dim and the node's split; no reduction runs across the block's heads. So a
+/// head's bits are the same in `attn_tree_split_g{G}` at any `r`, and `r` may follow the launch's
+/// size (node count, context) without breaking batch invariance.
+///
 /// Scratch (f32): partial accumulators `[n][n_head][slots][hd]`, then `(m, l)` pairs
 /// `[n][n_head][slots][2]`. Traffic: each block reads its keys' K and V head rows once
-/// (`2·hd·2` bytes per key) and writes `G·(hd + 2)` f32. Launch: grid `(slots, n_kv, n)`, 256
+/// (`2·hd·2` bytes per key: `r` blocks read the same rows, the later ones mostly from L2) and
+/// writes `G·(hd + 2)` f32. Launch: grid `(slots, n_kv·r, n)`, 256
 /// threads, static shared memory ≈ 26 KiB. Needs `hd ∈ {32, 64, 128, 256}`, `G ≤ 8`, 16-byte
 /// aligned cache planes. If `n_past + NodeBatch::n > ctx` every output of the launch is NaN
 /// (nothing outside the planes is read).
@@ -329,7 +338,13 @@ unsafe fn tree_split<const G: usize>(
     let hd = p.head_dim as usize;
     let hd_shift = p.head_dim.trailing_zeros();
     let g = G;
-    let kvh = block_y() as usize;
+    let r = if p.head_groups == 0 { 1 } else { p.head_groups as usize };
+    let kvh = block_y() as usize / r;
+    if kvh >= p.n_head_kv as usize {
+        return;
+    }
+    // First query head of the block: `kvh·(G·r) + (y mod r)·G`.
+    let q0 = block_y() as usize * g;
     let row_elems = p.n_head_kv as usize * hd;
 
     let qs = ATT_Q.as_mut_ptr() as *mut f32;
@@ -339,7 +354,7 @@ unsafe fn tree_split<const G: usize>(
     let rows = ATT_ROWS.as_mut_ptr() as *mut u32;
 
     // Queries of the group, and the ancestor rows in depth order.
-    let qn = q.add((i as usize * p.n_head as usize + kvh * g) * hd);
+    let qn = q.add((i as usize * p.n_head as usize + q0) * hd);
     let mut e = tid;
     while e < g * hd {
         *qs.add((e >> hd_shift) * MAX_HD + (e & (hd - 1))) = *qn.add(e);
@@ -517,7 +532,7 @@ unsafe fn tree_split<const G: usize>(
     }
 
     // Partials: key groups added in order, one head at a time through `red`.
-    let slot = ((i as usize * p.n_head as usize + kvh * g) * p.slots as usize) + s as usize;
+    let slot = ((i as usize * p.n_head as usize + q0) * p.slots as usize) + s as usize;
     let ml = scratch.add(p.n as usize * p.n_head as usize * p.slots as usize * hd);
     let mut h = 0;
     while h < G {

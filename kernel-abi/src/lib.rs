@@ -845,6 +845,11 @@ pub struct AttnTreeParams {
     /// Sliding window (0 = none, else `≥ n`, above every depth): node `i` sees committed rows
     /// [`attn_window_lo`]`(n_past, depth_i, window) .. n_past` (the DFlash draft's sliding layers).
     pub window: u32,
+    /// Blocks `r` that share the `G = n_head / n_head_kv` query heads of one KV head in
+    /// `attn_tree_split` (`r | G`; kernel `attn_tree_split_g{G/r}`, grid `y = n_head_kv · r`):
+    /// block `y` serves KV head `y / r` and query heads `y·G/r .. (y+1)·G/r`. Each query head's
+    /// arithmetic is the same for every `r`, so its output bits do not depend on it.
+    pub head_groups: u32,
 }
 
 /// Parameters of `kv_commit`.

@@ -96,11 +96,17 @@ pub struct DraftEngine {
     topk_logprobs: CudaSlice<f32>,
     attn_scratch: CudaSlice<f32>,
     ws: QmmWorkspace,
-    /// The block pass captured as a graph for one top-`k` (on the second propose; the first fills
-    /// the launchers' caches) and replayed with a new `NodeBatch`: every per-round value (bonus,
-    /// context length) is read from device memory. `FLASHTREE_GRAPH=0` launches every kernel.
-    block_graph: Option<(Graph, usize)>,
+    /// The block pass captured as a graph for one top-`k` and one pair of attention head groups
+    /// (on the second propose; the first fills the launchers' caches) and replayed with a new
+    /// `NodeBatch`: every per-round value (bonus, context length) is read from device memory.
+    /// `FLASHTREE_GRAPH=0` launches every kernel.
+    block_graph: Option<(Graph, (usize, [usize; 2]))>,
     block_runs: u32,
+    /// `FLASHTREE_ATTN_HEAD_GROUPS` (`super::forward::attn_head_groups_override`), else `None`.
+    head_groups_override: Option<usize>,
+    /// Head groups of the attention split pass in the block being enqueued: full-attention
+    /// layers, sliding-window layers (`attn::attn_head_groups` at this round's context).
+    attn_groups: [usize; 2],
     /// Device time of the draft's passes ([`DraftEngine::start_timing`] → the next propose's
     /// sync), accumulated in ms.
     timer: Option<GpuTimer>,
@@ -233,6 +239,7 @@ impl DraftEngine {
             )));
         }
         let dims = AttnDims { n_head: nh, n_head_kv: nkv, head_dim: hd, gated: false, window: 0 };
+        let head_groups_override = super::forward::attn_head_groups_override(nh / nkv.max(1), "draft")?;
         let g = &*gpu;
         // Every matrix packed in parallel: fc, then per layer q, k, v, o, gate/up, down.
         let mut jobs = vec![PackJob::matrix("fc.weight".into(), h, kh)];
@@ -307,6 +314,8 @@ impl DraftEngine {
             ws,
             block_graph: None,
             block_runs: 0,
+            head_groups_override,
+            attn_groups: [1; 2],
             timer: None,
             timing: false,
             device_ms: 0.0,
@@ -492,7 +501,9 @@ impl DraftEngine {
             self.gpu.write(bytes_of(&c), &mut self.causal_dev)?;
         }
         let batch = self.write_batch(&b)?;
-        if self.block_graph.as_ref().is_some_and(|(_, gk)| *gk != k) {
+        self.attn_groups = self.attn_head_groups()?;
+        let key = (k, self.attn_groups);
+        if self.block_graph.as_ref().is_some_and(|(_, gk)| *gk != key) {
             self.block_graph = None;
         }
         match &self.block_graph {
@@ -505,7 +516,7 @@ impl DraftEngine {
                 recorded?;
                 let graph = graph?;
                 graph.replay()?;
-                self.block_graph = Some((graph, k));
+                self.block_graph = Some((graph, key));
             }
             None => {
                 self.block_runs += 1;
@@ -523,6 +534,29 @@ impl DraftEngine {
             self.timing = false;
         }
         Ok((tokens[..rows * k].to_vec(), logprobs[..rows * k].to_vec()))
+    }
+
+    /// Head groups of the block's attention at the current context (full-attention layers,
+    /// sliding-window layers): the override, else `attn::attn_head_groups`' rule for the block's
+    /// nodes over `n_ctx` committed rows (the draft needs no batch invariance, and the rule keeps
+    /// the bits anyway).
+    fn attn_head_groups(&self) -> Result<[usize; 2], EngineError> {
+        let window = self.cfg.sliding_window.unwrap_or(0);
+        let pick = |window: usize| -> Result<usize, EngineError> {
+            match self.head_groups_override {
+                Some(r) => Ok(r),
+                None => Ok(attn::attn_head_groups(
+                    &self.gpu,
+                    AttnDims { window, ..self.dims },
+                    self.cfg.block_size,
+                    self.n_ctx,
+                    DRAFT_SPLIT_KEYS,
+                )?),
+            }
+        };
+        let full = pick(0)?;
+        let sliding = if self.cfg.sliding_layers.iter().any(|&s| s) { pick(window)? } else { full };
+        Ok([full, sliding])
     }
 
     /// Records a start event: the device time from here to the end of the next
@@ -605,6 +639,7 @@ impl DraftEngine {
                 s(&self.attn_scratch),
                 s(&self.ao),
                 DRAFT_SPLIT_KEYS,
+                self.attn_groups[sliding as usize],
             )?;
             self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
             matmul(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?;

@@ -105,12 +105,18 @@ pub struct Engine {
     /// When set, [`Engine::forward`] records an event after each kernel group (serialising the
     /// chain): the per-family breakdown of `flashtree bench`.
     profile: Option<Profile>,
-    /// The forward of `n` nodes captured as a graph (index `n − 1`), replayed with a new
-    /// `NodeBatch`; captured on the second forward of that size (the first fills the launchers'
-    /// caches). `FLASHTREE_GRAPH=0` launches every kernel from the host instead.
-    graphs: Vec<Option<Graph>>,
-    /// Forwards run eagerly per node count.
-    eager_runs: [u32; N],
+    /// The forward of `n` nodes captured as graphs (index `n − 1`), one per attention head-group
+    /// count `r` it ran with (`(r, graph)`), replayed with a new `NodeBatch`; captured on the
+    /// second forward of that size and `r` (the first fills the launchers' caches).
+    /// `FLASHTREE_GRAPH=0` launches every kernel from the host instead.
+    graphs: Vec<Vec<(usize, Graph)>>,
+    /// Per node count: bit `r` set once a forward of that size ran eagerly with head groups `r`.
+    eager_runs: [u16; N],
+    /// `FLASHTREE_ATTN_HEAD_GROUPS` ([`attn_head_groups_override`]), else `None`: the rule.
+    head_groups_override: Option<usize>,
+    /// Head groups of the attention split pass of the forward being enqueued
+    /// (`attn::attn_head_groups`, a function of `n` and `n_past`).
+    attn_groups: usize,
 }
 
 /// The attention split rule's fewest keys per split (`kernel_abi::attn_split_len_min`):
@@ -126,6 +132,35 @@ pub fn attn_split_keys() -> u32 {
             .filter(|v| (kernel_abi::ATTN_TILE_KEYS..=65_536).contains(v))
             .unwrap_or(kernel_abi::ATTN_MIN_SPLIT_KEYS)
     })
+}
+
+/// `FLASHTREE_ATTN_HEAD_GROUPS=<r>`: the attention split pass spreads each KV head's `group` query
+/// heads over `r` blocks in every launch (A/B of `attn::attn_head_groups`' rule, which picks `r`
+/// per forward; the output bits are the same for every `r`). `None` when unset or empty; an error
+/// naming the variable when `r` does not divide `group` (`who`: whose attention, for the message).
+pub fn attn_head_groups_override(group: usize, who: &str) -> Result<Option<usize>, EngineError> {
+    match std::env::var(HEAD_GROUPS_VAR) {
+        Ok(v) if !v.trim().is_empty() => parse_head_groups(&v, group, who).map(Some),
+        _ => Ok(None),
+    }
+}
+
+const HEAD_GROUPS_VAR: &str = "FLASHTREE_ATTN_HEAD_GROUPS";
+
+/// [`attn_head_groups_override`]'s value `v`: a divisor of `group`.
+fn parse_head_groups(v: &str, group: usize, who: &str) -> Result<usize, EngineError> {
+    match v.trim().parse::<usize>() {
+        Ok(r) if r >= 1 && group.is_multiple_of(r) => Ok(r),
+        _ => {
+            let divisors: Vec<String> =
+                (1..=group).filter(|r| group.is_multiple_of(*r)).map(|r| r.to_string()).collect();
+            Err(EngineError::Env(format!(
+                "{HEAD_GROUPS_VAR}={v}: the {who}'s attention has {group} query heads per KV head; expected one of \
+                 its divisors ({})",
+                divisors.join(", ")
+            )))
+        }
+    }
 }
 
 /// A deliberately wrong commit ([`Engine::set_commit_fault`]), for tests that must fail when the
@@ -281,6 +316,7 @@ impl Engine {
         let state_len = vh * cfg.ssm_state_size * cfg.ssm_value_head_dim();
         let conv_len = (cfg.ssm_conv_kernel - 1) * ch;
         let z = |n: usize| gpu.zeros::<f32>(n.max(1));
+        let head_groups_override = attn_head_groups_override(nh / nkv.max(1), "target")?;
         let rope = gpu.upload(&attn::rope_table(cfg.rope_dimension_count, cfg.rope_freq_base as f64, ctx))?;
         let e = Engine {
             batch_dev: gpu.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
@@ -326,8 +362,10 @@ impl Engine {
             capture: Vec::new(),
             features: z(1)?,
             store: None,
-            graphs: (0..N).map(|_| None).collect(),
+            graphs: (0..N).map(|_| Vec::new()).collect(),
             eager_runs: [0; N],
+            head_groups_override,
+            attn_groups: 1,
             gpu,
             cfg,
             plan,
@@ -382,7 +420,7 @@ impl Engine {
         self.plan.features = MemoryPlan::feature_bytes(self.ctx(), layers.len(), d)?;
         self.plan.capture_layers = layers.len();
         self.capture = layers.to_vec();
-        self.graphs.iter_mut().for_each(|g| *g = None);
+        self.graphs.iter_mut().for_each(Vec::clear);
         self.eager_runs = [0; N];
         Ok(())
     }
@@ -527,6 +565,11 @@ impl Engine {
         if need > self.ctx() {
             return Err(EngineError::Context { need, ctx: self.ctx() });
         }
+        self.attn_groups = match self.head_groups_override {
+            Some(r) => r,
+            None if self.n_attn > 0 => attn::attn_head_groups(&self.gpu, self.attn, n, self.n_past, attn_split_keys())?,
+            None => 1,
+        };
         self.gpu.write(bytes_of(batch), &mut self.batch_dev)?;
         self.last = Some(*batch);
         let mut prof = self.profile.take();
@@ -543,21 +586,24 @@ impl Engine {
         r
     }
 
-    /// Replays the graph of `n` nodes, capturing it first when this size already ran eagerly.
+    /// Replays the graph of `n` nodes at this forward's head groups, capturing it first when this
+    /// size already ran eagerly with them.
     fn forward_graph(&mut self, n: usize) -> Result<(), EngineError> {
-        if self.graphs[n - 1].is_none() {
-            if self.eager_runs[n - 1] == 0 {
-                self.eager_runs[n - 1] += 1;
+        let r = self.attn_groups;
+        if !self.graphs[n - 1].iter().any(|(gr, _)| *gr == r) {
+            let bit = 1u16 << (r & 15);
+            if self.eager_runs[n - 1] & bit == 0 {
+                self.eager_runs[n - 1] |= bit;
                 return self.enqueue_forward(n, &mut None);
             }
             Graph::begin_capture(&self.gpu)?;
             let recorded = self.enqueue_forward(n, &mut None);
             let graph = Graph::end_capture(&self.gpu);
             recorded?;
-            self.graphs[n - 1] = Some(graph?);
+            self.graphs[n - 1].push((r, graph?));
         }
-        match &self.graphs[n - 1] {
-            Some(g) => Ok(g.replay()?),
+        match self.graphs[n - 1].iter().find(|(gr, _)| *gr == r) {
+            Some((_, g)) => Ok(g.replay()?),
             None => Err(EngineError::Batch(format!("no graph for {n} nodes"))),
         }
     }
@@ -685,6 +731,7 @@ impl Engine {
                         s(&self.attn_scratch),
                         s(&self.ao),
                         attn_split_keys(),
+                        self.attn_groups,
                     )?;
                     mark(gpu, prof, "attention")?;
                     prepare(gpu, s(&self.ao), n, o.inp(), &mut self.ws)?;
@@ -1001,4 +1048,21 @@ fn check_supported(cfg: &Qwen35Config, ctx: usize) -> Result<(), EngineError> {
         return Err(EngineError::Plan(format!("context {ctx} is too large")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_groups_override_takes_divisors_of_the_group_and_names_the_variable_otherwise() {
+        assert_eq!(parse_head_groups("3", 6, "target").unwrap(), 3);
+        assert_eq!(parse_head_groups(" 6 ", 6, "target").unwrap(), 6);
+        assert_eq!(parse_head_groups("1", 1, "draft").unwrap(), 1);
+        for bad in ["4", "0", "7", "-2", "two", "12"] {
+            let err = parse_head_groups(bad, 6, "target").unwrap_err().to_string();
+            assert!(err.contains(&format!("FLASHTREE_ATTN_HEAD_GROUPS={bad}")), "{err}");
+            assert!(err.contains("6 query heads per KV head") && err.contains("(1, 2, 3, 6)"), "{err}");
+        }
+    }
 }

@@ -57,4 +57,7 @@ pub enum EngineError {
     /// A model shape the kernels do not cover.
     #[error("unsupported model: {0}")]
     Unsupported(String),
+    /// An environment setting the engine cannot take.
+    #[error("environment: {0}")]
+    Env(String),
 }

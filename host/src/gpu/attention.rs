@@ -9,8 +9,8 @@
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
-    attn_split_slots_min, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch, ATTN_MAX_GROUP,
-    ATTN_MAX_HEAD_DIM, ATTN_MIN_SPLIT_KEYS, ATTN_THREADS, MAX_NODES,
+    attn_split_slots_min, attn_splits_min, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch,
+    ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, ATTN_MIN_SPLIT_KEYS, ATTN_THREADS, MAX_NODES,
 };
 
 use super::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
@@ -234,6 +234,57 @@ fn split_kernel(g: usize) -> &'static str {
     }
 }
 
+/// Query heads per KV head (`G`) of `d`, after [`AttnDims::check`].
+fn gqa_group(d: AttnDims) -> usize {
+    d.n_head / d.n_head_kv
+}
+
+/// The head-group count `r` of [`attn_tree_min_split`] for `n` nodes at `n_past` committed rows:
+/// the largest divisor `r` of `G = n_head / n_kv` for which the launch's working blocks
+/// `attn_splits_min(keys, min_split_keys) · n_kv · r · n` (`keys = n_past + n`, at most the
+/// window: the most keys a node of the launch sees) fit in one wave of `attn_tree_split_g{G/r}`
+/// (SMs × its occupancy, [`Gpu::resident_blocks`]); 1 when even `r = 1` does not fit.
+///
+/// Why one wave: while the work fits, more blocks put more SMs (and their load pipelines) on the
+/// same keys, each block doing `G/r` heads' arithmetic over the full K/V tile; past one wave the
+/// extra blocks queue behind each other and each re-reads the K/V rows. The 27B (`G = 6`,
+/// occupancy 2 blocks per SM at `g1`, 1 at `g2…g6` on an H200): `r = 6` for one node up to
+/// 1,408 keys, `r = 2` up to 2,048, then 1; a 22-node tree gets 1.
+///
+/// A node's output bits do not depend on `r` (`attn_tree_split`'s head-group invariance), so
+/// the rule may follow `n` and `n_past` without breaking batch invariance.
+pub fn attn_head_groups(
+    gpu: &Gpu,
+    d: AttnDims,
+    n: usize,
+    n_past: usize,
+    min_split_keys: u32,
+) -> Result<usize, GpuError> {
+    d.check("attn_tree")?;
+    let keys = n_past.saturating_add(n);
+    let keys = if d.window == 0 { keys } else { keys.min(d.window) };
+    let splits = attn_splits_min(keys.min(u32::MAX as usize) as u32, min_split_keys).max(1) as usize;
+    let work = splits.saturating_mul(d.n_head_kv).saturating_mul(n);
+    pick_head_groups(gqa_group(d), work, |heads| {
+        gpu.resident_blocks(split_kernel(heads), ATTN_THREADS).map(|b| b as usize)
+    })
+}
+
+/// The largest divisor `r` of `group` with `work · r ≤ resident(group / r)` (`resident(h)`: the
+/// blocks of the `h`-heads split kernel the device holds at once), else 1.
+pub fn pick_head_groups<E>(
+    group: usize,
+    work: usize,
+    mut resident: impl FnMut(usize) -> Result<usize, E>,
+) -> Result<usize, E> {
+    for r in (2..=group).rev().filter(|r| group.is_multiple_of(*r)) {
+        if work.saturating_mul(r) <= resident(group / r)? {
+            return Ok(r);
+        }
+    }
+    Ok(1)
+}
+
 /// Gated attention of `n` nodes of `batch` over the f16 KV cache (plain, without the sigmoid
 /// factor, when `!d.gated`): `out[i, h·hd ..] = sigmoid(gate[i, h·hd ..]) ⊙ Σ_t softmax_t(q_{i,h}·K_t/√hd)·V_t` over node `i`'s visible keys
 /// (committed rows `0..n_past` — the last ones only under `d.window` —, then rows `n_past + j`
@@ -241,6 +292,7 @@ fn split_kernel(g: usize) -> &'static str {
 /// `[n, n_head·hd]` f32; `scratch` ≥ [`attn_tree_scratch_len`]. Bitwise batch-invariant: a
 /// node's output depends only on its q, gate and visible key/value sequence. A batch with
 /// `n_past + NodeBatch::n > ctx` gives NaN outputs (and reads nothing outside the planes).
+/// One split block per KV head (`head_groups = 1` of [`attn_tree_min_split`]).
 #[allow(clippy::too_many_arguments)]
 pub fn attn_tree(
     gpu: &Gpu,
@@ -255,13 +307,18 @@ pub fn attn_tree(
     scratch: DevSpan<f32>,
     out: DevSpan<f32>,
 ) -> Result<(), GpuError> {
-    attn_tree_min_split(gpu, d, batch, n, q, gate, k_cache, v_cache, ctx, scratch, out, ATTN_MIN_SPLIT_KEYS)
+    attn_tree_min_split(gpu, d, batch, n, q, gate, k_cache, v_cache, ctx, scratch, out, ATTN_MIN_SPLIT_KEYS, 1)
 }
 
 /// [`attn_tree`] with the split rule's fewest keys per split `min_split_keys`
 /// (`kernel_abi::attn_split_len_min`) instead of the target's `ATTN_MIN_SPLIT_KEYS`: still a
 /// function of each node's key count alone, with fewer and longer splits (the DFlash draft's
 /// block over a long context). `scratch` ≥ [`attn_tree_scratch_len_min`].
+///
+/// `head_groups` (`r`, a divisor of `G = n_head / n_kv`; [`attn_head_groups`] picks one): the
+/// split pass runs `r` blocks per (split, KV head, node), each over `G/r` of the KV head's query
+/// heads (`attn_tree_split_g{G/r}`, grid `(slots, n_kv·r, n)`). The output is bitwise the same
+/// for every `r`.
 #[allow(clippy::too_many_arguments)]
 pub fn attn_tree_min_split(
     gpu: &Gpu,
@@ -276,6 +333,7 @@ pub fn attn_tree_min_split(
     scratch: DevSpan<f32>,
     out: DevSpan<f32>,
     min_split_keys: u32,
+    head_groups: usize,
 ) -> Result<(), GpuError> {
     const K: &str = "attn_tree";
     if min_split_keys == 0 {
@@ -283,6 +341,17 @@ pub fn attn_tree_min_split(
     }
     let window = u32::try_from(d.window).unwrap_or(u32::MAX);
     d.check(K)?;
+    let group = gqa_group(d);
+    if head_groups == 0 || !group.is_multiple_of(head_groups) {
+        return Err(GpuError::shape(
+            K,
+            format!("head_groups {head_groups}: must divide the {group} query heads per KV head"),
+        ));
+    }
+    let grid_y = d.n_head_kv * head_groups;
+    if grid_y > 65_535 {
+        return Err(GpuError::shape(K, format!("{grid_y} KV-head blocks: at most 65,535")));
+    }
     let n32 = check_n(K, n)?;
     // Every depth is below `n`, so a window of at least `n` keeps every tree key visible.
     if window != 0 && window < n32 {
@@ -307,14 +376,12 @@ pub fn attn_tree_min_split(
         gated: d.gated as u32,
         min_split_keys,
         window,
+        head_groups: head_groups as u32,
     };
-    let cfg = LaunchConfig {
-        grid_dim: (slots, d.n_head_kv as u32, n32),
-        block_dim: (ATTN_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg =
+        LaunchConfig { grid_dim: (slots, grid_y as u32, n32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
     unsafe {
-        ChainedLaunch::new(gpu, split_kernel(d.n_head / d.n_head_kv))
+        ChainedLaunch::new(gpu, split_kernel(group / head_groups))
             .span(batch)
             .span(q)
             .span(k_cache)
@@ -423,4 +490,40 @@ pub fn write_step_param<T: StepParam>(
     let s = DevSpan::of(gpu, dst);
     // Safety: the buffer holds at least `size_of::<T>()` bytes and outlives the caller's launches.
     Ok(unsafe { DevSpan::from_raw(s.ptr(), 1) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resident blocks per split kernel on an H200 (132 SMs) at the ptxas register counts of the
+    /// kernels: 2 blocks per SM for `g1`, 1 for the others.
+    fn h200(heads: usize) -> Result<usize, ()> {
+        Ok(if heads == 1 { 264 } else { 132 })
+    }
+
+    #[test]
+    fn head_groups_rule_fills_one_wave_with_the_largest_divisor() {
+        // 27B: 4 KV heads of 6 query heads. One node: splits of 128 keys.
+        let work = |splits: usize, n: usize| splits * 4 * n;
+        assert_eq!(pick_head_groups(6, work(5, 1), h200), Ok(6)); // 513 keys: 120 blocks
+        assert_eq!(pick_head_groups(6, work(11, 1), h200), Ok(6)); // 264 blocks: one wave of g1
+        assert_eq!(pick_head_groups(6, work(12, 1), h200), Ok(2)); // 96 blocks of g3
+        assert_eq!(pick_head_groups(6, work(16, 1), h200), Ok(2));
+        assert_eq!(pick_head_groups(6, work(17, 1), h200), Ok(1));
+        assert_eq!(pick_head_groups(6, work(32, 1), h200), Ok(1)); // ≥ 4,096 keys
+        assert_eq!(pick_head_groups(6, work(1, 22), h200), Ok(1)); // a 22-node tree
+        assert_eq!(pick_head_groups(6, work(5, 2), h200), Ok(6));
+        // Only divisors: G = 5 gives 5 or 1, never 2.
+        assert_eq!(pick_head_groups(5, 20, h200), Ok(5));
+        assert_eq!(pick_head_groups(5, 60, h200), Ok(1));
+        assert_eq!(pick_head_groups(1, 1, h200), Ok(1));
+        // The resident counts come from the kernel the candidate would launch.
+        let mut asked = Vec::new();
+        let _ = pick_head_groups(8, 1000, |h| -> Result<usize, ()> {
+            asked.push(h);
+            Ok(0)
+        });
+        assert_eq!(asked, vec![1, 2, 4]);
+    }
 }

@@ -93,10 +93,11 @@ fn run_tree(
     vc: &[u16],
     ctx: usize,
 ) -> Vec<f32> {
-    run_tree_min_split(gpu, d, b, q, gate, kc, vc, ctx, kernel_abi::ATTN_MIN_SPLIT_KEYS)
+    run_tree_min_split(gpu, d, b, q, gate, kc, vc, ctx, kernel_abi::ATTN_MIN_SPLIT_KEYS, 1)
 }
 
-/// [`run_tree`] with another split rule (`attn_tree_min_split`).
+/// [`run_tree`] with another split rule and `head_groups` blocks per KV head
+/// (`attn_tree_min_split`).
 #[allow(clippy::too_many_arguments)]
 fn run_tree_min_split(
     gpu: &Gpu,
@@ -108,6 +109,7 @@ fn run_tree_min_split(
     vc: &[u16],
     ctx: usize,
     min_split: u32,
+    head_groups: usize,
 ) -> Vec<f32> {
     let n = b.n as usize;
     let (_bb, bs) = batch_span(gpu, b);
@@ -117,7 +119,8 @@ fn run_tree_min_split(
     let out = poisoned_f32(gpu, n * d.n_head * d.head_dim);
     let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
     let (kcs, vcs) = (DevSpan::of(gpu, &dk), DevSpan::of(gpu, &dv));
-    attn_tree_min_split(gpu, d, bs, n, s(&dq), s(&dg), kcs, vcs, ctx, s(&scratch), s(&out), min_split).unwrap();
+    attn_tree_min_split(gpu, d, bs, n, s(&dq), s(&dg), kcs, vcs, ctx, s(&scratch), s(&out), min_split, head_groups)
+        .unwrap();
     gpu.download(&out).unwrap()
 }
 
@@ -199,6 +202,27 @@ fn check_tree_min_split(
 
 fn n_past_strategy() -> impl Strategy<Value = usize> {
     prop_oneof![6 => 0usize..2000, 1 => 2000usize..34000]
+}
+
+/// Committed rows a few keys either side of a split boundary: a multiple of 128 (the target's
+/// fewest keys per split: the split count changes there) up to 3,200, or around 4,096 / 8,192
+/// (the split count reaches 32, then the split length doubles).
+fn split_boundary_strategy() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        4 => (0usize..=25, 0usize..24).prop_map(|(k, o)| (128 * k + o).saturating_sub(12)),
+        1 => (prop::sample::select(vec![4096usize, 8192]), 0usize..48).prop_map(|(b, o)| b + o - 24),
+    ]
+}
+
+/// GQA shapes whose group has divisors other than 1 and itself more often (6: the 27B).
+fn grouped_dims_strategy() -> impl Strategy<Value = AttnDims> {
+    (
+        1usize..=4,
+        prop::sample::select(vec![2usize, 3, 4, 6, 6, 8]),
+        prop::sample::select(vec![32usize, 64, 128, 256]),
+        prop::bool::weighted(0.75),
+    )
+        .prop_map(|(kv, g, hd, gated)| AttnDims { n_head: kv * g, n_head_kv: kv, head_dim: hd, gated, window: 0 })
 }
 
 proptest! {
@@ -307,7 +331,7 @@ proptest! {
         let vc = f16_bits(&values(seed ^ 32, ctx * d.row(), 3.0));
         let q = values(seed ^ 33, n * hsz, 3.0);
         let gate = values(seed ^ 34, n * hsz, 4.0);
-        let got = run_tree_min_split(gpu, d, &b, &q, &gate, &kc, &vc, ctx, min_split);
+        let got = run_tree_min_split(gpu, d, &b, &q, &gate, &kc, &vc, ctx, min_split, 1);
         check_tree_min_split(d, &b, &q, &gate, &kc, &vc, &got, min_split)?;
     }
 
@@ -347,6 +371,48 @@ proptest! {
             let a: Vec<u32> = all[i * hsz..(i + 1) * hsz].iter().map(|x| x.to_bits()).collect();
             let o: Vec<u32> = one.iter().map(|x| x.to_bits()).collect();
             prop_assert!(a == o, "node {} of {} (depth {}, n_past {}) differs alone", i, n, b.depth[i], n_past);
+        }
+    }
+
+    /// Head-group invariance: spreading each KV head's query heads over `r` blocks gives, for
+    /// every divisor `r` of the group, bitwise the output of `r = 1` — random trees of 1..=64
+    /// nodes, contexts either side of split boundaries, with and without the gate and a sliding
+    /// window, under the target's and the draft's split rules. The `r = 1` output must be finite
+    /// (the buffers start poisoned, so a block that writes nothing cannot pass).
+    #[test]
+    fn attn_tree_output_is_bitwise_the_same_for_every_head_group_count(
+        d in grouped_dims_strategy(), n in 1usize..=64, n_past in split_boundary_strategy(),
+        window in prop::sample::select(vec![0usize, 0, 64, 100]),
+        min_split in prop::sample::select(vec![128u32, 128, 1024]), seed in any::<u64>()
+    ) {
+        let Some(gpu) = gpu_or_skip("attn_tree_output_is_bitwise_the_same_for_every_head_group_count") else {
+            return Ok(());
+        };
+        let d = AttnDims { window, ..d };
+        let n = if n_past > 4000 { n.min(16) } else { n };
+        let n = if window > 0 { n.min(window) } else { n };
+        let b = reference::node_batch(n_past as u32, &random_parents(seed, n));
+        let ctx = n_past + n + 7;
+        let hsz = d.n_head * d.head_dim;
+        let kc = f16_bits(&values(seed ^ 41, ctx * d.row(), 3.0));
+        let vc = f16_bits(&values(seed ^ 42, ctx * d.row(), 3.0));
+        let q = values(seed ^ 43, n * hsz, 3.0);
+        let gate = values(seed ^ 44, n * hsz, 4.0);
+        let group = d.n_head / d.n_head_kv;
+        let one = run_tree_min_split(gpu, d, &b, &q, &gate, &kc, &vc, ctx, min_split, 1);
+        prop_assert!(one.iter().all(|x| x.is_finite()), "r = 1 left outputs unwritten or not finite");
+        let one: Vec<u32> = one.iter().map(|x| x.to_bits()).collect();
+        for r in (2..=group).filter(|r| group.is_multiple_of(*r)) {
+            let got: Vec<u32> =
+                run_tree_min_split(gpu, d, &b, &q, &gate, &kc, &vc, ctx, min_split, r).iter().map(|x| x.to_bits()).collect();
+            if let Some(e) = (0..got.len()).find(|&e| got[e] != one[e]) {
+                let (i, h) = (e / hsz, e % hsz / d.head_dim);
+                prop_assert!(
+                    false,
+                    "r = {} of G = {}: node {} head {} dim {} is {:#010x}, r = 1 gives {:#010x} (n {}, n_past {})",
+                    r, group, i, h, e % d.head_dim, got[e], one[e], n, n_past
+                );
+            }
         }
     }
 
@@ -397,4 +463,10 @@ fn attention_launchers_reject_bad_shapes() {
     let w = AttnDims { window: 31, ..d };
     let err = attn_tree(gpu, w, bs, 32, fs, fs, hs, hs, 8, fs, fs).unwrap_err().to_string();
     assert!(err.contains("window 31"), "{err}");
+    // Head groups must divide the GQA group (2 query heads per KV head here).
+    let m = kernel_abi::ATTN_MIN_SPLIT_KEYS;
+    for r in [0usize, 3] {
+        let err = attn_tree_min_split(gpu, d, bs, 1, fs, fs, hs, hs, 8, fs, fs, m, r).unwrap_err().to_string();
+        assert!(err.contains(&format!("head_groups {r}")) && err.contains("2 query heads"), "{err}");
+    }
 }
