@@ -55,6 +55,7 @@ fn prompt_sets_run_in_every_mode_and_write_json_and_svg() {
         limit: Some(1),
         out: Some(out.clone()),
         raw: true,
+        chain_trace: false,
     };
     run(&args).expect("bench --prompts");
 
