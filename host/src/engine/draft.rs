@@ -196,10 +196,13 @@ impl PackJob {
             let ty = common_lossless_type(&[t.ty, b.ty]).ok_or_else(|| {
                 EngineError::Weights(format!("{} is {} and {below} is {}: no common type", self.name, t.ty, b.ty))
             })?;
+            let elements = self.out.checked_mul(self.inp).ok_or_else(|| {
+                EngineError::Weights(format!("{}: [{}, {}] overflows", self.name, self.out, self.inp))
+            })?;
             let mut raw = Vec::new();
             for (name, x) in [(&self.name, &t), (below, &b)] {
-                let p = promote(x.ty, ty, x.data, self.out * self.inp)
-                    .map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
+                let p =
+                    promote(x.ty, ty, x.data, elements).map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
                 raw.extend_from_slice(&p);
             }
             return PackedWeight::pack(ty, &raw, 2 * self.out, self.inp).map_err(err);
