@@ -75,6 +75,10 @@ static PREP_BUF: Shared<[f32; WARPS * MAX_HD]> = Shared::uninit();
 /// `n_head + 2·n_head_kv` vectors of the node: query head `v`, key head `v − n_head`, or value head
 /// `v − n_head − n_head_kv`.
 ///
+/// Node `i`'s input rows start at `i·q_stride`, `i·k_stride`, `i·v_stride` of `qg`, `k`, `v`
+/// (`AttnPrepParams`; dense rows, or column ranges of one merged `[q | k | v]` product);
+/// below, `qg[i, c]` is value `c` of that row.
+///
 /// * q: `y = rmsnorm(qg[i, h·2hd .. +hd]) ⊙ q_norm`, then RoPE at `pos = n_past + depth[i]`:
 ///   for `j < n_rot/2`, `(y_j, y_{j+n_rot/2}) ← (y_j·c − y_{j+r}·s, y_{j+r}·c + y_j·s)` with
 ///   `(c, s) = rope[pos, j]`; → `q[i, h·hd ..]`. The gate `qg[i, h·2hd + hd ..]` → `gate[i, h·hd ..]`.
@@ -129,7 +133,7 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
             return;
         }
         let kvh = (vec - nh - nkv) as usize;
-        let src = v.add(i as usize * kv_row_elems + kvh * hd);
+        let src = v.add(i as usize * p.v_stride as usize + kvh * hd);
         let dst = v_cache.add(row as usize * kv_row_elems + kvh * hd);
         let mut c = lane;
         while c < hd {
@@ -142,11 +146,11 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     let is_q = vec < nh;
     let gated = p.gated != 0;
     // Values per head in the query input: `[q | gate]` (gated) or `q`.
-    let q_stride = if gated { 2 * hd } else { hd };
+    let q_head = if gated { 2 * hd } else { hd };
     let (src, w) = if is_q {
-        (qg.add(i as usize * nh as usize * q_stride + vec as usize * q_stride), q_norm)
+        (qg.add(i as usize * p.q_stride as usize + vec as usize * q_head), q_norm)
     } else {
-        (k.add(i as usize * kv_row_elems + (vec - nh) as usize * hd), k_norm)
+        (k.add(i as usize * p.k_stride as usize + (vec - nh) as usize * hd), k_norm)
     };
     if is_q && gated {
         let g = src.add(hd);

@@ -820,6 +820,12 @@ pub struct AttnPrepParams {
     /// gated attention) and the gate is copied out; 0: plain `q` per head (`head_dim` values,
     /// the DFlash draft), no gate.
     pub gated: u32,
+    /// Values from node `i`'s query input row to node `i + 1`'s (`≥ n_head·2·head_dim` gated,
+    /// `≥ n_head·head_dim` plain); likewise for the k and v inputs (`≥ n_head_kv·head_dim`).
+    /// Dense rows have the widths; a merged `[q | k | v]` product has one stride for all three.
+    pub q_stride: u32,
+    pub k_stride: u32,
+    pub v_stride: u32,
 }
 
 /// Parameters of `attn_tree_split` and `attn_tree_combine`.

@@ -17,12 +17,15 @@ pub mod bf16;
 pub mod f16;
 pub mod f32;
 pub mod k_scales;
+pub mod promote;
 pub mod q4_0;
 pub mod q4_k;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
+
+pub use promote::common_lossless_type;
 
 use std::fmt;
 
@@ -182,9 +185,11 @@ pub enum QuantError {
     NotBlockMultiple { ty: GgmlType, elements: usize, block: usize },
     #[error("{ty}: {bytes} bytes given for {elements} elements, expected {expected}")]
     LengthMismatch { ty: GgmlType, bytes: usize, elements: usize, expected: usize },
+    #[error("{from} blocks cannot be rewritten as {to} without changing values (lossless: equal types, Q4_K → Q5_K)")]
+    NotLossless { from: GgmlType, to: GgmlType },
 }
 
-fn check_lengths(ty: GgmlType, bytes: usize, elements: usize) -> Result<(), QuantError> {
+pub(crate) fn check_lengths(ty: GgmlType, bytes: usize, elements: usize) -> Result<(), QuantError> {
     let block = ty.block_size();
     if !elements.is_multiple_of(block) {
         return Err(QuantError::NotBlockMultiple { ty, elements, block });

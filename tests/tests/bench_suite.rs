@@ -147,6 +147,7 @@ fn bad_prompt_files_and_flags_are_refused_before_loading() {
         limit: None,
         out: Some(d.join("out")),
         raw: false,
+        chain_trace: false,
     };
     let e = format!("{:#}", run(&args).unwrap_err());
     assert!(e.contains("bad.jsonl:1") && e.contains("`prompt` must be a string"), "{e}");

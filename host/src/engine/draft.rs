@@ -28,7 +28,7 @@ use kernel_abi::{NodeBatch, QMM_MAX_N};
 use super::batch::bytes_of;
 use super::weights::TargetWeights;
 use super::EngineError;
-use crate::gpu::attention::{self as attn, AttnDims};
+use crate::gpu::attention::{self as attn, AttnDims, AttnPrepIn};
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
@@ -36,7 +36,8 @@ use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, Qm
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
 use crate::gpu::{DevSpan, Gpu, GpuTimer};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
-use flashtree_quants::dequantize;
+use flashtree_quants::promote::promote;
+use flashtree_quants::{common_lossless_type, dequantize};
 
 /// Most rows of the draft's block and of one context chunk: one matmul launch wide (the
 /// target's trees may be wider; the draft's block is 16 rows).
@@ -47,13 +48,59 @@ struct DraftLayer {
     attn_norm: CudaSlice<f32>,
     post_norm: CudaSlice<f32>,
     q: QWeight,
-    k: QWeight,
-    v: QWeight,
+    kv: DraftKv,
     o: QWeight,
     q_norm: CudaSlice<f32>,
     k_norm: CudaSlice<f32>,
     gate_up: QWeight,
     down: QWeight,
+}
+
+/// A draft layer's k and v projections (`[n_kv·hd, h]` each): one matrix `[2·n_kv·hd, h]`, product
+/// rows `[k | v]`, when their types have a lossless common type (always for BF16, F16 and Q8_0
+/// drafts; [`flashtree_quants::common_lossless_type`]), else two. Both passes read k and v of
+/// the same input (the context pass only those two, so q stays a matrix of its own: stacking it
+/// too would make every context row stream the q rows as well).
+enum DraftKv {
+    Stacked(QWeight),
+    Split { k: QWeight, v: QWeight },
+}
+
+impl DraftKv {
+    fn matrices(&self) -> Vec<&QWeight> {
+        match self {
+            DraftKv::Stacked(w) => vec![w],
+            DraftKv::Split { k, v } => vec![k, v],
+        }
+    }
+}
+
+/// The k and v products of `kv` over the `m` rows last prepared in `ws`, into `kb` (`[m][2·row]`
+/// when stacked, else `[m][row]`) and `vb` (`[m][row]`, split only): the k and v inputs of
+/// `attn_prep`, with an empty query input (the caller sets it).
+fn kv_products(
+    gpu: &Gpu,
+    kv: &DraftKv,
+    dims: AttnDims,
+    m: usize,
+    kb: DevSpan<f32>,
+    vb: DevSpan<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<AttnPrepIn, EngineError> {
+    let none = kb.sub(0, 0, "no queries")?;
+    let row = dims.row();
+    Ok(match kv {
+        DraftKv::Stacked(w) => {
+            matmul(gpu, w, m, kb, ws)?;
+            let v = kb.sub(row, kb.len() - row, "v columns")?;
+            AttnPrepIn { qg: none, k: kb, v, qg_stride: 0, k_stride: 2 * row, v_stride: 2 * row }
+        }
+        DraftKv::Split { k, v } => {
+            matmul(gpu, k, m, kb, ws)?;
+            matmul(gpu, v, m, vb, ws)?;
+            AttnPrepIn { qg: none, k: kb, v: vb, qg_stride: 0, k_stride: row, v_stride: row }
+        }
+    })
 }
 
 /// The DFlash draft on the GPU.
@@ -124,17 +171,19 @@ const DRAFT_SPLIT_KEYS: u32 = 1024;
 pub const DRAFT_MAX_K: usize = N;
 
 /// A matrix to pack for `qmm`: its name, `[out, in]`, and for a fused gate/up pair the up
-/// matrix's name (`out` = `ff`).
+/// matrix's name (`out` = `ff`), or for a stacked pair the matrix stacked under it (same shape,
+/// a type with a lossless common type: the packed matrix is `[2·out, in]`).
 struct PackJob {
     name: String,
     up: Option<String>,
+    below: Option<String>,
     out: usize,
     inp: usize,
 }
 
 impl PackJob {
     fn matrix(name: String, out: usize, inp: usize) -> Self {
-        PackJob { name, up: None, out, inp }
+        PackJob { name, up: None, below: None, out, inp }
     }
 
     /// Packs on the host.
@@ -148,6 +197,22 @@ impl PackJob {
             )));
         }
         let err = |e: crate::gpu::GpuError| EngineError::Weights(format!("{}: {e}", self.name));
+        if let Some(below) = &self.below {
+            let b = tensor(d, below)?;
+            let ty = common_lossless_type(&[t.ty, b.ty]).ok_or_else(|| {
+                EngineError::Weights(format!("{} is {} and {below} is {}: no common type", self.name, t.ty, b.ty))
+            })?;
+            let elements = self.out.checked_mul(self.inp).ok_or_else(|| {
+                EngineError::Weights(format!("{}: [{}, {}] overflows", self.name, self.out, self.inp))
+            })?;
+            let mut raw = Vec::new();
+            for (name, x) in [(&self.name, &t), (below, &b)] {
+                let p =
+                    promote(x.ty, ty, x.data, elements).map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
+                raw.extend_from_slice(&p);
+            }
+            return PackedWeight::pack(ty, &raw, 2 * self.out, self.inp).map_err(err);
+        }
         match &self.up {
             None => PackedWeight::pack(t.ty, t.data, self.out, self.inp).map_err(err),
             Some(up) => {
@@ -241,31 +306,43 @@ impl DraftEngine {
         let dims = AttnDims { n_head: nh, n_head_kv: nkv, head_dim: hd, gated: false, window: 0 };
         let head_groups_override = super::forward::attn_head_groups_override(nh / nkv.max(1), "draft")?;
         let g = &*gpu;
-        // Every matrix packed in parallel: fc, then per layer q, k, v, o, gate/up, down.
+        // Every matrix packed in parallel: fc, then per layer q, k + v (or k, v), o, gate/up, down.
         let mut jobs = vec![PackJob::matrix("fc.weight".into(), h, kh)];
+        let mut stacked = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let n = |s: &str| format!("layers.{i}.{s}");
+            let (k, v) = (n("self_attn.k_proj.weight"), n("self_attn.v_proj.weight"));
+            let stack = common_lossless_type(&[tensor(draft, &k)?.ty, tensor(draft, &v)?.ty]).is_some();
+            stacked.push(stack);
             jobs.push(PackJob::matrix(n("self_attn.q_proj.weight"), nh * hd, h));
-            jobs.push(PackJob::matrix(n("self_attn.k_proj.weight"), nkv * hd, h));
-            jobs.push(PackJob::matrix(n("self_attn.v_proj.weight"), nkv * hd, h));
+            if stack {
+                jobs.push(PackJob { below: Some(v), ..PackJob::matrix(k, nkv * hd, h) });
+            } else {
+                jobs.push(PackJob::matrix(k, nkv * hd, h));
+                jobs.push(PackJob::matrix(v, nkv * hd, h));
+            }
             jobs.push(PackJob::matrix(n("self_attn.o_proj.weight"), h, nh * hd));
-            jobs.push(PackJob { name: n("mlp.gate_proj.weight"), up: Some(n("mlp.up_proj.weight")), out: ff, inp: h });
+            jobs.push(PackJob {
+                up: Some(n("mlp.up_proj.weight")),
+                ..PackJob::matrix(n("mlp.gate_proj.weight"), ff, h)
+            });
             jobs.push(PackJob::matrix(n("mlp.down_proj.weight"), h, ff));
         }
         let mut packed = pack_all(g, draft, &jobs)?.into_iter();
         let mut take = || packed.next().ok_or_else(|| EngineError::Weights("draft matrices".into()));
         let fc = take()?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
-        for i in 0..cfg.num_layers {
+        for (i, &stacked) in stacked.iter().enumerate() {
             let n = |s: &str| format!("layers.{i}.{s}");
-            let (q, k, v, o) = (take()?, take()?, take()?, take()?);
+            let q = take()?;
+            let kv = if stacked { DraftKv::Stacked(take()?) } else { DraftKv::Split { k: take()?, v: take()? } };
+            let o = take()?;
             let gu = take()?;
             layers.push(DraftLayer {
                 attn_norm: upload_vector(g, draft, &n("input_layernorm.weight"), h)?,
                 post_norm: upload_vector(g, draft, &n("post_attention_layernorm.weight"), h)?,
                 q,
-                k,
-                v,
+                kv,
                 o,
                 q_norm: upload_vector(g, draft, &n("self_attn.q_norm.weight"), hd)?,
                 k_norm: upload_vector(g, draft, &n("self_attn.k_norm.weight"), hd)?,
@@ -279,11 +356,13 @@ impl DraftEngine {
         let rows = ctx.checked_add(b).ok_or_else(|| EngineError::Plan(format!("context {ctx} overflows")))?;
         let vocab = tcfg.vocab_size;
         let max_in = [kh, h, ff, nh * hd].into_iter().max().unwrap_or(h);
-        let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, h].into_iter().max().unwrap_or(h);
+        let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, 2 * nkv * hd, h].into_iter().max().unwrap_or(h);
         let mut ws = QmmWorkspace::with_columns(g, max_in, max_out, N)?;
         ws.pairs_needed = target.head.needs_pairs()
             || fc.needs_pairs()
-            || layers.iter().any(|l| [&l.q, &l.k, &l.v, &l.o, &l.gate_up, &l.down].iter().any(|w| w.needs_pairs()));
+            || layers
+                .iter()
+                .any(|l| [&l.q, &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices()).any(|w| w.needs_pairs()));
         let kv_len = cfg
             .num_layers
             .checked_mul(2 * rows * dims.row())
@@ -300,7 +379,7 @@ impl DraftEngine {
             e: z(N * h)?,
             x: z(N * h)?,
             mix: z(N * h)?,
-            kb: z(N * nkv * hd)?,
+            kb: z(N * 2 * nkv * hd)?,
             vb: z(N * nkv * hd)?,
             qb: z(N * nh * hd)?,
             qo: z(N * nh * hd)?,
@@ -444,8 +523,7 @@ impl DraftEngine {
         self.ws.prepare(gpu, s(&self.x), m, h, self.ws.pairs_needed)?;
         let kv_dims = AttnDims { n_head: 0, ..self.dims };
         for (li, l) in self.layers.iter().enumerate() {
-            matmul(gpu, &l.k, m, s(&self.kb), &mut self.ws)?;
-            matmul(gpu, &l.v, m, s(&self.vb), &mut self.ws)?;
+            let input = kv_products(gpu, &l.kv, self.dims, m, s(&self.kb), s(&self.vb), &mut self.ws)?;
             let (kc, vc) = (self.plane(li, false)?, self.plane(li, true)?);
             let none = s(&self.qo).sub(0, 0, "no queries")?;
             attn::attn_prep(
@@ -455,9 +533,7 @@ impl DraftEngine {
                 eps,
                 batch,
                 m,
-                none,
-                s(&self.kb),
-                s(&self.vb),
+                input,
                 s(&l.q_norm),
                 s(&l.k_norm),
                 s(&self.rope),
@@ -603,8 +679,8 @@ impl DraftEngine {
             }
             self.ws.prepare(gpu, s(&self.x), bs, h, self.ws.pairs_needed)?;
             matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
-            matmul(gpu, &l.k, bs, s(&self.kb), &mut self.ws)?;
-            matmul(gpu, &l.v, bs, s(&self.vb), &mut self.ws)?;
+            let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
+            let input = AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in };
             let (kc, vc) = (self.plane(li, false)?, self.plane(li, true)?);
             let none = s(&self.ao).sub(0, 0, "no gate")?;
             attn::attn_prep(
@@ -614,9 +690,7 @@ impl DraftEngine {
                 eps,
                 batch,
                 bs,
-                s(&self.qb),
-                s(&self.kb),
-                s(&self.vb),
+                input,
                 s(&l.q_norm),
                 s(&l.k_norm),
                 s(&self.rope),

@@ -9,10 +9,10 @@ use kernel_abi::{CommitPath, NodeBatch, MAX_NODES, SAMPLE_MAX_ROWS};
 use super::batch::bytes_of;
 use super::features::{enqueue_copy, feature_copies, EngineFeatures, FeatureStore};
 use super::plan::MemoryPlan;
-use super::weights::{self, GdnProj, MixerWeights, TargetWeights};
+use super::weights::{self, AttnProj, GdnProj, MixerWeights, TargetWeights};
 use super::EngineError;
 use crate::gguf::Gguf;
-use crate::gpu::attention::{self as attn, AttnDims};
+use crate::gpu::attention::{self as attn, AttnDims, AttnPrepIn};
 use crate::gpu::deltanet::{self as gdn, GdnIo, GdnLayerState, GdnShape, GdnWeights};
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
@@ -55,6 +55,9 @@ pub struct Engine {
     x: CudaSlice<f32>,
     mix: CudaSlice<f32>,
     wide: CudaSlice<f32>,
+    /// An attention layer's first product (room for `[M][2·n_head·hd + 2·n_kv·hd]`): rows
+    /// `[q | k | v]` ([`AttnProj::Qkv`]), `[q | k]` ([`AttnProj::QkV`]; v in `vb`), or q
+    /// ([`AttnProj::Split`]; k, v in `kb`, `vb`), each product's rows dense.
     qg: CudaSlice<f32>,
     kb: CudaSlice<f32>,
     vb: CudaSlice<f32>,
@@ -309,7 +312,8 @@ impl Engine {
             Some(GdnProj::All(_)) => ch + inner + 2 * vh,
             _ => ch,
         };
-        let max_out = [cfg.vocab_size, qmm_swiglu_rows(ff), 2 * nh * hd, mixed_stride, inner + 2 * vh, d]
+        let qkv_width = 2 * nh * hd + 2 * nkv * hd;
+        let max_out = [cfg.vocab_size, qmm_swiglu_rows(ff), qkv_width, mixed_stride, inner + 2 * vh, d]
             .into_iter()
             .max()
             .unwrap_or(d);
@@ -329,7 +333,7 @@ impl Engine {
             x: z(N * d)?,
             mix: z(N * d)?,
             wide: z(N * ff.max(ch))?,
-            qg: z(N * 2 * nh * hd)?,
+            qg: z(N * qkv_width)?,
             kb: z(N * nkv * hd)?,
             vb: z(N * nkv * hd)?,
             q: z(N * nh * hd)?,
@@ -388,9 +392,7 @@ impl Engine {
             b += (l.gate_up.device_bytes() + l.down.device_bytes()) as u64;
             b += 4 * (l.attn_norm.len() + l.post_norm.len()) as u64;
             b += match &l.mixer {
-                MixerWeights::Attention { q, k, v, o, .. } => {
-                    q.device_bytes() + k.device_bytes() + v.device_bytes() + o.device_bytes()
-                }
+                MixerWeights::Attention { proj, o, .. } => proj.bytes() + o.device_bytes(),
                 MixerWeights::DeltaNet { proj, out, conv, .. } => proj.bytes() + out.device_bytes() + 4 * conv.len(),
             } as u64;
         }
@@ -688,15 +690,33 @@ impl Engine {
                 copy_out(l - 1, h)?;
             }
             match &lw.mixer {
-                MixerWeights::Attention { q, k, v, o, q_norm, k_norm } => {
+                MixerWeights::Attention { proj, o, q_norm, k_norm } => {
                     let a = self.slot[l];
                     let plane = self.ctx() * self.attn.row();
                     let kv = DevSpan::of(gpu, &self.kv);
                     let kc = kv.sub(2 * a * plane, plane, "kv cache")?;
                     let vc = kv.sub((2 * a + 1) * plane, plane, "kv cache")?;
-                    matmul(gpu, q, n, s(&self.qg), &mut self.ws)?;
-                    matmul(gpu, k, n, s(&self.kb), &mut self.ws)?;
-                    matmul(gpu, v, n, s(&self.vb), &mut self.ws)?;
+                    let input = match proj {
+                        AttnProj::Qkv(w) => {
+                            // One product, rows `[q | k | v]`.
+                            matmul(gpu, w, n, s(&self.qg), &mut self.ws)?;
+                            AttnPrepIn::merged(self.attn, s(&self.qg))?
+                        }
+                        AttnProj::QkV { qk, v } => {
+                            // Rows `[q | k]` (stride `qk.out()`), v alone (dense).
+                            matmul(gpu, qk, n, s(&self.qg), &mut self.ws)?;
+                            matmul(gpu, v, n, s(&self.vb), &mut self.ws)?;
+                            let (stride, row) = (qk.out(), self.attn.row());
+                            let merged = AttnPrepIn::merged(self.attn, s(&self.qg))?;
+                            AttnPrepIn { qg_stride: stride, k_stride: stride, v: s(&self.vb), v_stride: row, ..merged }
+                        }
+                        AttnProj::Split { q, k, v } => {
+                            matmul(gpu, q, n, s(&self.qg), &mut self.ws)?;
+                            matmul(gpu, k, n, s(&self.kb), &mut self.ws)?;
+                            matmul(gpu, v, n, s(&self.vb), &mut self.ws)?;
+                            AttnPrepIn::dense(self.attn, s(&self.qg), s(&self.kb), s(&self.vb))
+                        }
+                    };
                     mark(gpu, prof, "qmm")?;
                     let ctx = self.ctx();
                     attn::attn_prep(
@@ -706,9 +726,7 @@ impl Engine {
                         eps,
                         nodes,
                         n,
-                        s(&self.qg),
-                        s(&self.kb),
-                        s(&self.vb),
+                        input,
                         s(q_norm),
                         s(k_norm),
                         s(&self.rope),

@@ -31,7 +31,7 @@ pub use forward::{CommitFault, Engine, Profile};
 pub use gpu_draft::GpuDraft;
 pub use plan::MemoryPlan;
 pub use target::GpuTarget;
-pub use weights::{gdn_mixed_stride, weight_bytes, GdnProj, LayerWeights, MixerWeights, TargetWeights};
+pub use weights::{gdn_mixed_stride, weight_bytes, AttnProj, GdnProj, LayerWeights, MixerWeights, TargetWeights};
 
 use crate::gpu::GpuError;
 

@@ -86,11 +86,14 @@ impl MemoryPlan {
         let wide = [cfg.feed_forward_length as u64, 2 * nh * hd, ch, cfg.ssm_inner_size as u64].into_iter().max();
         let wide = wide.unwrap_or(0);
         let v = cfg.vocab_size as u64;
-        let acts = M * 4 * (3 * d + 2 * wide + 4 * nh * hd + 3 * cfg.ssm_inner_size as u64);
+        // The attention product buffer holds `[q | k | v]` rows (merged projections).
+        let qkv = 2 * nh * hd + 2 * kv_row;
+        let acts = M * 4 * (3 * d + 2 * wide + 4 * nh * hd + 3 * cfg.ssm_inner_size as u64 + 2 * kv_row);
         let logits = M * 4 * v;
         let max_in = [d, cfg.feed_forward_length as u64, nh * hd, cfg.ssm_inner_size as u64].into_iter().max();
         let max_in = max_in.unwrap_or(0);
-        let max_out = [v, 2 * cfg.feed_forward_length as u64 + 16, 2 * nh * hd, ch].into_iter().max().unwrap_or(0);
+        let max_out = [v, 2 * cfg.feed_forward_length as u64 + 16, qkv, mixed_stride as u64, ch].into_iter().max();
+        let max_out = max_out.unwrap_or(0);
         // Activation planes of 32 columns (f16 x, bf16 pair, core-matrix copy; scales, sums) for
         // MAX_NODES columns; one launch's split-K partials.
         let planes = M.div_ceil(QMM_MAX_N as u64);

@@ -126,11 +126,49 @@ fn check_planes(
     Ok(ctx32)
 }
 
+/// The inputs of [`attn_prep`]: `qg [n][n_head·2·hd]` (per head `[q | gate]`; `[n][n_head·hd]`
+/// plain q when not gated), `k`, `v` `[n][n_kv·hd]`, node `i`'s rows starting at `i·qg_stride`,
+/// `i·k_stride`, `i·v_stride` (at least the widths; the values between rows are never read), so
+/// they can be column ranges of one product's rows, e.g. the engine's `[q | k | v]`.
+/// [`AttnPrepIn::dense`] sets the strides to the widths.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnPrepIn {
+    pub qg: DevSpan<f32>,
+    pub k: DevSpan<f32>,
+    pub v: DevSpan<f32>,
+    pub qg_stride: usize,
+    pub k_stride: usize,
+    pub v_stride: usize,
+}
+
+impl AttnPrepIn {
+    /// Dense rows: `qg_stride = n_head·hd·(2 if gated else 1)`, `k_stride = v_stride = n_kv·hd`.
+    pub fn dense(d: AttnDims, qg: DevSpan<f32>, k: DevSpan<f32>, v: DevSpan<f32>) -> Self {
+        let q_row = d.n_head * d.head_dim * if d.gated { 2 } else { 1 };
+        AttnPrepIn { qg, k, v, qg_stride: q_row, k_stride: d.row(), v_stride: d.row() }
+    }
+
+    /// One merged product's rows `[qg | k | v]` at `qkv` (row stride `qg_width + 2·n_kv·hd`).
+    pub fn merged(d: AttnDims, qkv: DevSpan<f32>) -> Result<Self, GpuError> {
+        let q_row = d.n_head * d.head_dim * if d.gated { 2 } else { 1 };
+        let len = qkv.len();
+        let k = qkv.sub(q_row, len.saturating_sub(q_row), "k columns")?;
+        let v = qkv.sub(q_row + d.row(), len.saturating_sub(q_row + d.row()), "v columns")?;
+        let stride = q_row + 2 * d.row();
+        Ok(AttnPrepIn { qg: qkv, k, v, qg_stride: stride, k_stride: stride, v_stride: stride })
+    }
+}
+
+/// Values a strided `[n][width]` view must hold: `(n − 1)·stride + width`.
+fn strided_len(n: usize, stride: usize, width: usize) -> usize {
+    n.saturating_sub(1).saturating_mul(stride).saturating_add(width)
+}
+
 /// `attn_prep` for `n` nodes of `batch` (`d.n_head = 0`: K/V rows only): per head of node `i`, q = RoPE(rmsnorm(qg's query half)
 /// ⊙ q_norm) at `n_past + depth[i]` → `q [n, n_head·hd]`, gate = qg's gate half → `gate`,
 /// K = RoPE(rmsnorm(k) ⊙ k_norm) and V as f16 into row `n_past + i` of `k_cache` / `v_cache`
-/// (`[ctx, n_kv·hd]` each). `qg [n, n_head·2·hd]` (per head `[q | gate]`), `k`, `v`
-/// `[n, n_kv·hd]`, `rope` = [`rope_table`]`(n_rot, θ, max_pos)`. Rows `≥ ctx` are never written
+/// (`[ctx, n_kv·hd]` each). The inputs `qg`, `k`, `v` are strided rows ([`AttnPrepIn`]),
+/// `rope` = [`rope_table`]`(n_rot, θ, max_pos)`. Rows `≥ ctx` are never written
 /// and a node at `pos ≥ max_pos` gets NaN queries (the engine refuses such batches first).
 #[allow(clippy::too_many_arguments)]
 pub fn attn_prep(
@@ -140,9 +178,7 @@ pub fn attn_prep(
     eps: f32,
     batch: DevSpan<NodeBatch>,
     n: usize,
-    qg: DevSpan<f32>,
-    k: DevSpan<f32>,
-    v: DevSpan<f32>,
+    input: AttnPrepIn,
     q_norm: DevSpan<f32>,
     k_norm: DevSpan<f32>,
     rope: DevSpan<f32>,
@@ -163,9 +199,20 @@ pub fn attn_prep(
     }
     let q_row = d.n_head * hd;
     let gate_row = if d.gated { q_row } else { 0 };
-    qg.need(n * (q_row + gate_row), K, "qg")?;
-    k.need(n * d.row(), K, "k")?;
-    v.need(n * d.row(), K, "v")?;
+    let AttnPrepIn { qg, k, v, qg_stride, k_stride, v_stride } = input;
+    let strides = [("qg", qg_stride, q_row + gate_row), ("k", k_stride, d.row()), ("v", v_stride, d.row())];
+    for (what, stride, width) in strides {
+        if stride < width || stride > u32::MAX as usize / MAX_NODES as usize {
+            return Err(GpuError::shape(
+                K,
+                format!("{what} row stride {stride}: at least its width {width}, at most 2^32/{MAX_NODES}"),
+            ));
+        }
+    }
+    let q_need = if d.n_head == 0 { 0 } else { strided_len(n, qg_stride, q_row + gate_row) };
+    qg.need(q_need, K, "qg")?;
+    k.need(strided_len(n, k_stride, d.row()), K, "k")?;
+    v.need(strided_len(n, v_stride, d.row()), K, "v")?;
     q_norm.need(hd, K, "q_norm")?;
     k_norm.need(hd, K, "k_norm")?;
     q.need(n * q_row, K, "q")?;
@@ -185,6 +232,9 @@ pub fn attn_prep(
         max_pos: max_pos.min(u32::MAX as usize) as u32,
         eps,
         gated: d.gated as u32,
+        q_stride: qg_stride as u32,
+        k_stride: k_stride as u32,
+        v_stride: v_stride as u32,
     };
     let vectors = (d.n_head + 2 * d.n_head_kv) as u32;
     let cfg = LaunchConfig {

@@ -20,7 +20,7 @@
 
 use flashtree::gpu::attention::{
     attn_prep, attn_tree, attn_tree_min_split, attn_tree_scratch_len_min, kv_commit, rope_table, write_step_param,
-    AttnDims,
+    AttnDims, AttnPrepIn,
 };
 use flashtree::gpu::{CudaSlice, DevSpan, Gpu};
 use flashtree_reference::attention as reference;
@@ -40,6 +40,12 @@ fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
             ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
         })
         .collect()
+}
+
+/// The rows of `x` (`[n][w]`) at stride `w + pad`, the gaps NaN (a kernel that read them would
+/// produce NaN).
+fn padded(x: &[f32], w: usize, pad: usize) -> Vec<f32> {
+    x.chunks(w).flat_map(|r| r.iter().copied().chain(std::iter::repeat_n(f32::NAN, pad))).collect()
 }
 
 fn f16_bits(x: &[f32]) -> Vec<u16> {
@@ -228,9 +234,12 @@ fn grouped_dims_strategy() -> impl Strategy<Value = AttnDims> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
+    /// Inputs as dense rows (`layout` 0), as one merged product's `[q | k | v]` rows (1: the
+    /// engine's `AttnPrepIn::merged`), or as three strided views with NaN gaps (2).
     #[test]
     fn attn_prep_matches_reference(
-        (d, n_rot) in dims_strategy(), n in 1usize..=64, n_past in 0usize..3000, seed in any::<u64>()
+        (d, n_rot) in dims_strategy(), n in 1usize..=64, n_past in 0usize..3000, seed in any::<u64>(),
+        layout in 0usize..3
     ) {
         let Some(gpu) = gpu_or_skip("attn_prep_matches_reference") else { return Ok(()) };
         let (hd, row) = (d.head_dim, d.row());
@@ -249,7 +258,14 @@ proptest! {
         rope.push(0.0); // never empty (n_rot = 0 reads none of it)
         let (_bb, bs) = batch_span(gpu, &b);
         let up = |x: &[f32]| gpu.upload(x).unwrap();
-        let (dqg, dk, dv, dqn, dkn, drope) = (up(&q_in), up(&k), up(&v), up(&qn), up(&kn), up(&rope));
+        let q_w = q_in.len() / n;
+        let merged: Vec<f32> = (0..n)
+            .flat_map(|i| [&q_in[i * q_w..(i + 1) * q_w], &k[i * row..(i + 1) * row], &v[i * row..(i + 1) * row]].concat())
+            .collect();
+        let pad = 1 + seed as usize % 5;
+        let (qs, ks, vs) = if layout == 2 { (q_w + pad, row + 2 * pad, row + 3) } else { (q_w, row, row) };
+        let (dqg, dk, dv) = (up(&padded(&q_in, q_w, qs - q_w)), up(&padded(&k, row, ks - row)), up(&padded(&v, row, vs - row)));
+        let (dqkv, dqn, dkn, drope) = (up(&merged), up(&qn), up(&kn), up(&rope));
         let dq = poisoned_f32(gpu, n * d.n_head * hd);
         let dgate = poisoned_f32(gpu, n * d.n_head * hd);
         let mut dkc = gpu.zeros::<u16>(ctx * row).unwrap();
@@ -257,7 +273,11 @@ proptest! {
         gpu.fill_bytes(&mut dkc, 0xff).unwrap();
         gpu.fill_bytes(&mut dvc, 0xff).unwrap();
         let s = |x: &CudaSlice<f32>| DevSpan::of(gpu, x);
-        attn_prep(gpu, d, n_rot, 1e-6, bs, n, s(&dqg), s(&dk), s(&dv), s(&dqn), s(&dkn), s(&drope), s(&dq), s(&dgate),
+        let input = match layout {
+            1 => AttnPrepIn::merged(d, s(&dqkv)).unwrap(),
+            _ => AttnPrepIn { qg_stride: qs, k_stride: ks, v_stride: vs, ..AttnPrepIn::dense(d, s(&dqg), s(&dk), s(&dv)) },
+        };
+        attn_prep(gpu, d, n_rot, 1e-6, bs, n, input, s(&dqn), s(&dkn), s(&drope), s(&dq), s(&dgate),
             DevSpan::of(gpu, &dkc), DevSpan::of(gpu, &dvc), ctx).unwrap();
         let (q, gate) = (gpu.download(&dq).unwrap(), gpu.download(&dgate).unwrap());
         let (kc, vc) = (gpu.download(&dkc).unwrap(), gpu.download(&dvc).unwrap());

@@ -594,3 +594,69 @@ fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
         assert!(err.contains("backend gpu") && err.contains("device time:"), "{err}");
     }
 }
+
+/// The tiny model with 8 layers: its first attention layer's `attn_v` is Q6_K (llama.cpp's
+/// `use_more_bits`), the second's Q4_K, so the engine runs both attention merges (q + k with v
+/// alone, and q + k + v) beside the DeltaNet layers' one promoted Q5_K product.
+#[test]
+fn both_attention_merges_match_the_reference_and_stay_batch_invariant() {
+    let Some(_) = gpu_or_skip("both_attention_merges_match_the_reference_and_stay_batch_invariant") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("flashtree-engine-tiny8-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = flashtree::synth::synth(&flashtree::synth::SynthOptions {
+        shape: flashtree::synth::SynthShape { n_layer: 8, ..flashtree::synth::SynthShape::tiny() },
+        draft: None,
+        mix: flashtree::synth::QuantMix::Q4KM,
+        seed: 11,
+        out_dir: dir.clone(),
+        name: "tiny8".into(),
+        tiktoken: None,
+    })
+    .expect("synth tiny8");
+    let cpu = flashtree::convert::gguf_load::load_qwen35(&out.target).expect("reference loads");
+    let g = Gguf::open(&out.target).expect("open");
+    let ty = |s: &str| g.tensor(s).expect(s).ty;
+    assert_eq!(ty("blk.3.attn_v.weight"), flashtree::gguf::GgmlType::Q6_K, "the file exercises q + k, v");
+    assert_eq!(ty("blk.7.attn_v.weight"), flashtree::gguf::GgmlType::Q4_K, "the file exercises q + k + v");
+    let cfg = Qwen35Config::from_gguf(&g).expect("config");
+    let gpu = flashtree::gpu::Gpu::try_new().expect("gpu");
+    let mut e = Engine::load(gpu, &g, cfg, 256, |_, _| {}).expect("engine loads");
+    let v = e.cfg.vocab_size;
+    // Chain logits against the device-rounding reference.
+    let prompt = tokens(31, 45, v);
+    let got = engine_chain_logits(&mut e, &prompt);
+    let want = with_device_rounding(|| {
+        let mut st = Qwen35State::new(&cpu.hparams);
+        cpu.forward(&mut st, &prompt, &engine_arithmetic()).unwrap().logits
+    });
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let err = rel_err(g, w);
+        assert!(err <= 2e-3, "token {i}: error {err:e} vs the device-rounding reference");
+    }
+    // A 22-node tree: each node bitwise as alone after its ancestors.
+    let parents = random_parents(5, 22);
+    let toks = tokens(32, 22, v);
+    let b = node_batch(e.n_past(), &toks, &parents, v, e.ctx()).unwrap();
+    e.forward(&b).unwrap();
+    let tree = e.logits(22).unwrap();
+    for i in [0usize, 7, 21] {
+        let mut path = vec![i];
+        while let Some(p) = parents[*path.last().unwrap()] {
+            path.push(p);
+        }
+        path.reverse();
+        e.reset().unwrap();
+        engine_chain_logits(&mut e, &prompt);
+        let anc: Vec<u32> = path[..path.len() - 1].iter().map(|&j| toks[j]).collect();
+        if !anc.is_empty() {
+            engine_chain_logits(&mut e, &anc);
+        }
+        e.forward(&chain_batch(e.n_past(), &[toks[i]], v, e.ctx()).unwrap()).unwrap();
+        let alone = e.logits(1).unwrap();
+        let same = alone.iter().zip(&tree[i * v..(i + 1) * v]).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "node {i} (path {path:?}) alone differs from the tree in some bit");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
