@@ -1,5 +1,6 @@
 //! Tensor-core `qmm` at the Qwen3.5-27B shapes, every weight type, n = 1, 8, 16, 22, 32, 33, 64
-//! (plus matrices larger than L2), and the fused gate/up SwiGLU kernels at the MLP shape.
+//! (plus matrices larger than L2), and the fused gate/up SwiGLU kernels at the MLP shape, with
+//! the down projection's prep of their output (`qmm-prep`: scanning vs the epilogue's maxima).
 //! Roofline: weight bytes once per call over the copy ceiling (x, y, partials are ≤ 2 % of it);
 //! past 32 columns a product is two launches that each read W, so its fraction counts W once.
 //! Prints time, GB/s, fraction of the copy ceiling and t(n)/t(1). Weight sets smaller than
@@ -182,7 +183,23 @@ fn swiglu_cases(gpu: &Gpu, c: &mut criterion::Criterion, ceiling: f64, l2: usize
                     b.iter_custom(|iters| event_duration(gpu, iters, |i| bufs[i % copies].swiglu(gpu, n, ys, ws)))
                 });
                 g.finish();
+                prep_cases(gpu, &bufs[0], n, ys, ff, ceiling, ws);
             }
         }
     }
+}
+
+/// `qmm_prep_x` of a fused SwiGLU output `y [n, ff]` (the down projection's prep), scanning each
+/// column for its max (`QmmWorkspace::prepare`) and from the epilogue's row-group maxima
+/// (`prepare_swiglu`). Bytes: `y` read once (4 per value; the scan's re-reads are L2 hits and
+/// not counted), `xh` and the core-matrix plane written (2 + 2), unit and group sums (1/4).
+#[allow(clippy::too_many_arguments)]
+fn prep_cases(gpu: &Gpu, w: &QWeight, n: usize, ys: DevSpan<f32>, ff: usize, ceiling: f64, ws: &mut QmmWorkspace) {
+    w.swiglu(gpu, n, ys, ws).unwrap();
+    let bytes = (n * ff) as f64 * 8.25;
+    let scan = median_secs(gpu, 200, |_| ws.prepare(gpu, ys, n, ff, false));
+    let maxes = median_secs(gpu, 200, |_| ws.prepare_swiglu(gpu, ys, n, ff, false));
+    let note = format!("scanning every block's column; maxima/scan = {:.3}", maxes / scan);
+    report("qmm-prep", &format!("scan ff={ff} n={n}"), bytes, scan, ceiling, &note);
+    report("qmm-prep", &format!("swiglu maxima ff={ff} n={n}"), bytes, maxes, ceiling, "column max from the epilogue");
 }

@@ -391,6 +391,11 @@ pub struct QmmPrepParams {
     pub in_features: u32,
     /// Non-zero: also write the bf16 hi + lo pair (F32 weights need it).
     pub pairs: u32,
+    /// `qmm_prep_x` only (the other prep kernels ignore it). 0: scan each column for its
+    /// `max |x|`. `m > 0`: the column's max is the max of the `m` words `ymax[c·m .. c·m + m]`
+    /// (bits of `|x|`, as published by the fused SwiGLU epilogue for the `y` being prepared:
+    /// one word per row group of that product, `m` = its row groups), with no scan.
+    pub max_parts: u32,
 }
 
 /// The norm part of `qmm_prep_norm` (the prep part is [`QmmPrepParams`]).

@@ -23,3 +23,10 @@ pub unsafe fn red_add_f32(p: *mut f32, v: f32) {
 pub unsafe fn atomic_add_u64(p: *mut u64, v: u64) -> u64 {
     core::sync::atomic::AtomicU64::from_ptr(p).fetch_add(v, Ordering::Relaxed)
 }
+
+/// `atom.max.u32` (relaxed) on a global or shared address; returns the old value. An integer
+/// max is order-independent: the final value does not depend on the order the maxes land in.
+#[inline(always)]
+pub unsafe fn atomic_max_u32(p: *mut u32, v: u32) -> u32 {
+    AtomicU32::from_ptr(p).fetch_max(v, Ordering::Relaxed)
+}

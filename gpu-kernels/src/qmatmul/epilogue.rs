@@ -10,6 +10,12 @@
 //!   latency-critical: in the block formats' kernels each thread requests the partials of 4
 //!   outputs × 4 splits before adding any ([`ordered_split_sums`]); the float formats'
 //!   80-register kernels keep one output per step (any change there made ptxas spill).
+//! * Fused SwiGLU, both paths: the block that writes a row group's `y` also publishes, per
+//!   column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
+//!   max, NaN above inf, order-independent) at `ymax[c · gridDim.x + blockIdx.x]`: a shared word
+//!   per column (zeroed, a barrier, `atom.shared.max` from every stored value, a barrier), then
+//!   one global word per column. Every launch writes all `n × gridDim.x` words, so the max over a
+//!   column's words is bitwise `qmm_prep_x`'s scan of that column of `y` (`prep.rs`).
 //!
 //! Everything here is inlined into the kernel (`#[inline(always)]`): a separate function measured
 //! a 24-byte stack frame in every kernel and spills in five (docs/perf/qmatmul.md, session 8).
@@ -17,6 +23,7 @@
 use kernel_abi::{qmm_block_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
 
 use super::formats::Format;
+use crate::device::atomic::atomic_max_u32;
 use crate::device::fence::fence_gpu;
 use crate::device::load::ld_cg_f32;
 use crate::device::math::silu;
@@ -26,6 +33,38 @@ use crate::device::*;
 
 #[link_section = ".shared"]
 static QMM_IS_LAST: Shared<u32> = Shared::uninit();
+
+/// Per column, the largest `|y|` bits this block stored (fused SwiGLU only).
+#[link_section = ".shared"]
+static QMM_YMAX: Shared<[u32; QMM_MAX_N as usize]> = Shared::uninit();
+
+/// Zeroes the block's per-column maxima, then a barrier (every thread of the block calls it).
+#[inline(always)]
+unsafe fn ymax_begin() -> *mut u32 {
+    let smax = QMM_YMAX.as_mut_ptr() as *mut u32;
+    if thread_x() < QMM_MAX_N {
+        *smax.add(thread_x() as usize) = 0;
+    }
+    sync_threads();
+    smax
+}
+
+/// `|v|` (bits) into column `col`'s shared max.
+#[inline(always)]
+unsafe fn ymax_add(smax: *mut u32, col: usize, v: f32) {
+    atomic_max_u32(smax.add(col), v.to_bits() & 0x7fff_ffff);
+}
+
+/// A barrier, then column `c < n`'s max to `ymax[c · gridDim.x + blockIdx.x]` (every thread
+/// calls it).
+#[inline(always)]
+unsafe fn ymax_publish(smax: *mut u32, ymax: *mut u32, n: u32) {
+    sync_threads();
+    let c = thread_x();
+    if c < n {
+        *ymax.add((c * grid_dim_x() + block_x()) as usize) = *smax.add(c as usize);
+    }
+}
 
 /// The row scales of a row-scaled format's packed W `w` (`kernel_abi::qmm_row_scaled`: one f32
 /// per packed row after the blocks), or null for the other formats (never read).
@@ -50,7 +89,8 @@ unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
 
 /// Writes the results of a warp's 16 rows `row0 ..` (`acc[tile]`: lane `(g, t)` holds
 /// `D[g][2t, 2t+1]` in `[0..2]` and `D[g+8][2t, 2t+1]` in `[2..4]`); `rscale`: the row scales
-/// of a row-scaled format ([`row_scales`]).
+/// of a row-scaled format ([`row_scales`]); `ymax`: the fused SwiGLU's per-column maxima (see
+/// the module doc; unused by the plain epilogue).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
@@ -62,6 +102,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     partial: *mut f32,
     counters: *mut u32,
     y: *mut f32,
+    ymax: *mut u32,
 ) {
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
@@ -73,6 +114,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     // rows of the same feature `row0/2 + g`, so a lane holds both operands of its outputs.
     let ff = if SWIGLU { p.swiglu_ff as usize } else { 0 };
     if SWIGLU && ksplit == 1 {
+        let smax = ymax_begin();
         let f = (row0 / 2 + g) as usize;
         let (gate_row, up_row) = (rows[0] as usize, rows[1] as usize);
         let mut tile = 0;
@@ -84,12 +126,15 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                     let s = *xscale.add(col);
                     let gate = row_scaled::<F>(acc[tile][j], rscale, gate_row);
                     let up = row_scaled::<F>(acc[tile][j + 2], rscale, up_row);
-                    *y.add(col * ff + f) = silu(gate * s) * (up * s);
+                    let v = silu(gate * s) * (up * s);
+                    *y.add(col * ff + f) = v;
+                    ymax_add(smax, col, v);
                 }
                 j += 1;
             }
             tile += 1;
         }
+        ymax_publish(smax, ymax, p.n);
         return;
     }
     // Calls `f(value, col, row)` for each of this lane's outputs that exists.
@@ -130,6 +175,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         return;
     }
     fence_gpu();
+    let smax = if SWIGLU { ymax_begin() } else { core::ptr::null_mut() };
     // Rows of this group (× columns: the outputs this block reduces); splits added in order.
     let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - block_x() * QMM_ROWS_PER_BLOCK).max(1);
     // The float formats' kernels run at 80 registers (3 blocks per SM), where any change to this
@@ -162,7 +208,9 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                     let s = *xscale.add(col as usize);
                     let gate = row_scaled::<F>(sum_splits(idx), rscale, row);
                     let up = row_scaled::<F>(sum_splits(idx + 8), rscale, row + 8);
-                    *y.add(col as usize * ff + f) = silu(gate * s) * (up * s);
+                    let v = silu(gate * s) * (up * s);
+                    *y.add(col as usize * ff + f) = v;
+                    ymax_add(smax, col as usize, v);
                 }
             }
             i += block_dim_x();
@@ -219,13 +267,19 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                     let (col, out_idx) = dst[j];
                     if j < items_per_batch && out_idx != usize::MAX {
                         let s = *xscale.add(col);
-                        *y.add(out_idx) =
-                            if SWIGLU { silu(sums[2 * j] * s) * (sums[2 * j + 1] * s) } else { sums[j] * s };
+                        let v = if SWIGLU { silu(sums[2 * j] * s) * (sums[2 * j + 1] * s) } else { sums[j] * s };
+                        *y.add(out_idx) = v;
+                        if SWIGLU {
+                            ymax_add(smax, col, v);
+                        }
                     }
                 },
             );
             i0 += items_per_batch as u32 * stride;
         }
+    }
+    if SWIGLU {
+        ymax_publish(smax, ymax, p.n);
     }
     if thread_x() == 0 {
         *counters.add(block_x() as usize) = 0;

@@ -35,12 +35,13 @@
 
 /// A `qmm_*` kernel entry point: the parameter list every matmul kernel shares (the host's
 /// `qmm` launch passes W, the four activation planes of `qmm_prep_x`, the scales, the sums, the
-/// split partials, the counters, y and the parameters, in this order), named by the caller so a
-/// kernel can leave the planes it does not read as `_`-prefixed.
+/// split partials, the counters, y, the SwiGLU row maxima `ymax` (`epilogue::store`; the plain
+/// kernels never touch it) and the parameters, in this order), named by the caller so a kernel
+/// can leave the planes it does not read as `_`-prefixed.
 macro_rules! qmm_entry {
     ($name:ident, $sect:literal,
      ($w:ident, $xh:ident, $xb_hi:ident, $xb_lo:ident, $xcm:ident, $xscale:ident, $xsum:ident,
-      $partial:ident, $counters:ident, $y:ident, $p:ident) => $body:expr) => {
+      $partial:ident, $counters:ident, $y:ident, $ymax:ident, $p:ident) => $body:expr) => {
         #[no_mangle]
         #[link_section = $sect]
         pub unsafe extern "ptx-kernel" fn $name(
@@ -54,6 +55,7 @@ macro_rules! qmm_entry {
             $partial: *mut f32,
             $counters: *mut u32,
             $y: *mut f32,
+            $ymax: *mut u32,
             $p: QmmParams,
         ) {
             $body

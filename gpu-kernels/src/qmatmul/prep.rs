@@ -10,6 +10,12 @@
 //! `S / 64` in groups of 8 units ([`group_sum_slot`]); the f16 values also go to the core-matrix
 //! plane of the warpgroup kernels ([`core_matrix_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
 //! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
+//!
+//! With `max_parts = m > 0` (the input is the `y` of a fused SwiGLU product, whose epilogue
+//! published each row group's `max |y|` bits per column: `epilogue.rs`), the scan is replaced by
+//! the max of the column's `m` words `ymax[c·m ..]` — the same integer max over the same values,
+//! so the scale, and every prepared value, are bitwise those of the scan (the math, and so the
+//! reference `reference::qmatmul` prep, are unchanged). Reads then `n·in·4 + n·m·4·⌈in/1024⌉`.
 
 use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
 
@@ -80,8 +86,10 @@ fn pow2(k: i32) -> f32 {
 
 #[no_mangle]
 #[link_section = "nvvm:maxntid=256;minctasm=1"]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     x: *const f32,
+    ymax: *const u32,
     xh: *mut u16,
     xb_hi: *mut u16,
     xb_lo: *mut u16,
@@ -102,6 +110,23 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     let k = p.in_features as usize;
     let t = thread_x() as usize;
     let base = c as usize * k;
+    if p.max_parts > 0 {
+        // The column's max from the producer's row-group maxima (see the module doc).
+        let parts = p.max_parts as usize;
+        let words = ymax.add(c as usize * parts);
+        let mut m = 0u32;
+        let mut i = t;
+        while i < parts {
+            m = m.max(*words.add(i));
+            i += 256;
+        }
+        let (scale, inv) = column_scale(block_max_bits(m));
+        if t == 0 && block_y() == 0 {
+            *xscale.add(c as usize) = scale;
+        }
+        write_units(c, k, inv, |e| *x.add(base + e), xh, xb_hi, xb_lo, xcm, xsum, p);
+        return;
+    }
     // Pass 1: max |x| over the column (as bits: for non-negative floats the integer order is the
     // float order; NaN bits sort above +inf, so a NaN column gets a NaN scale and NaN results).
     // `in` is a multiple of 32, so the column is whole 16-byte vectors.

@@ -68,6 +68,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
     partial: *mut f32,
     counters: *mut u32,
     y: *mut f32,
+    ymax: *mut u32,
     p: QmmParams,
 ) {
     // Chained launches: the next kernel may be scheduled as soon as every block of this one runs.
@@ -331,7 +332,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
         },
     );
     let rscale = super::epilogue::row_scales::<F>(w, p);
-    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Whether a `mma.sync` kernel runs its stages over two alternating register buffers
@@ -474,8 +475,8 @@ fn unroll_stage_blocks<F: Format>(mut f: impl FnMut(u32)) {
 macro_rules! qmm_kernels {
     // One entry point: `$swiglu` picks the epilogue (`QmmParams::swiglu_ff`).
     (@kernel $fmt:ty, $name:ident, $t:literal, $swiglu:literal, $sect:literal) => {
-        qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, p) =>
-            qmm::<$fmt, $t, $swiglu>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, p));
+        qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
+            qmm::<$fmt, $t, $swiglu>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
     };
     // Per tile count: the plain kernel and its fused SwiGLU twin.
     ($fmt:ty => $($name:ident / $fused:ident = $t:literal @ $sect:literal),+) => {

@@ -76,6 +76,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     partial: *mut f32,
     counters: *mut u32,
     y: *mut f32,
+    ymax: *mut u32,
     p: QmmParams,
 ) {
     launch_dependents();
@@ -313,7 +314,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
     let rscale = super::epilogue::row_scales::<F>(w, p);
-    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Calls `f(i)` for `i = 0 .. N` (N ≤ 8), each `i` a compile-time constant at its call.
@@ -340,8 +341,8 @@ fn unroll<const N: u32>(mut f: impl FnMut(u32)) {
 /// one register buffer (two would spill).
 macro_rules! qmm_wg_kernels {
     (@kernel $fmt:ty, $name:ident, $t:literal, $two:literal, $swiglu:literal) => {
-        qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, p) =>
-            qmm_wg::<$fmt, $t, $two, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, p));
+        qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
+            qmm_wg::<$fmt, $t, $two, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
     };
     (@pair $fmt:ty, $name:ident, $fused:ident, $t:literal, $two:literal) => {
         qmm_wg_kernels!(@kernel $fmt, $name, $t, $two, false);

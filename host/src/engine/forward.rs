@@ -842,7 +842,9 @@ impl Engine {
             norm_site(s(&lw.post_norm), false, &mut self.ws, prof)?;
             lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
-            prepare(gpu, s(&self.wide), n, lw.down.inp(), &mut self.ws)?;
+            // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
+            let pairs = self.ws.pairs_needed;
+            self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
             mark(gpu, prof, "prep")?;
             matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;

@@ -95,11 +95,13 @@ impl MemoryPlan {
         let max_out = [v, 2 * cfg.feed_forward_length as u64 + 16, qkv, mixed_stride as u64, ch].into_iter().max();
         let max_out = max_out.unwrap_or(0);
         // Activation planes of 32 columns (f16 x, bf16 pair, core-matrix copy; scales, sums) for
-        // MAX_NODES columns; one launch's split-K partials.
+        // MAX_NODES columns; one launch's split-K partials; the SwiGLU row maxima (a word per
+        // column and row group).
         let planes = M.div_ceil(QMM_MAX_N as u64);
         let qmm_ws = planes * 32 * max_in * 2 * 4
             + 16 * 32 * max_out * 4
-            + planes * 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4;
+            + planes * 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4
+            + planes * 32 * max_out.div_ceil(kernel_abi::QMM_ROWS_PER_BLOCK as u64) * 4;
         let rope = m(ctx as u64, cfg.rope_dimension_count as u64 * 4)?;
         // The attention split-K partials: up to ATTN_MAX_SPLITS splits × MAX_NODES nodes × heads × (head_dim + 2).
         let attn_split = kernel_abi::ATTN_MAX_SPLITS as u64 * M * nh * (hd + 2) * 4;

@@ -17,6 +17,7 @@ mod qmatmul;
 mod qmm;
 mod qmm_prep_norm;
 mod qmm_swiglu;
+mod qmm_swiglu_prep;
 mod sample;
 mod sampling;
 mod serve;

@@ -110,6 +110,10 @@ pub(super) fn launch(
         return Err(GpuError::shape(op, format!("W {ty:?} [{out}, {inp}]: y {} values (has {})", n * y_cols, y.len())));
     }
     let out32 = to_u32(out, "out")?;
+    // The fused SwiGLU epilogue publishes `max |y|` per column and row group (`ymax`, indexed by
+    // the global column: each chunk's span starts at its first column, like its `y`).
+    let parts = out.div_ceil(QMM_ROWS_PER_BLOCK as usize);
+    ws.ymax_of = None;
     for c in 0..n.div_ceil(QMM_MAX_N as usize) {
         let (first, cols) = chunk_cols(n, c);
         let tiles = cols.div_ceil(8);
@@ -131,7 +135,13 @@ pub(super) fn launch(
             shared_mem_bytes: smem,
         };
         let pl = ws.plane(gpu, c)?;
-        let y = y.sub(first * y_cols, cols * y_cols, "y")?;
+        let ymax = if swiglu {
+            ws.ymax_span(gpu, first, cols, parts)?
+        } else {
+            // Safety: never dereferenced (only the SwiGLU epilogue writes `ymax`).
+            unsafe { DevSpan::from_raw(0, 0) }
+        };
+        let y_chunk = y.sub(first * y_cols, cols * y_cols, "y")?;
         // Chained: only the packed weights are read before the kernel's `griddepcontrol.wait`, so
         // its first weight loads overlap the previous kernel's tail (a chunk's partials and
         // counters are free again once the previous chunk's launch has finished).
@@ -146,11 +156,15 @@ pub(super) fn launch(
                 .span(pl.xsum)
                 .buf_mut(&mut ws.partial)
                 .buf_mut(&mut ws.counters)
-                .span(y)
+                .span(y_chunk)
+                .span(ymax)
                 .value(Param(p))
                 .tag(p.in_features)
                 .launch(cfg)?
         };
+    }
+    if swiglu {
+        ws.ymax_of = Some((y.ptr(), n, y_cols, parts));
     }
     Ok(())
 }

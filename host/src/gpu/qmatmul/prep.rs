@@ -20,6 +20,48 @@ impl QmmWorkspace {
     /// input. `pairs`: also the bf16 hi + lo pair that F32 weights need
     /// ([`super::qmm_needs_pairs`]).
     pub fn prepare(&mut self, gpu: &Gpu, x: DevSpan<f32>, n: usize, inp: usize, pairs: bool) -> Result<(), GpuError> {
+        self.prepare_x(gpu, x, n, inp, pairs, 0)
+    }
+
+    /// [`Self::prepare`] of the output `y [n, ff]` of the last product, a fused SwiGLU
+    /// ([`super::QWeight::swiglu`]) into this `y` over the same `n` (checked: the workspace records
+    /// it; no product may have run since, and nothing else may have written `y`): the column
+    /// maxima come from the row-group maxima that product's epilogue published instead of a scan
+    /// of `y` — bitwise the same prepared activations, one read of `y` instead of `⌈ff/1024⌉`.
+    pub fn prepare_swiglu(
+        &mut self,
+        gpu: &Gpu,
+        y: DevSpan<f32>,
+        n: usize,
+        ff: usize,
+        pairs: bool,
+    ) -> Result<(), GpuError> {
+        match self.ymax_of {
+            Some((ptr, yn, yff, parts)) if ptr == y.ptr() && yn == n && yff == ff => {
+                self.prepare_x(gpu, y, n, ff, pairs, parts)
+            }
+            other => Err(GpuError::shape(
+                "qmm_prep_x",
+                format!(
+                    "no row maxima for y at {:#x}, n = {n}, ff = {ff}: the workspace holds {other:?} \
+                     (y address, n, ff, parts) — run QWeight::swiglu into this y first, with no product after it",
+                    y.ptr()
+                ),
+            )),
+        }
+    }
+
+    /// `qmm_prep_x` per activation plane; `max_parts > 0`: from the SwiGLU row maxima
+    /// (`QmmPrepParams::max_parts`), else scanning.
+    fn prepare_x(
+        &mut self,
+        gpu: &Gpu,
+        x: DevSpan<f32>,
+        n: usize,
+        inp: usize,
+        pairs: bool,
+        max_parts: usize,
+    ) -> Result<(), GpuError> {
         if n == 0 || n > self.max_columns() {
             return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
         }
@@ -38,12 +80,24 @@ impl QmmWorkspace {
             let (first, cols) = chunk_cols(n, c);
             let pl = self.plane(gpu, c)?;
             let x = x.sub(first * inp, cols * inp, "x")?;
-            let pp = Param(QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+            let ymax = if max_parts > 0 {
+                self.ymax_span(gpu, first, cols, max_parts)?
+            } else {
+                // Safety: never dereferenced (the kernel reads `ymax` only with `max_parts > 0`).
+                unsafe { DevSpan::from_raw(0, 0) }
+            };
+            let pp = Param(QmmPrepParams {
+                n: cols as u32,
+                in_features: to_u32(inp, "in")?,
+                pairs: pairs as u32,
+                max_parts: to_u32(max_parts, "max_parts")?,
+            });
             let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
             unsafe {
                 ChainedLaunch::new(gpu, "qmm_prep_x")
                     .span(x)
+                    .span(ymax)
                     .span(pl.xh)
                     .span(pl.xb_hi)
                     .span(pl.xb_lo)
@@ -114,7 +168,12 @@ impl QmmWorkspace {
             };
             let h = h.sub(first * inp, cols * inp, "h")?;
             let (a, h_out) = (rows(a, "a")?, rows(h_out, "h_out")?);
-            let pp = Param(QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 });
+            let pp = Param(QmmPrepParams {
+                n: cols as u32,
+                in_features: to_u32(inp, "in")?,
+                pairs: pairs as u32,
+                max_parts: 0,
+            });
             let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             unsafe {
                 ChainedLaunch::new(gpu, K)
@@ -165,7 +224,8 @@ impl QmmWorkspace {
         for c in 0..n.div_ceil(QMM_MAX_N as usize) {
             let (first, cols) = chunk_cols(n, c);
             let pl = self.plane(gpu, c)?;
-            let pp = QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32 };
+            let pp =
+                QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32, max_parts: 0 };
             let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             launch(&pl, first, cols, cfg, pp)?;
         }

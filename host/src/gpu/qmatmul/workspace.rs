@@ -1,6 +1,8 @@
 //! [`QmmWorkspace`]: the device scratch every `qmm` product uses — the activations converted
-//! once per input ([`QmmWorkspace::prepare`], `prep.rs`) and the K-split partial sums and
-//! counters of the products — and what it holds now, checked by every product.
+//! once per input ([`QmmWorkspace::prepare`], `prep.rs`), the K-split partial sums and
+//! counters of the products, and the per-column row-group maxima of the last fused SwiGLU
+//! product (read by [`QmmWorkspace::prepare_swiglu`]) — and what it holds now, checked by every
+//! product.
 //!
 //! The kernels take at most [`QMM_MAX_N`] columns. The activations of up to `MAX_NODES` tokens
 //! are kept as `⌈MAX_NODES / QMM_MAX_N⌉ = 2` planes of `QMM_MAX_N` columns each (plane `c`: tokens
@@ -44,6 +46,12 @@ pub struct QmmWorkspace {
     pub(super) xsum: CudaSlice<f32>,
     pub(super) partial: CudaSlice<f32>,
     pub(super) counters: CudaSlice<u32>,
+    /// The fused SwiGLU epilogue's `max |y|` bits per column and row group: column `c` (global,
+    /// `< MAX_NODES`) at `c · parts ..`, `parts = ⌈rows / 128⌉` of that product.
+    pub(super) ymax: CudaSlice<u32>,
+    /// What `ymax` holds: the last fused SwiGLU product's `(y address, n, ff, parts)`; `None`
+    /// after any other product (it may have overwritten that `y`).
+    pub(super) ymax_of: Option<(u64, usize, usize, usize)>,
     pub(super) max_in: usize,
     pub(super) max_out: usize,
     /// Activation planes (`QMM_MAX_N` columns each).
@@ -87,13 +95,32 @@ impl QmmWorkspace {
             // group of 8 units and column = 8 f32 slots), per plane.
             xsum: gpu.zeros(planes(Self::xsum_plane_len(max_in))?)?,
             partial: gpu.zeros(partial)?,
-            counters: gpu.zeros(max_out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1))?,
+            counters: gpu.zeros(Self::row_groups(max_out))?,
+            ymax: gpu.zeros(planes(n_pad * Self::row_groups(max_out))?)?,
+            ymax_of: None,
             max_in,
             max_out,
             planes: chunks,
             prepared: None,
             pairs_needed: false,
         })
+    }
+
+    /// Row groups (blocks of `QMM_ROWS_PER_BLOCK` rows) of a product of up to `out` rows (≥ 1).
+    pub(super) fn row_groups(out: usize) -> usize {
+        out.div_ceil(QMM_ROWS_PER_BLOCK as usize).max(1)
+    }
+
+    /// The SwiGLU row maxima of columns `first .. first + cols` of a product with `parts` row
+    /// groups (`parts ≤ row_groups(max_out)`, `first + cols ≤` the workspace's columns).
+    pub(super) fn ymax_span(
+        &self,
+        gpu: &Gpu,
+        first: usize,
+        cols: usize,
+        parts: usize,
+    ) -> Result<DevSpan<u32>, GpuError> {
+        DevSpan::of(gpu, &self.ymax).sub(first * parts, cols * parts, "qmm ymax")
     }
 
     /// f32 of one plane's unit and group sums for up to `max_in` inputs.
