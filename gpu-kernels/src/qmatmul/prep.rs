@@ -14,8 +14,9 @@
 //! With `max_parts = m > 0` (the input is the `y` of a fused SwiGLU product, whose epilogue
 //! published each row group's `max |y|` bits per column: `epilogue.rs`), the scan is replaced by
 //! the max of the column's `m` words `ymax[c·m ..]` — the same integer max over the same values,
-//! so the scale, and every prepared value, are bitwise those of the scan (the math, and so the
-//! reference `reference::qmatmul` prep, are unchanged). Reads then `n·in·4 + n·m·4·⌈in/1024⌉`.
+//! so the scale, and every prepared value, are bitwise those of the scan: the math is unchanged,
+//! and so is its reference (`flashtree_reference::model::tensor::round_f16_scaled`). Reads then
+//! `n·in·4 + n·m·4·⌈in/1024⌉` bytes.
 
 use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
 
