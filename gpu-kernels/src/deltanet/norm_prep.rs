@@ -38,7 +38,7 @@ use super::{gated, head_inv_rms};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::math::{fma, silu};
 use crate::device::*;
-use crate::qmatmul::prep::{block_max_bits, column_scale, write_units, PREP_NORM_ROW, REG_ELEMS, STAGED_MAX};
+use crate::qmatmul::prep::{publish_column_scale, write_units, PREP_NORM_ROW, REG_ELEMS, STAGED_MAX};
 
 const _: () = assert!(GDN_NORM_PREP_MAX_HEADS as usize <= STAGED_MAX);
 
@@ -72,7 +72,6 @@ unsafe fn norm_prep<const CPL: usize>(
     let o = o.add(c as usize * k);
     let z = z.add(c as usize * g.z_stride as usize);
     let (warp, lane) = (warp_id() as usize, lane_id() as usize);
-    let first = thread_x() == 0 && block_y() == 0;
     let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
     if dv <= 32 * CPL && nv.div_ceil(8) <= REG_ELEMS / CPL {
         // Slot `q = m·CPL + r`: head `j = warp + 8m`, column `i = lane + 32r` (when `j < n_v`,
@@ -115,11 +114,8 @@ unsafe fn norm_prep<const CPL: usize>(
                 mx = mx.max(y.to_bits() & 0x7fff_ffff);
             }
         });
-        // The barrier in `block_max_bits` also orders the row's shared stores before the reads.
-        let (scale, inv) = column_scale(block_max_bits(mx));
-        if first {
-            *xscale.add(c as usize) = scale;
-        }
+        // The barrier in `publish_column_scale` also orders the row's shared stores before the reads.
+        let inv = publish_column_scale(c, mx, xscale);
         write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
         return;
     }
@@ -148,10 +144,7 @@ unsafe fn norm_prep<const CPL: usize>(
         }
         j += 8;
     }
-    let (scale, inv) = column_scale(block_max_bits(mx));
-    if first {
-        *xscale.add(c as usize) = scale;
-    }
+    let inv = publish_column_scale(c, mx, xscale);
     let y_at = |e: usize| -> f32 {
         let j = e / dv;
         gated(*o.add(e), *invs.add(j), *norm_w.add(e - j * dv), silu(*z.add(e)))

@@ -121,10 +121,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
             m = m.max(*words.add(i));
             i += 256;
         }
-        let (scale, inv) = column_scale(block_max_bits(m));
-        if t == 0 && block_y() == 0 {
-            *xscale.add(c as usize) = scale;
-        }
+        let inv = publish_column_scale(c, m, xscale);
         write_units(c, k, inv, |e| *x.add(base + e), xh, xb_hi, xb_lo, xcm, xsum, p);
         return;
     }
@@ -150,26 +147,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
         m = m.max(a[0] & 0x7fff_ffff).max(a[1] & 0x7fff_ffff).max(a[2] & 0x7fff_ffff).max(a[3] & 0x7fff_ffff);
         i += 256;
     }
-    let mut s = 16;
-    while s > 0 {
-        m = m.max(shfl_xor_u32(m, s));
-        s >>= 1;
-    }
-    let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
-    if lane_id() == 0 {
-        *maxes.add(warp_id() as usize) = m;
-    }
-    sync_threads();
-    let mut m = 0u32;
-    let mut w = 0;
-    while w < 8 {
-        m = m.max(*maxes.add(w));
-        w += 1;
-    }
-    let (scale, inv) = column_scale(m);
-    if t == 0 && block_y() == 0 {
-        *xscale.add(c as usize) = scale;
-    }
+    let inv = publish_column_scale(c, m, xscale);
     // Pass 2: this block's units.
     write_units(c, k, inv, |e| *x.add(base + e), xh, xb_hi, xb_lo, xcm, xsum, p);
 }
@@ -177,7 +155,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
 /// `s_c` and `1/s_c` for a column whose largest |x| has the bits `m` (see pass 1 of
 /// [`qmm_prep_x`]): `s_c = 2^(E − 14)`, `E = ⌊log2 max⌋`, so `max / s_c ∈ [2^14, 2^15)`.
 #[inline(always)]
-pub(crate) fn column_scale(m: u32) -> (f32, f32) {
+fn column_scale(m: u32) -> (f32, f32) {
     if m == 0 || m >= 0x7f80_0000 {
         (if m > 0x7f80_0000 { f32::NAN } else { 1.0 }, 1.0)
     } else {
@@ -185,6 +163,18 @@ pub(crate) fn column_scale(m: u32) -> (f32, f32) {
         let k2 = (e - 14).clamp(-126, 127);
         (pow2(k2), pow2((-k2).clamp(-126, 127)))
     }
+}
+
+/// The column's scale from every thread's `m` (bits of `|x|`, see pass 1 of [`qmm_prep_x`]):
+/// [`block_max_bits`] then [`column_scale`]; block `(c, 0)`'s thread 0 stores `s_c` to
+/// `xscale[c]`. Returns `1/s_c` for [`write_units`]. Every thread of the block calls it once.
+#[inline(always)]
+pub(crate) unsafe fn publish_column_scale(c: u32, m: u32, xscale: *mut f32) -> f32 {
+    let (scale, inv) = column_scale(block_max_bits(m));
+    if thread_x() == 0 && block_y() == 0 {
+        *xscale.add(c as usize) = scale;
+    }
+    inv
 }
 
 /// Pass 2 of the prep kernels: block `(c, block_y)` writes its chunk's units of column `c`,
@@ -280,7 +270,7 @@ pub(crate) static PREP_NORM_ROW: Shared<[f32; STAGED_MAX]> = Shared::uninit();
 /// [`qmm_prep_x`]): butterfly within the warp, then the 8 warp maxima through [`PREP_MAX`]
 /// (one barrier; a block calls it once, every thread).
 #[inline(always)]
-pub(crate) unsafe fn block_max_bits(mut m: u32) -> u32 {
+unsafe fn block_max_bits(mut m: u32) -> u32 {
     let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
     let mut sh = 16;
     while sh > 0 {
@@ -413,10 +403,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
             j += 1;
         }
         // The barrier in `block_max_bits` also orders the row's shared stores before the reads below.
-        let (scale, inv) = column_scale(block_max_bits(m));
-        if t == 0 && block_y() == 0 {
-            *xscale.add(c as usize) = scale;
-        }
+        let inv = publish_column_scale(c, m, xscale);
         write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
         return;
     }
@@ -468,9 +455,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         }
         at += ROW_BATCH * 256;
     }
-    let (scale, inv) = column_scale(block_max_bits(m));
-    if t == 0 && block_y() == 0 {
-        *xscale.add(c as usize) = scale;
-    }
+    let inv = publish_column_scale(c, m, xscale);
     write_units(c, k, inv, y_at, xh, xb_hi, xb_lo, xcm, xsum, p);
 }
