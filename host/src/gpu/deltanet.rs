@@ -237,6 +237,26 @@ pub fn gdn_forward_marked(
     after("gdn_gated_norm")
 }
 
+/// `n` nodes per forward: `1..=MAX_NODES`.
+fn check_nodes(k: &'static str, n: usize) -> Result<(), GpuError> {
+    if n == 0 || n > MAX_NODES as usize {
+        return Err(GpuError::shape(k, format!("{n} nodes: 1..={MAX_NODES} per forward")));
+    }
+    Ok(())
+}
+
+/// A row stride of `what`: at least its row's `width`, and small enough that `MAX_NODES` rows
+/// stay addressable in u32.
+fn check_stride(k: &'static str, what: &str, stride: usize, width: usize) -> Result<(), GpuError> {
+    if stride < width || stride > u32::MAX as usize / MAX_NODES as usize {
+        return Err(GpuError::shape(
+            k,
+            format!("{what} row stride {stride}: at least its width {width}, at most 2^32/{MAX_NODES}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The checks of a forward's arguments, and its parameters with `io`'s row strides.
 #[allow(clippy::too_many_arguments)]
 fn forward_params(
@@ -249,19 +269,12 @@ fn forward_params(
 ) -> Result<GdnParams, GpuError> {
     const K: &str = "gdn_forward";
     let mut p = shape.params(K, 1)?;
-    if n == 0 || n > MAX_NODES as usize {
-        return Err(GpuError::shape(K, format!("{n} nodes: 1..={MAX_NODES} per forward")));
-    }
+    check_nodes(K, n)?;
     let (ch, vd, nv) = (shape.conv_ch(), shape.value_len(), shape.n_v);
     let strides =
         [("mixed", io.mixed_stride, ch), ("z", io.z_stride, vd), ("a", io.a_stride, nv), ("b", io.b_stride, nv)];
     for (what, stride, width) in strides {
-        if stride < width || stride > u32::MAX as usize / MAX_NODES as usize {
-            return Err(GpuError::shape(
-                K,
-                format!("{what} row stride {stride}: at least its width {width}, at most 2^32/{MAX_NODES}"),
-            ));
-        }
+        check_stride(K, what, stride, width)?;
     }
     p.mixed_stride = io.mixed_stride as u32;
     (p.z_stride, p.a_stride, p.b_stride) = (io.z_stride as u32, io.a_stride as u32, io.b_stride as u32);
@@ -291,16 +304,9 @@ fn norm_params(
     st: &GdnLayerState,
 ) -> Result<GdnParams, GpuError> {
     let mut p = shape.params(k, 1)?;
-    if n == 0 || n > MAX_NODES as usize {
-        return Err(GpuError::shape(k, format!("{n} nodes: 1..={MAX_NODES} per forward")));
-    }
+    check_nodes(k, n)?;
     let vd = shape.value_len();
-    if io.z_stride < vd || io.z_stride > u32::MAX as usize / MAX_NODES as usize {
-        return Err(GpuError::shape(
-            k,
-            format!("z row stride {}: at least its width {vd}, at most 2^32/{MAX_NODES}", io.z_stride),
-        ));
-    }
+    check_stride(k, "z", io.z_stride, vd)?;
     p.z_stride = io.z_stride as u32;
     w.norm_w.need(shape.d_v, k, "norm_w")?;
     io.z.need(strided_len(n, io.z_stride, vd), k, "z")?;
