@@ -108,13 +108,11 @@ pub struct Engine {
     /// When set, [`Engine::forward`] records an event after each kernel group (serialising the
     /// chain): the per-family breakdown of `flashtree bench`.
     profile: Option<Profile>,
-    /// The forward of `n` nodes captured as graphs (index `n − 1`), one per attention head-group
-    /// count `r` it ran with (`(r, graph)`), replayed with a new `NodeBatch`; captured on the
-    /// second forward of that size and `r` (the first fills the launchers' caches).
+    /// The forward of `n` nodes (index `n − 1`) per attention head-group count `r` it ran with:
+    /// `(r, None)` after its first, eager run (which fills the launchers' caches), `(r,
+    /// Some(graph))` once the second run captured it; replayed with a new `NodeBatch` after that.
     /// `FLASHTREE_GRAPH=0` launches every kernel from the host instead.
-    graphs: Vec<Vec<(usize, Graph)>>,
-    /// Per node count: bit `r` set once a forward of that size ran eagerly with head groups `r`.
-    eager_runs: [u16; N],
+    graphs: Vec<Vec<(usize, Option<Graph>)>>,
     /// `FLASHTREE_ATTN_HEAD_GROUPS` ([`attn_head_groups_override`]), else `None`: the rule.
     head_groups_override: Option<usize>,
     /// Head groups of the attention split pass of the forward being enqueued
@@ -376,7 +374,6 @@ impl Engine {
             features: z(1)?,
             store: None,
             graphs: (0..N).map(|_| Vec::new()).collect(),
-            eager_runs: [0; N],
             head_groups_override,
             attn_groups: 1,
             gpu,
@@ -432,7 +429,6 @@ impl Engine {
         self.plan.capture_layers = layers.len();
         self.capture = layers.to_vec();
         self.graphs.iter_mut().for_each(Vec::clear);
-        self.eager_runs = [0; N];
         Ok(())
     }
 
@@ -601,20 +597,19 @@ impl Engine {
     /// size already ran eagerly with them.
     fn forward_graph(&mut self, n: usize) -> Result<(), EngineError> {
         let r = self.attn_groups;
-        if !self.graphs[n - 1].iter().any(|(gr, _)| *gr == r) {
-            let bit = 1u16 << (r & 15);
-            if self.eager_runs[n - 1] & bit == 0 {
-                self.eager_runs[n - 1] |= bit;
-                return self.enqueue_forward(n, &mut None);
-            }
+        let Some(at) = self.graphs[n - 1].iter().position(|(gr, _)| *gr == r) else {
+            self.graphs[n - 1].push((r, None));
+            return self.enqueue_forward(n, &mut None);
+        };
+        if self.graphs[n - 1][at].1.is_none() {
             Graph::begin_capture(&self.gpu)?;
             let recorded = self.enqueue_forward(n, &mut None);
             let graph = Graph::end_capture(&self.gpu);
             recorded?;
-            self.graphs[n - 1].push((r, graph?));
+            self.graphs[n - 1][at].1 = Some(graph?);
         }
-        match self.graphs[n - 1].iter().find(|(gr, _)| *gr == r) {
-            Some((_, g)) => Ok(g.replay()?),
+        match &self.graphs[n - 1][at].1 {
+            Some(g) => Ok(g.replay()?),
             None => Err(EngineError::Batch(format!("no graph for {n} nodes"))),
         }
     }
