@@ -721,11 +721,7 @@ impl DraftEngine {
             self.ws.prepare(gpu, s(&self.x), bs, h, self.ws.pairs_needed)?;
             l.gate_up.swiglu(gpu, bs, s(&self.wide), &mut self.ws)?;
             // Column maxima from the SwiGLU epilogue (no scan; bitwise the same activations).
-            if super::forward::swiglu_max_enabled() {
-                self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed)?;
-            } else {
-                self.ws.prepare(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed)?;
-            }
+            self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed)?;
             matmul(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
         }
         add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&self.output_norm), s(&self.x), bs, h, eps)?;

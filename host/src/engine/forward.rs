@@ -200,15 +200,6 @@ pub fn fused_norm_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("FLASHTREE_FUSED_NORM").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
-/// Whether the down projection's prep takes its column maxima from the SwiGLU epilogue
-/// (`QmmWorkspace::prepare_swiglu`, the default) or scans the SwiGLU output
-/// (`FLASHTREE_SWIGLU_MAX=0`, for A/B runs). The two give the same bits (GPU test
-/// `qmm_swiglu_prep::prep_from_swiglu_maxima_equals_the_scanning_prep_bitwise`).
-pub fn swiglu_max_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FLASHTREE_SWIGLU_MAX").map(|v| v.trim() != "0").unwrap_or(true))
-}
-
 /// Events recorded after each kernel group of a profiled forward, with the group's family.
 pub struct Profile {
     start: CudaEvent,
@@ -848,11 +839,7 @@ impl Engine {
             mark(gpu, prof, "qmm")?;
             // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
             let pairs = self.ws.pairs_needed;
-            if swiglu_max_enabled() {
-                self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
-            } else {
-                self.ws.prepare(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
-            }
+            self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
             mark(gpu, prof, "prep")?;
             matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;

@@ -28,6 +28,7 @@ impl QmmWorkspace {
     /// it; no product may have run since, and nothing else may have written `y`): the column
     /// maxima come from the row-group maxima that product's epilogue published instead of a scan
     /// of `y` — bitwise the same prepared activations, one read of `y` instead of `⌈ff/1024⌉`.
+    /// `FLASHTREE_SWIGLU_MAX=0` scans instead (A/B runs; same checks, same bits).
     pub fn prepare_swiglu(
         &mut self,
         gpu: &Gpu,
@@ -38,7 +39,7 @@ impl QmmWorkspace {
     ) -> Result<(), GpuError> {
         match self.ymax_of {
             Some((ptr, yn, yff, parts)) if ptr == y.ptr() && yn == n && yff == ff => {
-                self.prepare_x(gpu, y, n, ff, pairs, parts)
+                self.prepare_x(gpu, y, n, ff, pairs, if swiglu_max_enabled() { parts } else { 0 })
             }
             other => Err(GpuError::shape(
                 "qmm_prep_x",
@@ -62,37 +63,25 @@ impl QmmWorkspace {
         pairs: bool,
         max_parts: usize,
     ) -> Result<(), GpuError> {
-        if n == 0 || n > self.max_columns() {
-            return Err(GpuError::shape("qmm", format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
-        }
-        if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
-            return Err(GpuError::shape(
-                "qmm",
-                format!("in = {inp}: must be a positive multiple of 32 within the workspace ({})", self.max_in),
-            ));
-        }
         if x.len() < n * inp {
             return Err(GpuError::shape("qmm", format!("x needs {} values (has {})", n * inp, x.len())));
         }
-        self.prepared = None;
-        let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
-        for c in 0..n.div_ceil(QMM_MAX_N as usize) {
-            let (first, cols) = chunk_cols(n, c);
-            let pl = self.plane(gpu, c)?;
+        // All `n` columns' row-group maxima; each plane takes its columns' words.
+        let ymax = if max_parts > 0 {
+            self.ymax_span(gpu, 0, n, max_parts)?
+        } else {
+            // Safety: never dereferenced (the kernel reads `ymax` only with `max_parts > 0`).
+            unsafe { DevSpan::from_raw(0, 0) }
+        };
+        let max_parts = to_u32(max_parts, "max_parts")?;
+        self.prepare_planes(gpu, "qmm", n, inp, pairs, |pl, first, cols, cfg, pp| {
             let x = x.sub(first * inp, cols * inp, "x")?;
             let ymax = if max_parts > 0 {
-                self.ymax_span(gpu, first, cols, max_parts)?
+                ymax.sub(first * max_parts as usize, cols * max_parts as usize, "qmm ymax")?
             } else {
-                // Safety: never dereferenced (the kernel reads `ymax` only with `max_parts > 0`).
-                unsafe { DevSpan::from_raw(0, 0) }
+                ymax
             };
-            let pp = Param(QmmPrepParams {
-                n: cols as u32,
-                in_features: to_u32(inp, "in")?,
-                pairs: pairs as u32,
-                max_parts: to_u32(max_parts, "max_parts")?,
-            });
-            let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let pp = Param(QmmPrepParams { max_parts, ..pp });
             // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
             unsafe {
                 ChainedLaunch::new(gpu, "qmm_prep_x")
@@ -105,11 +94,9 @@ impl QmmWorkspace {
                     .span(pl.xscale)
                     .span(pl.xsum)
                     .value(pp)
-                    .launch(cfg)?
-            };
-        }
-        self.prepared = Some((n, inp, pairs));
-        Ok(())
+                    .launch(cfg)
+            }
+        })
     }
 
     /// The residual add, RMSNorm and [`Self::prepare`] in one launch (`qmm_prep_norm`): with
@@ -130,15 +117,6 @@ impl QmmWorkspace {
         pairs: bool,
     ) -> Result<(), GpuError> {
         const K: &str = "qmm_prep_norm";
-        if n == 0 || n > self.max_columns() {
-            return Err(GpuError::shape(K, format!("{n} tokens: 1..={} (the workspace)", self.max_columns())));
-        }
-        if inp == 0 || !inp.is_multiple_of(32) || inp > self.max_in {
-            return Err(GpuError::shape(
-                K,
-                format!("in = {inp}: must be a positive multiple of 32 within the workspace ({})", self.max_in),
-            ));
-        }
         h.need(n * inp, K, "h")?;
         w.need(inp, K, "w")?;
         let (a, h_out) = match add {
@@ -153,12 +131,8 @@ impl QmmWorkspace {
             // Safety: never dereferenced (the kernel reads `a` and writes `h_out` only with `add`).
             None => unsafe { (DevSpan::from_raw(0, 0), DevSpan::from_raw(0, 0)) },
         };
-        self.prepared = None;
         let np = Param(QmmPrepNormParams { eps, add: add.is_some() as u32 });
-        let chunks = to_u32(inp.div_ceil(QMM_PREP_CHUNK as usize), "in")?;
-        for c in 0..n.div_ceil(QMM_MAX_N as usize) {
-            let (first, cols) = chunk_cols(n, c);
-            let pl = self.plane(gpu, c)?;
+        self.prepare_planes(gpu, K, n, inp, pairs, |pl, first, cols, cfg, pp| {
             let rows = |s: DevSpan<f32>, what| -> Result<DevSpan<f32>, GpuError> {
                 if add.is_some() {
                     s.sub(first * inp, cols * inp, what)
@@ -168,13 +142,6 @@ impl QmmWorkspace {
             };
             let h = h.sub(first * inp, cols * inp, "h")?;
             let (a, h_out) = (rows(a, "a")?, rows(h_out, "h_out")?);
-            let pp = Param(QmmPrepParams {
-                n: cols as u32,
-                in_features: to_u32(inp, "in")?,
-                pairs: pairs as u32,
-                max_parts: 0,
-            });
-            let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             unsafe {
                 ChainedLaunch::new(gpu, K)
                     .span(h)
@@ -187,17 +154,15 @@ impl QmmWorkspace {
                     .span(pl.xcm)
                     .span(pl.xscale)
                     .span(pl.xsum)
-                    .value(pp)
+                    .value(Param(pp))
                     .value(np)
-                    .launch(cfg)?
-            };
-        }
-        self.prepared = Some((n, inp, pairs));
-        Ok(())
+                    .launch(cfg)
+            }
+        })
     }
 
-    /// The plane loop of a prep kernel that lives with its producer (`gdn_norm_prep` in
-    /// `gpu::deltanet`): checks `n` and `inp` like [`Self::prepare`], calls `launch(plane, first,
+    /// The plane loop of every prep kernel (`qmm_prep_x`, `qmm_prep_norm`, and `gdn_norm_prep`
+    /// in `gpu::deltanet`): checks `n` and `inp`, calls `launch(plane, first,
     /// cols, config, params)` once per activation plane (columns `first .. first + cols`, the
     /// grid and block of `qmm_prep_x`), then records what the workspace holds. The kernel must
     /// write exactly what `qmm_prep_x` writes for the plane's columns.
@@ -232,4 +197,12 @@ impl QmmWorkspace {
         self.prepared = Some((n, inp, pairs));
         Ok(())
     }
+}
+
+/// Whether [`QmmWorkspace::prepare_swiglu`] takes the column maxima from the SwiGLU epilogue
+/// (default) or scans `y` (`FLASHTREE_SWIGLU_MAX=0`, for A/B runs). The two give the same bits
+/// (GPU test `qmm_swiglu_prep::prep_from_swiglu_maxima_equals_the_scanning_prep_bitwise`).
+fn swiglu_max_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FLASHTREE_SWIGLU_MAX").map(|v| v.trim() != "0").unwrap_or(true))
 }
