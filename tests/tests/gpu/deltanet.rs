@@ -39,7 +39,8 @@ use flashtree_tests::tolerance::{gamma, U32};
 use kernel_abi::{gdn_scratch, CommitPath, NodeBatch, MAX_NODES};
 use proptest::prelude::*;
 
-struct Rng(u64);
+/// A xorshift generator for the DeltaNet tests (also `deltanet_norm_prep`).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -48,10 +49,10 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+    pub(crate) fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| ((self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32 * scale).collect()
     }
 }

@@ -19,24 +19,8 @@ use flashtree_tests::gpu::gpu_or_skip;
 use kernel_abi::{gdn_scratch, NodeBatch};
 use proptest::prelude::*;
 
+use super::deltanet::Rng;
 use super::qmm::{case, expected, qmm_block, Case};
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| ((self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32 * scale).collect()
-    }
-}
 
 /// Inputs of one case: the layer shape, `o [n][vd]`, `z` rows at `z_stride`, `norm_w [d_v]`.
 struct Inputs {

@@ -131,6 +131,31 @@ fn chain_logits_match_the_reference_for_prompts_of_1_to_300_tokens() {
 }
 
 /// A random tree of `n` nodes: each node's parent is a random earlier node or the root slot.
+/// Node `i` of the tree `(toks, parents)` alone: the engine reset, `prompt` and then `i`'s
+/// ancestors committed as chains, one forward of `toks[i]`; its logits and the root-to-`i` path.
+fn node_alone(
+    e: &mut Engine,
+    prompt: &[u32],
+    toks: &[u32],
+    parents: &[Option<usize>],
+    i: usize,
+) -> (Vec<f32>, Vec<usize>) {
+    let v = e.cfg.vocab_size;
+    let mut path = vec![i];
+    while let Some(p) = parents[*path.last().unwrap()] {
+        path.push(p);
+    }
+    path.reverse();
+    e.reset().unwrap();
+    engine_chain_logits(e, prompt);
+    let anc: Vec<u32> = path[..path.len() - 1].iter().map(|&j| toks[j]).collect();
+    if !anc.is_empty() {
+        engine_chain_logits(e, &anc);
+    }
+    e.forward(&chain_batch(e.n_past(), &[toks[i]], v, e.ctx()).unwrap()).unwrap();
+    (e.logits(1).unwrap(), path)
+}
+
 pub(crate) fn random_parents(seed: u64, n: usize) -> Vec<Option<usize>> {
     let r = tokens(seed, n, 1 << 20);
     (0..n).map(|i| if i == 0 { None } else { Some(r[i] as usize % i) }).collect()
@@ -169,20 +194,7 @@ fn tree_logits_match_the_reference_and_each_node_alone_bitwise() {
         eprintln!("tree of {n} nodes: max logit error {worst:.2e} (device-rounding reference)");
         // Each node alone after its ancestors, committed as a chain.
         for i in 0..n {
-            let mut path = vec![i];
-            while let Some(p) = parents[*path.last().unwrap()] {
-                path.push(p);
-            }
-            path.reverse();
-            e.reset().unwrap();
-            engine_chain_logits(&mut e, &prompt);
-            let anc: Vec<u32> = path[..path.len() - 1].iter().map(|&j| toks[j]).collect();
-            if !anc.is_empty() {
-                engine_chain_logits(&mut e, &anc);
-            }
-            let b = chain_batch(e.n_past(), &[toks[i]], v, e.ctx()).unwrap();
-            e.forward(&b).unwrap();
-            let alone = e.logits(1).unwrap();
+            let (alone, path) = node_alone(&mut e, &prompt, &toks, &parents, i);
             let same = alone.iter().zip(&tree[i * v..(i + 1) * v]).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "seed {seed}: node {i} (path {path:?}) alone differs from the tree in some bit");
         }
@@ -652,19 +664,7 @@ fn both_attention_merges_match_the_reference_and_stay_batch_invariant() {
     e.forward(&b).unwrap();
     let tree = e.logits(22).unwrap();
     for i in [0usize, 7, 21] {
-        let mut path = vec![i];
-        while let Some(p) = parents[*path.last().unwrap()] {
-            path.push(p);
-        }
-        path.reverse();
-        e.reset().unwrap();
-        engine_chain_logits(&mut e, &prompt);
-        let anc: Vec<u32> = path[..path.len() - 1].iter().map(|&j| toks[j]).collect();
-        if !anc.is_empty() {
-            engine_chain_logits(&mut e, &anc);
-        }
-        e.forward(&chain_batch(e.n_past(), &[toks[i]], v, e.ctx()).unwrap()).unwrap();
-        let alone = e.logits(1).unwrap();
+        let (alone, path) = node_alone(&mut e, &prompt, &toks, &parents, i);
         let same = alone.iter().zip(&tree[i * v..(i + 1) * v]).all(|(a, b)| a.to_bits() == b.to_bits());
         assert!(same, "node {i} (path {path:?}) alone differs from the tree in some bit");
     }
