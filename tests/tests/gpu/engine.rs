@@ -131,6 +131,16 @@ fn chain_logits_match_the_reference_for_prompts_of_1_to_300_tokens() {
 }
 
 /// A random tree of `n` nodes: each node's parent is a random earlier node or the root slot.
+/// The nodes from the root to `i` of the tree `parents`, in order.
+fn path_to(parents: &[Option<usize>], i: usize) -> Vec<usize> {
+    let mut path = vec![i];
+    while let Some(p) = parents[*path.last().unwrap()] {
+        path.push(p);
+    }
+    path.reverse();
+    path
+}
+
 /// Node `i` of the tree `(toks, parents)` alone: the engine reset, `prompt` and then `i`'s
 /// ancestors committed as chains, one forward of `toks[i]`; its logits and the root-to-`i` path.
 fn node_alone(
@@ -141,11 +151,7 @@ fn node_alone(
     i: usize,
 ) -> (Vec<f32>, Vec<usize>) {
     let v = e.cfg.vocab_size;
-    let mut path = vec![i];
-    while let Some(p) = parents[*path.last().unwrap()] {
-        path.push(p);
-    }
-    path.reverse();
+    let path = path_to(parents, i);
     e.reset().unwrap();
     engine_chain_logits(e, prompt);
     let anc: Vec<u32> = path[..path.len() - 1].iter().map(|&j| toks[j]).collect();
@@ -213,11 +219,7 @@ fn commit_of_a_tree_path_equals_the_chain() {
     // Deepest node's path.
     let b = node_batch(0, &toks, &parents, v, 512).unwrap();
     let deepest = (0..22).max_by_key(|&i| (b.depth[i], i)).unwrap();
-    let mut path = vec![deepest];
-    while let Some(p) = parents[*path.last().unwrap()] {
-        path.push(p);
-    }
-    path.reverse();
+    let path = path_to(&parents, deepest);
     let next = tokens(79, 1, v);
     // Tree, commit the path, then one token.
     e.reset().unwrap();
@@ -552,11 +554,7 @@ fn the_feature_store_holds_the_captured_rows_of_every_committed_token() {
     let b = node_batch(e.n_past(), &tokens(72, 24, v), &parents, v, e.ctx()).unwrap();
     e.forward(&b).unwrap();
     let cap = e.captured(24).unwrap();
-    let mut path = vec![(0..24).max_by_key(|&i| (b.depth[i], i)).unwrap()];
-    while let Some(p) = parents[*path.last().unwrap()] {
-        path.push(p);
-    }
-    path.reverse();
+    let path = path_to(&parents, (0..24).max_by_key(|&i| (b.depth[i], i)).unwrap());
     want.extend(path.iter().map(|&i| row(&cap, i)));
     e.commit(&path).unwrap();
     let got = e.feature_source().unwrap().host_rows(&DeviceFeatures { first_row: 0, rows: want.len() }).unwrap();
