@@ -337,7 +337,8 @@ impl Engine {
             q: z(N * nh * hd)?,
             gate: z(N * nh * hd)?,
             ao: z(N * nh * hd)?,
-            zba: z(N * (inner + 2 * vh))?,
+            // `[z | b | a]` rows of their own only when the DeltaNet projections are not one product.
+            zba: z(if mixed_stride == ch { N * (inner + 2 * vh) } else { 1 })?,
             go: z(N * inner)?,
             logits: z(N * cfg.vocab_size)?,
             am_part_val: gpu.zeros(argmax_scratch_len(N))?,
