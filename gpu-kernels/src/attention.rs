@@ -28,6 +28,8 @@ use crate::device::sync::{sync_threads, sync_warp};
 use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
 use crate::device::*;
 
+pub mod mma;
+
 const WARPS: usize = 8;
 const TILE: usize = ATTN_TILE_KEYS as usize;
 const MAX_HD: usize = ATTN_MAX_HEAD_DIM as usize;

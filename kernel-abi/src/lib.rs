@@ -723,6 +723,28 @@ pub const ATTN_MIN_SPLIT_KEYS: u32 = 128;
 /// −1.28 ms; AR +1.4 %: `docs/perf/attention.md`).
 pub const ATTN_MAX_SPLITS: u32 = 32;
 
+/// Nodes per 16-row tensor-core tile of `attn_tree_mma_hd*` for `group` query heads per KV head
+/// (rows are (node, head) pairs; a node's rows never straddle two tiles): `max(1, 16 / group)`.
+pub const fn attn_mma_nodes_per_tile(group: u32) -> u32 {
+    if group >= 16 || group == 0 {
+        1
+    } else {
+        16 / group
+    }
+}
+
+/// Nodes per block of `attn_tree_mma_hd*` (4 row tiles): the grid's `z` is `⌈n / this⌉`.
+pub const fn attn_mma_nodes_per_block(group: u32) -> u32 {
+    4 * attn_mma_nodes_per_tile(group)
+}
+
+/// Dynamic shared memory of `attn_tree_mma_hd*` for head dim `hd` and a launch of `n` nodes:
+/// the f16 Q plane of 64 rows, and K and V regions of `64 + n` rows each (a tile, or the tail's
+/// last committed rows and every node's row).
+pub const fn attn_mma_smem_bytes(hd: u32, n: u32) -> u32 {
+    (64 + 2 * (64 + n)) * hd * 2
+}
+
 /// Keys per split for a node that sees `keys` keys: `⌈keys / s⌉` rounded up to whole
 /// [`ATTN_TILE_KEYS`] tiles, where `s = clamp(⌈keys / ATTN_MIN_SPLIT_KEYS⌉, 1, ATTN_MAX_SPLITS)`.
 /// A function of the key count only (never of the batch or the tree), so a node's reduction

@@ -33,6 +33,17 @@ pub fn pack_bf16x2(lo: f32, hi: f32) -> u32 {
     r
 }
 
+/// `cvt.rn.f16x2.f32`: `lo` and `hi` rounded to f16, `lo` in the low half.
+#[inline(always)]
+pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
+    let r: u32;
+    unsafe {
+        asm!("cvt.rn.f16x2.f32 {0}, {1}, {2};", out(reg32) r, in(reg32) hi, in(reg32) lo,
+             options(pure, nomem, nostack))
+    };
+    r
+}
+
 /// `cvt.rn.f16.f32` (bits).
 #[inline(always)]
 pub fn f32_to_f16(x: f32) -> u16 {

@@ -83,3 +83,18 @@ pub unsafe fn ld_cg_f32(p: *const f32) -> f32 {
     asm!("ld.global.cg.f32 {0}, [{1}];", out(reg32) r, in(reg64) p, options(readonly, nostack));
     r
 }
+
+/// `cp.async.cg.shared.global [dst], [src], 16`: an asynchronous 16-byte copy from global
+/// memory (through L2, so it sees what an earlier kernel of the chain wrote) into shared
+/// memory, with no register destination; complete after [`cp_async_wait_all`].
+#[inline(always)]
+pub unsafe fn cp_async_16(dst: u32, src: *const u8) {
+    asm!("cp.async.cg.shared.global [{0}], [{1}], 16;", in(reg32) dst, in(reg64) src, options(nostack));
+}
+
+/// `cp.async.wait_all`: this thread's [`cp_async_16`] copies have landed (other threads see
+/// them after a barrier).
+#[inline(always)]
+pub fn cp_async_wait_all() {
+    unsafe { asm!("cp.async.wait_all;", options(nostack)) }
+}

@@ -16,6 +16,16 @@ pub unsafe fn ldmatrix_x4(smem: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
+/// `ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16`: [`ldmatrix_x4`] with each 8×8 tile
+/// transposed (lane `i` receives column `i / 4`, rows `2·(i % 4)`, `+1` of its tile).
+#[inline(always)]
+pub unsafe fn ldmatrix_x4_trans(smem: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    asm!("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{0},{1},{2},{3}}}, [{4}];",
+         out(reg32) a, out(reg32) b, out(reg32) c, out(reg32) d, in(reg32) smem, options(nostack));
+    [a, b, c, d]
+}
+
 /// `ldmatrix.sync.aligned.m8n8.x2.shared.b16`: two 8×8 b16 tiles (lanes 0..16 give addresses).
 #[inline(always)]
 pub unsafe fn ldmatrix_x2(smem: u32) -> [u32; 2] {

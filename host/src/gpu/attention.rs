@@ -9,8 +9,9 @@
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
-    attn_split_slots_min, attn_splits_min, AttnPrepParams, AttnTreeParams, CommitPath, KvCommitParams, NodeBatch,
-    ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, ATTN_MIN_SPLIT_KEYS, ATTN_THREADS, MAX_NODES,
+    attn_mma_nodes_per_block, attn_mma_smem_bytes, attn_split_slots_min, attn_splits_min, AttnPrepParams,
+    AttnTreeParams, CommitPath, KvCommitParams, NodeBatch, ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM, ATTN_MIN_SPLIT_KEYS,
+    ATTN_THREADS, MAX_NODES,
 };
 
 use super::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
@@ -284,6 +285,24 @@ fn split_kernel(g: usize) -> &'static str {
     }
 }
 
+/// The tensor-core split kernel (`attn_tree_mma_hd*`) for `d`, or `None` for the f32 kernels
+/// (`attn_tree_split_g*`): it serves head dims 64, 128 and 256 without a sliding window.
+/// `FLASHTREE_ATTN_MMA=0` keeps the f32 kernels everywhere (an A/B switch, read once per
+/// process). The choice depends on the model's dims only — never on the batch — so a node's
+/// bits are the same alone or in a tree either way.
+pub fn mma_kernel(d: AttnDims) -> Option<&'static str> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("FLASHTREE_ATTN_MMA").map_or(true, |v| v != "0")) || d.window != 0 {
+        return None;
+    }
+    match d.head_dim {
+        64 => Some("attn_tree_mma_hd64"),
+        128 => Some("attn_tree_mma_hd128"),
+        256 => Some("attn_tree_mma_hd256"),
+        _ => None,
+    }
+}
+
 /// Query heads per KV head (`G`) of `d`, after [`AttnDims::check`].
 fn gqa_group(d: AttnDims) -> usize {
     d.n_head / d.n_head_kv
@@ -311,6 +330,9 @@ pub fn attn_head_groups(
     min_split_keys: u32,
 ) -> Result<usize, GpuError> {
     d.check("attn_tree")?;
+    if mma_kernel(d).is_some() {
+        return Ok(1);
+    }
     let keys = n_past.saturating_add(n);
     let keys = if d.window == 0 { keys } else { keys.min(d.window) };
     let splits = attn_splits_min(keys.min(u32::MAX as usize) as u32, min_split_keys).max(1) as usize;
@@ -428,17 +450,42 @@ pub fn attn_tree_min_split(
         window,
         head_groups: head_groups as u32,
     };
-    let cfg =
-        LaunchConfig { grid_dim: (slots, grid_y as u32, n32), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
-    unsafe {
-        ChainedLaunch::new(gpu, split_kernel(group / head_groups))
-            .span(batch)
-            .span(q)
-            .span(k_cache)
-            .span(v_cache)
-            .span(scratch)
-            .value(Param(p))
-            .launch(cfg)?;
+    if let Some(kernel) = mma_kernel(d) {
+        // Tensor-core split pass: grid (split, KV head, group of nodes); `head_groups` does not apply.
+        let per_block = attn_mma_nodes_per_block(group as u32);
+        let smem = attn_mma_smem_bytes(d.head_dim as u32, n32);
+        gpu.allow_dynamic_smem(kernel, smem)?;
+        let cfg = LaunchConfig {
+            grid_dim: (slots, d.n_head_kv as u32, n32.div_ceil(per_block)),
+            block_dim: (ATTN_THREADS, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        unsafe {
+            ChainedLaunch::new(gpu, kernel)
+                .span(batch)
+                .span(q)
+                .span(k_cache)
+                .span(v_cache)
+                .span(scratch)
+                .value(Param(p))
+                .launch(cfg)?;
+        }
+    } else {
+        let cfg = LaunchConfig {
+            grid_dim: (slots, grid_y as u32, n32),
+            block_dim: (ATTN_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        unsafe {
+            ChainedLaunch::new(gpu, split_kernel(group / head_groups))
+                .span(batch)
+                .span(q)
+                .span(k_cache)
+                .span(v_cache)
+                .span(scratch)
+                .value(Param(p))
+                .launch(cfg)?;
+        }
     }
     let cfg =
         LaunchConfig { grid_dim: (d.n_head as u32, n32, 1), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };

@@ -183,9 +183,15 @@ impl Qwen35Weights {
                 (Mixer::Attention(w), LayerState::Attention { k: ck, v: cv }) => {
                     let mut p: Vec<_> = (0..n).map(|i| attention::project(w, hp, &x[i], pos[i])).collect();
                     if super::tensor::device_rounding() {
+                        // The F16 KV cache; and the tensor-core attention kernel (head dims 64,
+                        // 128, 256) multiplies f16 queries.
+                        let q16 = matches!(hp.head_dim, 64 | 128 | 256);
                         for pi in p.iter_mut() {
                             pi.k = super::tensor::round_f16(&pi.k);
                             pi.v = super::tensor::round_f16(&pi.v);
+                            if q16 {
+                                pi.q = super::tensor::round_f16(&pi.q);
+                            }
                         }
                     }
                     let ys = (0..n)

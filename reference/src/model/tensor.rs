@@ -70,9 +70,11 @@ thread_local! {
     static DEVICE_ROUNDING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `f` with the GPU engine's two storage roundings emulated on this thread: every matmul
+/// Runs `f` with the GPU engine's storage roundings emulated on this thread: every matmul
 /// input rounded to f16 (`qmm_prep_x`: scaled by a power of two, then rounded to nearest f16)
-/// and the attention K/V rows rounded to f16 (the F16 KV cache). The result is the reference
+/// and the attention K/V rows rounded to f16 (the F16 KV cache), and — for head dims 64, 128 and
+/// 256, which the tensor-core attention kernel serves — the attention queries rounded to f16
+/// (`model::qwen35`). The result is the reference
 /// of the engine's arithmetic; without it the reference is the exact f32/f64 model. Only the
 /// engine's tests use it, to separate the error these designed roundings cause from a bug.
 pub fn with_device_rounding<R>(f: impl FnOnce() -> R) -> R {

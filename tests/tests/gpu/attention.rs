@@ -15,12 +15,18 @@
 //!   roundings per term (`L` keys per split: one fma per key, one rescale per tile, ≤ 64 key
 //!   groups, ≤ 64 splits), adding `2γ_K·max|v|`. The gate's `1/(1 + e^−g)` has relative error
 //!   ≤ `2⁻²¹ + 2|g|u + 4u`. Check: `|Δ| ≤ sig·(2ε + 4γ_K)·max|v| + |ref|·(2⁻²¹ + 2|g|u + 4u)`.
+//! * The tensor-core split kernel (`attn_tree_mma_hd*`, head dims 64/128/256 without a window)
+//!   multiplies `f16(q)` and f16 softmax weights: the reference is given the rounded queries
+//!   (so `A_t` and `δ_t` are those of `f16(q)`), and `ε` gains the weights' rounding — relative
+//!   2⁻¹¹ on each weight and on their sum (`1.01·2⁻¹⁰`), plus 2⁻²⁵ absolute per key for weights
+//!   below f16's normal range. Products and sums in the tensor core are covered by the same `δ`
+//!   and `γ_K` (f32 accumulation, ≤ one rounding per 16-element step).
 //! * Plain attention (`AttnDims::gated = false`, the draft's): the same kernels without the gate;
 //!   checked against the reference with `gate = +∞` (`sigmoid = 1` exactly), without the gate term.
 
 use flashtree::gpu::attention::{
-    attn_prep, attn_tree, attn_tree_min_split, attn_tree_scratch_len_min, kv_commit, rope_table, write_step_param,
-    AttnDims, AttnPrepIn,
+    attn_prep, attn_tree, attn_tree_min_split, attn_tree_scratch_len_min, kv_commit, mma_kernel, rope_table,
+    write_step_param, AttnDims, AttnPrepIn,
 };
 use flashtree::gpu::{CudaSlice, DevSpan, Gpu};
 use flashtree_reference::attention as reference;
@@ -168,6 +174,9 @@ fn check_tree_min_split(
     min_split: u32,
 ) -> Result<(), TestCaseError> {
     let gate = &ref_gate(d, gate)[..];
+    // The tensor-core kernel multiplies f16(q): the reference gets the same rounded queries.
+    let mma = mma_kernel(d).is_some();
+    let q = &(if mma { q.iter().map(|&x| f16::from_f32(x).to_f32()).collect() } else { q.to_vec() })[..];
     let want = reference::attn_tree(ref_dims(d), b, q, gate, kc, vc);
     let terms = reference::attn_tree_error_terms(ref_dims(d), b, q, kc, vc);
     let hd = d.head_dim;
@@ -177,7 +186,10 @@ fn check_tree_min_split(
         for h in 0..d.n_head {
             let (a_max, spread, vmax) = terms[i * d.n_head + h];
             let delta = gamma(hd / 8 + 12) * a_max;
-            let eps = 2.0 * std::f64::consts::LN_2 * (2.0 * delta + 3.0 * U32 * spread) + 8.0 * 2f64.powi(-22);
+            // f16 softmax weights (tensor-core kernel): relative 2⁻¹¹ on each weight and on their
+            // sum, and 2⁻²⁵ absolute per key for subnormal ones.
+            let p16 = if mma { 1.01 * 2f64.powi(-10) + keys as f64 * 2f64.powi(-25) } else { 0.0 };
+            let eps = 2.0 * std::f64::consts::LN_2 * (2.0 * delta + 3.0 * U32 * spread) + 8.0 * 2f64.powi(-22) + p16;
             for e in 0..hd {
                 let o = (i * d.n_head + h) * hd + e;
                 let (sig, gate_err) = if d.gated {
