@@ -738,11 +738,21 @@ pub const fn attn_mma_nodes_per_block(group: u32) -> u32 {
     4 * attn_mma_nodes_per_tile(group)
 }
 
+/// Rows of each of the K and V regions of `attn_tree_mma_hd*` for a launch of `n` nodes: two
+/// tiles (the committed tiles are double-buffered), or the tail's last committed rows and every
+/// node's row (`< 64 + n`), whichever is more.
+pub const fn attn_mma_region_rows(n: u32) -> u32 {
+    if 64 + n > 128 {
+        64 + n
+    } else {
+        128
+    }
+}
+
 /// Dynamic shared memory of `attn_tree_mma_hd*` for head dim `hd` and a launch of `n` nodes:
-/// the f16 Q plane of 64 rows, and K and V regions of `64 + n` rows each (a tile, or the tail's
-/// last committed rows and every node's row).
+/// the f16 Q plane of 64 rows, and the K and V regions ([`attn_mma_region_rows`]).
 pub const fn attn_mma_smem_bytes(hd: u32, n: u32) -> u32 {
-    (64 + 2 * (64 + n)) * hd * 2
+    (64 + 2 * attn_mma_region_rows(n)) * hd * 2
 }
 
 /// Keys per split for a node that sees `keys` keys: `⌈keys / s⌉` rounded up to whole

@@ -35,7 +35,7 @@
 //! any tree, and the same at any position of the batch.
 //!
 //! Launch: grid `(slots, n_kv, ⌈n / NB⌉)`, 256 threads, dynamic shared memory
-//! `(64 + 2·(64 + n))·d·2` bytes ([`kernel_abi::attn_mma_smem_bytes`]); `NB` is
+//! `(64 + 2·max(128, 64 + n))·d·2` bytes ([`kernel_abi::attn_mma_smem_bytes`]); `NB` is
 //! [`kernel_abi::attn_mma_nodes_per_block`]. Traffic per block: its
 //! split's committed K/V rows once (`4·d` bytes per key), the tail rows once, `q` of its rows.
 
@@ -44,7 +44,7 @@ use kernel_abi::{attn_split_len_min, attn_splits_min, AttnTreeParams, NodeBatch,
 use super::{batch_anc, batch_nodes};
 use crate::device::convert::{f16_to_f32, pack_f16x2};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
-use crate::device::load::{cp_async_16, cp_async_wait_all, ld_v4, U32x4};
+use crate::device::load::{cp_async_16, cp_async_commit, cp_async_wait_all, cp_async_wait_all_but_one, ld_v4, U32x4};
 use crate::device::math::{ex2, fma};
 use crate::device::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_f16_16816};
 use crate::device::shared::{dynamic_smem, smem_addr, st_shared_v4, Shared};
@@ -195,7 +195,7 @@ unsafe fn tree_mma<const HD: u32>(
     // The Q plane: row `16·mt + rr` = (node `mt·npm + rr / g`, head `rr % g`) as f16.
     let qs = smem_addr(dynamic_smem());
     let ks = qs + Q_ROWS * HD * 2;
-    let region = 64 + p.n;
+    let region = kernel_abi::attn_mma_region_rows(p.n);
     let vs = ks + region * HD * 2;
     let chunks = HD / 8;
     let mut e = tid;
@@ -265,19 +265,20 @@ unsafe fn tree_mma<const HD: u32>(
     let mut m_run = [f32::NEG_INFINITY; 2];
     let mut l_run = [0.0f32; 2];
 
-    // Copies rows `base .. base + count` of the K and V planes into the shared region.
+    // Starts copying rows `base .. base + count` of the K and V planes into region rows
+    // `at .. at + count` (one commit group per thread; wait with `cp_async_wait_*`).
     let load_rows = #[inline(always)]
-    |base: u32, count: u32| {
+    |base: u32, count: u32, at: u32| {
         let total = count * chunks;
         let mut e = tid;
         while e < total {
             let (r, c) = (e / chunks, e % chunks);
             let off = (base + r) as usize * row_elems + (kvh * HD + 8 * c) as usize;
-            cp_async_16(ks + swz::<HD>(r, c), k_cache.add(off) as *const u8);
-            cp_async_16(vs + swz::<HD>(r, c), v_cache.add(off) as *const u8);
+            cp_async_16(ks + swz::<HD>(at + r, c), k_cache.add(off) as *const u8);
+            cp_async_16(vs + swz::<HD>(at + r, c), v_cache.add(off) as *const u8);
             e += 256;
         }
-        cp_async_wait_all();
+        cp_async_commit();
     };
 
     // One tile `a .. a + 64` for this warp's rows, the region holding rows `base ..`: logical key
@@ -382,20 +383,34 @@ unsafe fn tree_mma<const HD: u32>(
         });
     };
 
-    // Committed tiles: one copy for every row of the block.
+    // Committed tiles: one copy for every row of the block, double-buffered (region rows
+    // `0..64` and `64..128`: the next tile is in flight while this one is multiplied).
+    let shared_tile = |a: u32| a < hi && a + TILE <= n_past;
     let mut a = lo;
-    while a < hi && a + TILE <= n_past {
-        load_rows(a, TILE);
+    let mut buf = 0u32;
+    if shared_tile(a) {
+        load_rows(a, TILE, 0);
+    }
+    while shared_tile(a) {
+        if shared_tile(a + TILE) {
+            load_rows(a + TILE, TILE, TILE * (buf ^ 1));
+            cp_async_wait_all_but_one();
+        } else {
+            cp_async_wait_all();
+        }
         sync_threads();
-        tile_math(a, u32::MAX, a, 0, ancs);
+        // Region row of key `t` is `t − (a − 64·buf)`.
+        tile_math(a, u32::MAX, a - TILE * buf, 0, ancs);
         sync_threads();
         a += TILE;
+        buf ^= 1;
     }
     // The tail: rows `base .. n_past + nb` (≤ 64 + nb) once, each node's keys addressed through
     // its ancestors.
     if a < hi {
         let base = if a < n_past { a } else { n_past };
-        load_rows(base, n_past + nb - base);
+        load_rows(base, n_past + nb - base, 0);
+        cp_async_wait_all();
         sync_threads();
         let mut ta = a;
         while ta < hi {

@@ -92,6 +92,19 @@ pub unsafe fn cp_async_16(dst: u32, src: *const u8) {
     asm!("cp.async.cg.shared.global [{0}], [{1}], 16;", in(reg32) dst, in(reg64) src, options(nostack));
 }
 
+/// `cp.async.commit_group`: closes the group of this thread's [`cp_async_16`] copies issued
+/// since the last commit.
+#[inline(always)]
+pub fn cp_async_commit() {
+    unsafe { asm!("cp.async.commit_group;", options(nostack)) }
+}
+
+/// `cp.async.wait_group 1`: every committed group of this thread but the newest has landed.
+#[inline(always)]
+pub fn cp_async_wait_all_but_one() {
+    unsafe { asm!("cp.async.wait_group 1;", options(nostack)) }
+}
+
 /// `cp.async.wait_all`: this thread's [`cp_async_16`] copies have landed (other threads see
 /// them after a barrier).
 #[inline(always)]
