@@ -1,16 +1,18 @@
 //! `attention` benches: `attn_tree` (split + combine) at 27B shapes (24 query heads, 4 KV heads,
 //! head_dim 256) for one node (AR decode) and a 22-node tree, at n_past 512, 8192 and 32768.
 //! Roofline: the layer must read the K and V rows once, `(n_past + n) · 4 · 256 · 2 planes · 2 B`
-//! (8192: 32 MiB); the figure is those bytes per second (the tree's nodes re-read the shared
-//! prefix from L2, which this does not count). The caches are not rotated: at n_past 512
-//! (2 MiB) they stay in L2.
+//! (8192: 32 MiB); the figure is those bytes per second (re-reads from L2 are not counted: the
+//! tensor-core kernel reads a committed tile once per block of nodes — 3 blocks for 22 nodes —,
+//! the f32 kernels once per node). The caches are not rotated: at n_past 512 (2 MiB) they stay in
+//! L2.
 //!
-//! Each case runs with every head-group count `r` (the 6 query heads of a KV head over `r`
-//! blocks: `attn_tree_min_split`): the line without `r=` is `r = 1` (one block per KV head, the
-//! v1.1 geometry), the one marked "rule" is what `attn_head_groups` picks for the engine.
+//! The split pass is the one `attn_tree_min_split` picks for these dims: the tensor-core kernel
+//! (`attn_tree_mma_hd256`), or with `FLASHTREE_ATTN_MMA=0` the f32 kernels, which then run with
+//! every head-group count `r` (the 6 query heads of a KV head over `r` blocks): the line without
+//! `r=` is `r = 1`, the one marked "rule" is what `attn_head_groups` picks for the engine.
 
 use flashtree::gpu::attention::{
-    attn_head_groups, attn_tree_min_split, attn_tree_scratch_len, write_step_param, AttnDims,
+    attn_head_groups, attn_tree_min_split, attn_tree_scratch_len, mma_kernel, write_step_param, AttnDims,
 };
 use flashtree::gpu::DevSpan;
 use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
@@ -43,7 +45,9 @@ fn main() {
             let m = ATTN_MIN_SPLIT_KEYS;
             let rule = attn_head_groups(&gpu, d, n, n_past, m).unwrap();
             let group = d.n_head / d.n_head_kv;
-            for r in (1..=group).filter(|r| group.is_multiple_of(*r)) {
+            // The tensor-core kernel has no head groups: one line per case.
+            let rs = if mma_kernel(d).is_some() { 1 } else { group };
+            for r in (1..=rs).filter(|r| group.is_multiple_of(*r)) {
                 let secs = median_secs(&gpu, 20, |_| {
                     attn_tree_min_split(&gpu, d, bs, n, s(&dq), s(&dg), sk, sv, ctx, s(&scratch), s(&out), m, r)
                 });
@@ -51,6 +55,7 @@ fn main() {
                 let note = match (n_past, n) {
                     (512, _) => "K/V in L2 at this size",
                     (_, 1) => "",
+                    _ if mma_kernel(d).is_some() => "tree: committed tiles read once per block of nodes",
                     _ => "tree: shared prefix re-read per node",
                 };
                 let note = if r == rule { format!("{note} (rule)") } else { note.to_string() };

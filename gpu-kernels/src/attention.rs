@@ -3,8 +3,10 @@
 //!
 //! * [`attn_prep`] — per node: per-head RMSNorm of q and k, partial NeoX RoPE at the node's
 //!   position, the raw gate copied out, and K and V rounded to f16 into the node's cache row.
-//! * [`attn_tree_split`] + [`attn_tree_combine`] — flash-decoding over each node's visible keys
-//!   (the committed rows, then its ancestors and itself), GQA, the sigmoid output gate.
+//! * [`attn_tree_split`] (f32) or [`mma`] (tensor cores, committed tiles shared by a block of
+//!   nodes; head dims 64–256 without a window) + [`attn_tree_combine`] — flash-decoding over each
+//!   node's visible keys (the committed rows, then its ancestors and itself), GQA, the sigmoid
+//!   output gate.
 //! * [`kv_commit`] — moves the accepted path's KV rows into place in every plane.
 //!
 //! Invariant (batch invariance): node `i`'s outputs are a function of its own inputs and of its

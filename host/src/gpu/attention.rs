@@ -1,6 +1,6 @@
 //! Launchers of `attention` (`gpu-kernels/src/attention.rs`): `attn_prep` (q/k norm, RoPE, KV
-//! write), `attn_tree` (flash-decoding over each node's visible keys: `attn_tree_split_g{G}` then
-//! `attn_tree_combine`) and `kv_commit`. All launch through [`ChainedLaunch`] and read the step's
+//! write), `attn_tree` (flash-decoding over each node's visible keys: `attn_tree_mma_hd*` — see
+//! [`mma_kernel`] — or `attn_tree_split_g{G}`, then `attn_tree_combine`) and `kv_commit`. All launch through [`ChainedLaunch`] and read the step's
 //! [`NodeBatch`] / [`CommitPath`] from device memory, so a step can be captured as a graph.
 //!
 //! KV cache layout, per attention layer: a K plane and a V plane of `[ctx, n_kv·head_dim]` f16
@@ -321,7 +321,8 @@ fn gqa_group(d: AttnDims) -> usize {
 /// 1,408 keys, `r = 2` up to 2,048, then 1; a 22-node tree gets 1.
 ///
 /// A node's output bits do not depend on `r` (`attn_tree_split`'s head-group invariance), so
-/// the rule may follow `n` and `n_past` without breaking batch invariance.
+/// the rule may follow `n` and `n_past` without breaking batch invariance. 1 wherever the
+/// tensor-core kernel serves `d` ([`mma_kernel`]: it has no head groups).
 pub fn attn_head_groups(
     gpu: &Gpu,
     d: AttnDims,
@@ -388,9 +389,10 @@ pub fn attn_tree(
 /// block over a long context). `scratch` ≥ [`attn_tree_scratch_len_min`].
 ///
 /// `head_groups` (`r`, a divisor of `G = n_head / n_kv`; [`attn_head_groups`] picks one): the
-/// split pass runs `r` blocks per (split, KV head, node), each over `G/r` of the KV head's query
-/// heads (`attn_tree_split_g{G/r}`, grid `(slots, n_kv·r, n)`). The output is bitwise the same
-/// for every `r`.
+/// f32 split pass runs `r` blocks per (split, KV head, node), each over `G/r` of the KV head's
+/// query heads (`attn_tree_split_g{G/r}`, grid `(slots, n_kv·r, n)`). The output is bitwise the
+/// same for every `r`. Where [`mma_kernel`] serves `d`, the split pass is the tensor-core kernel
+/// (grid `(slots, n_kv, ⌈n / attn_mma_nodes_per_block⌉)`) and `r` is only validated.
 #[allow(clippy::too_many_arguments)]
 pub fn attn_tree_min_split(
     gpu: &Gpu,
