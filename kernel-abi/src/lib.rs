@@ -231,9 +231,12 @@ pub struct QmmParams {
     /// Token columns computed (≤ [`QMM_MAX_N`], the column pitch of every activation and
     /// partial-sum buffer).
     pub n: u32,
-    /// Splits of the K dimension over `blockIdx.y` (a function of the shape and the device only,
-    /// never of `n`: [`qmm_ksplit`], [`qmm_ksplit_pow2`]).
+    /// Splits of the K dimension of the split row blocks (a function of the shape and the device
+    /// only, never of `n`: [`qmm_split_plan`], [`qmm_ksplit_pow2`]).
     pub ksplit: u32,
+    /// Leading row blocks (of 128 rows) computed with K unsplit; the rest run `ksplit` splits.
+    /// The grid is 1-D, [`qmm_grid_blocks`] blocks, decoded by [`qmm_block_work`].
+    pub full_row_blocks: u32,
     /// 0: plain product, `y[c, o]` for `o < out_features` (pitch `out_features`). Otherwise the
     /// fused SwiGLU epilogue over `ff = swiglu_ff` features: W holds gate and up interleaved by
     /// 8 rows (rows `16b + j` = gate row `8b + j`, rows `16b + 8 + j` = up row `8b + j`, `j < 8`,
@@ -455,6 +458,84 @@ pub const fn qmm_ksplit(out_features: u32, blocks_per_row: u32, slots: u32) -> u
     best
 }
 
+/// A `qmm_*` launch's K-split plan: the first `full` row blocks (of 128 rows) unsplit, the other
+/// `row_blocks − full` in `ksplit` splits each ([`QmmParams::full_row_blocks`], `ksplit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QmmSplitPlan {
+    pub full: u32,
+    pub ksplit: u32,
+}
+
+/// The split plan of the block formats' `qmm_*` kernels for `out_features` rows of
+/// `blocks_per_row` weight blocks on a device that keeps `slots` blocks resident: [`qmm_ksplit`]'s
+/// uniform split, unless the matrix has more row blocks than `slots` and "whole waves unsplit,
+/// the remainder split" costs less under the same wave model — `⌊row_blocks / slots⌋` waves of
+/// unsplit blocks (`100 + c` each, `c = QMM_SPLIT_OVERHEAD_PCT`), then the `R` remaining row
+/// blocks in `s` splits (`⌈R·s / slots⌉ · (100 + c·s)/s`, `s ≤ 16`, at least 2 weight blocks per
+/// split). The 27B's fused gate/up (272 row blocks on 264 slots) is 1.03 waves: uniformly split
+/// it costs 5 waves of quarter blocks; planned, one wave of whole blocks and 8 row blocks in 10
+/// splits. A function of the shape and the device only, so a column's summation order is the
+/// same for every batch size.
+pub const fn qmm_split_plan(out_features: u32, blocks_per_row: u32, slots: u32) -> QmmSplitPlan {
+    let uniform = qmm_ksplit(out_features, blocks_per_row, slots);
+    let row_blocks = out_features.div_ceil(QMM_ROWS_PER_BLOCK) as u64;
+    let slots64 = if slots == 0 { 1 } else { slots as u64 };
+    let waves = row_blocks / slots64;
+    let rest = row_blocks - waves * slots64;
+    if waves == 0 || rest == 0 {
+        return QmmSplitPlan { full: 0, ksplit: uniform };
+    }
+    let c = QMM_SPLIT_OVERHEAD_PCT;
+    // Costs in hundredths of a whole-K block, as fractions `num / den` (cross-multiplied).
+    let u = uniform as u64;
+    let (u_num, u_den) = ((row_blocks * u).div_ceil(slots64) * (100 + c * u), u);
+    let full_cost = waves * (100 + c);
+    let (mut best_s, mut best_num, mut best_den) = (0u64, 0u64, 1u64);
+    let mut s = 1u64;
+    while s <= 16 && (s == 1 || blocks_per_row as u64 >= 2 * s) {
+        let num = full_cost * s + (rest * s).div_ceil(slots64) * (100 + c * s);
+        if best_s == 0 || num * best_den < best_num * s {
+            (best_s, best_num, best_den) = (s, num, s);
+        }
+        s += 1;
+    }
+    if best_num * u_den < u_num * best_den {
+        QmmSplitPlan { full: (waves * slots64) as u32, ksplit: best_s as u32 }
+    } else {
+        QmmSplitPlan { full: 0, ksplit: uniform }
+    }
+}
+
+/// Blocks of a `qmm_*` launch over `row_blocks` row blocks: `full + (row_blocks − full)·ksplit`.
+pub const fn qmm_grid_blocks(row_blocks: u32, full: u32, ksplit: u32) -> u32 {
+    let full = if full > row_blocks { row_blocks } else { full };
+    full + (row_blocks - full) * if ksplit == 0 { 1 } else { ksplit }
+}
+
+/// Row block and weight-block range `b0 .. b1` (of `blocks_per_row`) of block `b` of a `qmm_*`
+/// launch: split `s` of `k` covers `s·bpr/k .. (s+1)·bpr/k` ([`qmm_block_work`]).
+pub const fn qmm_block_range(b: u32, row_blocks: u32, full: u32, ksplit: u32, blocks_per_row: u32) -> (u32, u32, u32) {
+    let (rb, s, k) = qmm_block_work(b, row_blocks, full, ksplit);
+    (rb, s * blocks_per_row / k, (s + 1) * blocks_per_row / k)
+}
+
+/// What block `b` of a `qmm_*` launch computes: `(row block, split, splits of that row block)`.
+/// Blocks `0 .. full` are the unsplit row blocks in order; then split `s` of the remaining
+/// `R = row_blocks − full` row blocks is blocks `full + s·R ..` (row block fastest, as a 2-D grid
+/// `(R, ksplit)` would order them).
+pub const fn qmm_block_work(b: u32, row_blocks: u32, full: u32, ksplit: u32) -> (u32, u32, u32) {
+    let full = if full > row_blocks { row_blocks } else { full };
+    if b < full {
+        return (b, 0, 1);
+    }
+    let rest = row_blocks - full;
+    if rest == 0 {
+        return (row_blocks, 0, 1); // past the grid: the caller's row block is out of range
+    }
+    let r = b - full;
+    (full + r % rest, r / rest, if ksplit == 0 { 1 } else { ksplit })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +562,47 @@ mod tests {
                     assert!(s == 1 || bpr >= 2 * s, "{out} {bpr} {s}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn qmm_split_plan_takes_whole_waves_unsplit_when_the_model_says_so() {
+        let slots = 264;
+        // 27B fused gate/up (34816 rows, 20 super-blocks): one wave unsplit, 8 row blocks split.
+        assert_eq!(qmm_split_plan(34_816, 20, slots), QmmSplitPlan { full: 264, ksplit: 10 });
+        // The LM head (1940 row blocks): 7 waves unsplit, 92 row blocks in 5 splits (2 waves).
+        assert_eq!(qmm_split_plan(248_320, 20, slots), QmmSplitPlan { full: 1848, ksplit: 5 });
+        // Fewer row blocks than slots: the uniform split.
+        assert_eq!(qmm_split_plan(17_408, 20, slots), QmmSplitPlan { full: 0, ksplit: 3 });
+        assert_eq!(qmm_split_plan(5120, 68, slots), QmmSplitPlan { full: 0, ksplit: 6 });
+        // Whole waves exactly: nothing to split.
+        assert_eq!(qmm_split_plan(264 * 128, 20, slots), QmmSplitPlan { full: 0, ksplit: 1 });
+        for out in [1u32, 100, 5120, 17408, 34_816, 248_320] {
+            for bpr in [1u32, 2, 3, 4, 20, 68, 544] {
+                for slots in [0u32, 1, 132, 264, 396] {
+                    let pl = qmm_split_plan(out, bpr, slots);
+                    let rb = out.div_ceil(QMM_ROWS_PER_BLOCK);
+                    assert!((1..=16).contains(&pl.ksplit) && pl.full <= rb, "{out} {bpr} {slots} {pl:?}");
+                    assert!(pl.ksplit == 1 || bpr >= 2 * pl.ksplit, "{out} {bpr} {pl:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn qmm_block_work_covers_every_row_block_split_once() {
+        for (rb, full, ks) in [(272u32, 264u32, 10u32), (1940, 1848, 2), (40, 0, 6), (7, 0, 1), (5, 5, 3)] {
+            let blocks = qmm_grid_blocks(rb, full, ks);
+            let mut seen = [false; 2048 * 16];
+            for b in 0..blocks {
+                let (r, s, k) = qmm_block_work(b, rb, full, ks);
+                assert!(r < rb && s < k, "{rb} {full} {ks}: block {b} -> {r} {s} {k}");
+                assert_eq!(k, if r < full { 1 } else { ks });
+                assert!(!seen[(r * 16 + s) as usize]);
+                seen[(r * 16 + s) as usize] = true;
+            }
+            let want: u32 = (0..rb).map(|r| if r < full { 1 } else { ks }).sum();
+            assert_eq!(seen.iter().filter(|&&x| x).count() as u32, want);
         }
     }
 

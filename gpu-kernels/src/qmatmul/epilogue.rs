@@ -3,8 +3,8 @@
 //! * `ksplit = 1`: every lane writes its outputs, times the column's x scale (and, row-scaled
 //!   formats, its row's scale first: `(v·s_r)·s_c`, both powers of two) — or, fused SwiGLU,
 //!   `silu(g)·u` from its gate row `g` and up row `g + 8` (W interleaved by 8 rows).
-//! * `ksplit > 1`: every block writes its partial sums to `partial[s][c][o]`; the last block of a
-//!   row group to finish (an atomic counter per row group, reset by that block) adds the `ksplit`
+//! * `ksplit > 1` (the split count of the block's row block, `kernel_abi::qmm_block_work`):
+//!   every block writes its partial sums to `partial[s][c][o]`; the last block of a row group to finish (an atomic counter per row group, reset by that block) adds the `ksplit`
 //!   partials in split order 0, 1, … — never in arrival order — and writes `y` (or the SwiGLU of
 //!   the gate and up sums). That block holds its SM while it reduces, so the reduction is
 //!   latency-critical: in the block formats' kernels each thread requests the partials of 4
@@ -12,15 +12,15 @@
 //!   80-register kernels keep one output per step (any change there made ptxas spill).
 //! * Fused SwiGLU, both paths: the block that writes a row group's `y` also publishes, per
 //!   column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
-//!   max, NaN above inf, order-independent) at `ymax[c · gridDim.x + blockIdx.x]`: a shared word
+//!   max, NaN above inf, order-independent) at `ymax[c · row_blocks + rb]` (`rb`: the row block): a shared word
 //!   per column (zeroed, a barrier, `atom.shared.max` from every stored value, a barrier), then
-//!   one global word per column. Every launch writes all `n × gridDim.x` words, so the max over a
+//!   one global word per column. Every launch writes all `n × row_blocks` words, so the max over a
 //!   column's words is bitwise `qmm_prep_x`'s scan of that column of `y` (`prep.rs`).
 //!
 //! Everything here is inlined into the kernel (`#[inline(always)]`): a separate function measured
 //! a 24-byte stack frame in every kernel and spills in five (docs/perf/qmatmul.md, session 8).
 
-use kernel_abi::{qmm_block_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
+use kernel_abi::{qmm_block_bytes, qmm_block_work, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP};
 
 use super::formats::Format;
 use crate::device::atomic::atomic_max_u32;
@@ -55,14 +55,13 @@ unsafe fn ymax_add(smax: *mut u32, col: usize, v: f32) {
     atomic_max_u32(smax.add(col), v.to_bits() & 0x7fff_ffff);
 }
 
-/// A barrier, then column `c < n`'s max to `ymax[c · gridDim.x + blockIdx.x]` (every thread
-/// calls it).
+/// A barrier, then column `c < n`'s max to `ymax[c · row_blocks + rb]` (every thread calls it).
 #[inline(always)]
-unsafe fn ymax_publish(smax: *mut u32, ymax: *mut u32, n: u32) {
+unsafe fn ymax_publish(smax: *mut u32, ymax: *mut u32, n: u32, rb: u32, row_blocks: u32) {
     sync_threads();
     let c = thread_x();
     if c < n {
-        *ymax.add((c * grid_dim_x() + block_x()) as usize) = *smax.add(c as usize);
+        *ymax.add((c * row_blocks + rb) as usize) = *smax.add(c as usize);
     }
 }
 
@@ -87,7 +86,8 @@ unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
     }
 }
 
-/// Writes the results of a warp's 16 rows `row0 ..` (`acc[tile]`: lane `(g, t)` holds
+/// Writes the results of a warp's 16 rows `row0 ..` (the block's row block, this warp's 16;
+/// `acc[tile]`: lane `(g, t)` holds
 /// `D[g][2t, 2t+1]` in `[0..2]` and `D[g+8][2t, 2t+1]` in `[2..4]`); `rscale`: the row scales
 /// of a row-scaled format ([`row_scales`]); `ymax`: the fused SwiGLU's per-column maxima (see
 /// the module doc; unused by the plain epilogue).
@@ -95,7 +95,6 @@ unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
 #[inline(always)]
 pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     acc: &[[f32; 4]; T],
-    row0: u32,
     p: QmmParams,
     rscale: *const f32,
     xscale: *const f32,
@@ -106,8 +105,11 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
 ) {
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
-    let ksplit = p.ksplit.max(1);
-    let split = block_y();
+    // Row block, split and the row block's split count (`kernel_abi::qmm_block_work`; recomputed
+    // here rather than kept live through the kernel's main loop).
+    let row_blocks = p.out_features.div_ceil(QMM_ROWS_PER_BLOCK);
+    let (rb, split, ksplit) = qmm_block_work(block_x(), row_blocks, p.full_row_blocks, p.ksplit);
+    let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let out = p.out_features as usize;
     let rows = [row0 + g, row0 + g + 8];
     // Fused SwiGLU (`p.swiglu_ff > 0`): rows `g` and `g + 8` of a warp's 16 are the gate and up
@@ -134,7 +136,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
             }
             tile += 1;
         }
-        ymax_publish(smax, ymax, p.n);
+        ymax_publish(smax, ymax, p.n, rb, row_blocks);
         return;
     }
     // Calls `f(value, col, row)` for each of this lane's outputs that exists.
@@ -167,7 +169,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     sync_threads();
     let flag = QMM_IS_LAST.as_mut_ptr();
     if thread_x() == 0 {
-        let prev = crate::device::atomic::atomic_add_u32(counters.add(block_x() as usize), 1);
+        let prev = crate::device::atomic::atomic_add_u32(counters.add(rb as usize), 1);
         *flag = (prev == ksplit - 1) as u32;
     }
     sync_threads();
@@ -177,7 +179,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     fence_gpu();
     let smax = if SWIGLU { ymax_begin() } else { core::ptr::null_mut() };
     // Rows of this group (× columns: the outputs this block reduces); splits added in order.
-    let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - block_x() * QMM_ROWS_PER_BLOCK).max(1);
+    let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - rb * QMM_ROWS_PER_BLOCK).max(1);
     // The float formats' kernels run at 80 registers (3 blocks per SM), where any change to this
     // loop made ptxas spill: they keep one output per thread and step (its splits' loads are
     // unrolled by the compiler).
@@ -196,7 +198,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         let mut i = thread_x();
         while i < total {
             let col = i / group_rows;
-            let row = block_x() * QMM_ROWS_PER_BLOCK + i % group_rows;
+            let row = rb * QMM_ROWS_PER_BLOCK + i % group_rows;
             let idx = col as usize * out + row as usize;
             let row = row as usize;
             if !SWIGLU {
@@ -243,11 +245,11 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                     let (col, local) = (i / per_col, i % per_col);
                     let (row, out_idx) = if SWIGLU {
                         // Feature `f`: gate row `16·(f/8) + f%8` of the packed matrix.
-                        let f = (block_x() * QMM_ROWS_PER_BLOCK / 2 + local) as usize;
-                        let row = (block_x() * QMM_ROWS_PER_BLOCK + 16 * (local / 8) + local % 8) as usize;
+                        let f = (rb * QMM_ROWS_PER_BLOCK / 2 + local) as usize;
+                        let row = (rb * QMM_ROWS_PER_BLOCK + 16 * (local / 8) + local % 8) as usize;
                         (row, if f < ff { col as usize * ff + f } else { usize::MAX })
                     } else {
-                        let row = (block_x() * QMM_ROWS_PER_BLOCK + local) as usize;
+                        let row = (rb * QMM_ROWS_PER_BLOCK + local) as usize;
                         (row, col as usize * out + row)
                     };
                     if out_idx == usize::MAX {
@@ -279,10 +281,10 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         }
     }
     if SWIGLU {
-        ymax_publish(smax, ymax, p.n);
+        ymax_publish(smax, ymax, p.n, rb, row_blocks);
     }
     if thread_x() == 0 {
-        *counters.add(block_x() as usize) = 0;
+        *counters.add(rb as usize) = 0;
     }
 }
 

@@ -2,9 +2,10 @@
 //! columns, every weight format of [`super::formats`] — the warp-level `mma.sync` kernels (the
 //! multi-tile kernels listed in `kernel_abi::qmm_wgmma` are in [`super::tile_wg`] instead).
 //!
-//! Geometry: 256-thread blocks of 8 warps; warp `w` of block `(bx, s)` owns output rows
-//! `16·(8·bx + w) .. +16` and the weight blocks of K split `s` (`blockIdx.y`, `ksplit` splits
-//! fixed by the shape). W is packed per 16-row group in lane order
+//! Geometry: 256-thread blocks of 8 warps; block `b` of the 1-D grid computes row block `r` and
+//! K split `s` of that row block's `k` splits (`kernel_abi::qmm_block_range`: the plan's leading
+//! row blocks unsplit, the others in `ksplit` splits — fixed by the shape and the device), and
+//! its warp `w` output rows `16·(8·r + w) .. +16` over the split's weight blocks. W is packed per 16-row group in lane order
 //! (`host::gpu::qmatmul::PackedWeight::pack`, layout in `kernel_abi::qmm_lanes`): lane `(g, t)`
 //! loads exactly the bytes it multiplies — its private 16-byte chunks, which the 32 lanes read
 //! as 512 contiguous bytes per load, and the per-row headers of rows `g` and `g + 8` — with
@@ -44,7 +45,9 @@
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
-use kernel_abi::{qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{
+    qmm_block_range, qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS,
+};
 
 use super::formats::{add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
@@ -76,12 +79,11 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
     let xs_on = qmm_xs_smem_bytes(T as u32, F::STAGES_X) > 0;
-    let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
+    // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
-    let split = block_y();
-    let ksplit = p.ksplit.max(1);
-    let b0 = split * blocks / ksplit;
-    let b1 = (split + 1) * blocks / ksplit;
+    let (rb, b0, b1) =
+        qmm_block_range(block_x(), p.out_features.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit, blocks);
+    let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
 
@@ -332,7 +334,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
         },
     );
     let rscale = super::epilogue::row_scales::<F>(w, p);
-    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y, ymax);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Whether a `mma.sync` kernel runs its stages over two alternating register buffers

@@ -35,7 +35,7 @@
 //!
 //! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{qmm_block_range, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{load_stage, run_stages, MAX_STAGE_BLOCKS};
@@ -82,12 +82,11 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     launch_dependents();
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
-    let row0 = block_x() * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
+    // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
-    let split = block_y();
-    let ksplit = p.ksplit.max(1);
-    let b0 = split * blocks / ksplit;
-    let b1 = (split + 1) * blocks / ksplit;
+    let (rb, b0, b1) =
+        qmm_block_range(block_x(), p.out_features.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit, blocks);
+    let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
     let n = p.n as usize;
@@ -314,7 +313,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
     let rscale = super::epilogue::row_scales::<F>(w, p);
-    super::epilogue::store::<F, T, SWIGLU>(&acc, row0, p, rscale, xscale, partial, counters, y, ymax);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Calls `f(i)` for `i = 0 .. N` (N ≤ 8), each `i` a compile-time constant at its call.

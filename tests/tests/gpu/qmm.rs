@@ -321,6 +321,45 @@ fn qmm_staged_x_chunks_match_reference_and_one_tile_bits() {
     }
 }
 
+/// A matrix with more row blocks than the device keeps resident (`(slots + 8)·128` rows), so the
+/// split plan computes whole waves unsplit and splits the rest (`kernel_abi::qmm_split_plan`):
+/// accuracy at n = 3, and every column's bits at n = 1, 22 and 40 (one-tile, warpgroup and
+/// two-launch kernels) equal to the same column alone — the two kinds of row block keep their
+/// summation order at every n.
+#[test]
+fn qmm_split_plan_with_unsplit_waves_matches_reference_and_column_bits() {
+    let Some(gpu) = gpu_or_skip("qmm_split_plan_with_unsplit_waves_matches_reference_and_column_bits") else {
+        return;
+    };
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        let prefix = match ty {
+            GgmlType::Q4_K => "qmm_q4k_nt1",
+            GgmlType::Q6_K => "qmm_q6k_nt1",
+            _ => "qmm_q8_0_nt1",
+        };
+        let slots = gpu.resident_blocks(prefix, kernel_abi::QMM_WARPS * 32).unwrap() as usize;
+        let out = (slots + 8) * 128;
+        // 8 weight blocks of K per row (K-quants: 2048 inputs; Q8_0: 256): splits of ≥ 2 blocks.
+        let c = case(ty, out, 8, 3);
+        let w = QWeight::upload(gpu, c.ty, &c.raw, c.out, c.inp).unwrap();
+        let plan = w.plan();
+        assert!(plan.full > 0 && plan.ksplit > 1, "{ty:?} [{out}, {}]: plan {plan:?} has no unsplit waves", c.inp);
+        drop(w);
+        let x = activations(13, 3, c.inp);
+        let y = run(gpu, &c, &x, 3);
+        check(&c, &x, 3, &y).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for n in [22usize, 40] {
+            let x = activations(17 + n as u64, n, c.inp);
+            let y = run(gpu, &c, &x, n);
+            for j in [0usize, n - 1] {
+                let alone = run(gpu, &c, &x[j * c.inp..(j + 1) * c.inp], 1);
+                assert_eq!(bits(&y[j * c.out..(j + 1) * c.out]), bits(&alone), "{ty:?} n = {n}, column {j}");
+            }
+        }
+    }
+}
+
 /// Upload refuses what no kernel can multiply (naming it); a product checks the token count,
 /// the workspace's size and what it holds, and the output's length.
 #[test]

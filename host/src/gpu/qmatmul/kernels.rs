@@ -5,7 +5,10 @@
 
 use cudarc::driver::LaunchConfig;
 use flashtree_quants::GgmlType;
-use kernel_abi::{qmm_ksplit, qmm_ksplit_pow2, QmmParams, MAX_NODES, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS};
+use kernel_abi::{
+    qmm_grid_blocks, qmm_ksplit, qmm_ksplit_pow2, qmm_split_plan, QmmParams, QmmSplitPlan, MAX_NODES, QMM_MAX_N,
+    QMM_ROWS_PER_BLOCK, QMM_WARPS,
+};
 
 use super::format::{family_for, to_u32, QmmFamily};
 use super::workspace::chunk_cols;
@@ -13,34 +16,49 @@ use super::{QWeight, QmmWorkspace};
 use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
 
 /// `FLASHTREE_QMM_KSPLIT=<1..16>`: a fixed K split for every shape instead of
-/// [`qmm_ksplit`]'s wave model (kernel tuning runs; results stay batch-invariant for a fixed value).
+/// [`qmm_split_plan`]'s wave model (kernel tuning runs; results stay batch-invariant for a fixed value).
 fn ksplit_override() -> Option<u32> {
     static V: std::sync::OnceLock<Option<u32>> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("FLASHTREE_QMM_KSPLIT").ok().and_then(|v| v.parse().ok()))
 }
 
-/// The K split of every product of a `[out, inp]` matrix of `ty` on `gpu`, in `1..=16` and at
-/// most the K blocks of a row: the override, else `qmm_ksplit_pow2` for the float types, else
-/// `qmm_ksplit` over the device's resident blocks of the family's one-tile kernel (for every n:
-/// the split must not depend on n, or a column's bits would).
-pub(super) fn choose_ksplit(
+/// `FLASHTREE_QMM_FULL_WAVES=0`: the uniform split of [`qmm_ksplit`] for every shape (no leading
+/// unsplit waves; an A/B switch, read once per process).
+fn full_waves() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_FULL_WAVES").map_or(true, |v| v != "0"))
+}
+
+/// The K-split plan of every product of a `[out, inp]` matrix of `ty` on `gpu` (split in
+/// `1..=16` and at most the K blocks of a row): the override (uniform), else `qmm_ksplit_pow2`
+/// for the float types (uniform), else `qmm_split_plan` over the device's resident blocks of the
+/// family's one-tile kernel (for every n: the plan must not depend on n, or a column's bits
+/// would).
+pub(super) fn choose_plan(
     gpu: &Gpu,
     ty: GgmlType,
     family: &QmmFamily,
     out: usize,
     inp: usize,
-) -> Result<u32, GpuError> {
+) -> Result<QmmSplitPlan, GpuError> {
     let blocks_per_row = to_u32(inp / family.geometry.0 as usize, "in")?;
     let out32 = to_u32(out, "out")?;
-    Ok(match ksplit_override() {
-        Some(v) => v,
-        None if matches!(ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32) => qmm_ksplit_pow2(out32, blocks_per_row),
-        None => {
-            qmm_ksplit(out32, blocks_per_row, gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?)
+    let uniform = |s: u32| QmmSplitPlan { full: 0, ksplit: s };
+    let plan = match ksplit_override() {
+        Some(v) => uniform(v),
+        None if matches!(ty, GgmlType::F16 | GgmlType::BF16 | GgmlType::F32) => {
+            uniform(qmm_ksplit_pow2(out32, blocks_per_row))
         }
-    }
-    .clamp(1, 16)
-    .min(blocks_per_row))
+        None => {
+            let slots = gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?;
+            if full_waves() {
+                qmm_split_plan(out32, blocks_per_row, slots)
+            } else {
+                uniform(qmm_ksplit(out32, blocks_per_row, slots))
+            }
+        }
+    };
+    Ok(QmmSplitPlan { full: plan.full, ksplit: plan.ksplit.clamp(1, 16).min(blocks_per_row.max(1)) })
 }
 
 /// The `qmm_*` kernel of a family for `tiles` tiles of 8 columns, plain or fused SwiGLU.
@@ -80,7 +98,8 @@ fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
 }
 
 /// Checks and launches the `qmm_*` kernel over the rows of `w`; `swiglu`: the fused epilogue
-/// (y `[n, ff]`), else y `[n, out]`. Grid `(⌈out/128⌉, ksplit)`, `QMM_WARPS` warps per block,
+/// (y `[n, ff]`), else y `[n, out]`. Grid `qmm_grid_blocks(⌈out/128⌉, full, ksplit)` (1-D, decoded
+/// by `kernel_abi::qmm_block_work`), `QMM_WARPS` warps per block,
 /// the staged x chunk as dynamic shared memory. Over `n > QMM_MAX_N` tokens: one launch per
 /// activation plane (columns `32c .. min(32c + 32, n)`, the kernel of that chunk's width), each
 /// streaming all of W — a product over 33..=64 tokens reads its weights twice. Column `j`'s
@@ -121,7 +140,8 @@ pub(super) fn launch(
             out_features: out32,
             in_features: to_u32(inp, "in")?,
             n: cols as u32,
-            ksplit: w.ksplit(),
+            ksplit: w.plan().ksplit,
+            full_row_blocks: w.plan().full,
             swiglu_ff: to_u32(ff.unwrap_or(0), "ff")?,
         };
         let name =
@@ -130,7 +150,7 @@ pub(super) fn launch(
         let smem = family.smem_bytes(tiles as u32);
         gpu.allow_dynamic_smem(name, smem)?;
         let cfg = LaunchConfig {
-            grid_dim: (out32.div_ceil(QMM_ROWS_PER_BLOCK), p.ksplit, 1),
+            grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
             block_dim: (QMM_WARPS * 32, 1, 1),
             shared_mem_bytes: smem,
         };

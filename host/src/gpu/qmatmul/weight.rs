@@ -8,10 +8,11 @@ use cudarc::driver::CudaSlice;
 use flashtree_quants::GgmlType;
 
 use super::format::{family_for, qmm_needs_pairs, swiglu_rows, to_u32};
-use super::kernels::{choose_ksplit, launch};
+use super::kernels::{choose_plan, launch};
 use super::pack::{pack_gate_up, pack_weights};
 use super::QmmWorkspace;
 use crate::gpu::{DevSpan, Gpu, GpuError};
+use kernel_abi::QmmSplitPlan;
 
 /// What the packed rows are: a plain matrix, or gate and up interleaved by 8 rows for the fused
 /// SwiGLU product of `ff` features.
@@ -54,18 +55,18 @@ impl PackedWeight {
         &self.bytes
     }
 
-    /// Copies the packed matrix to the device and fixes its K split for `gpu`
-    /// (`kernels.rs`, `choose_ksplit`: from the shape and the one-tile kernel's residency, never
+    /// Copies the packed matrix to the device and fixes its K-split plan for `gpu`
+    /// (`kernels.rs`, `choose_plan`: from the shape and the one-tile kernel's residency, never
     /// from the number of tokens).
     pub fn upload(&self, gpu: &Gpu) -> Result<QWeight, GpuError> {
         let (rows, inp) = (self.rows as usize, self.inp as usize);
-        let ksplit = choose_ksplit(gpu, self.ty, &family_for(self.ty, rows, inp)?, rows, inp)?;
+        let plan = choose_plan(gpu, self.ty, &family_for(self.ty, rows, inp)?, rows, inp)?;
         Ok(QWeight {
             ty: self.ty,
             rows: self.rows,
             inp: self.inp,
             kind: self.kind,
-            ksplit,
+            plan,
             buf: gpu.upload(&self.bytes)?,
         })
     }
@@ -83,7 +84,7 @@ pub struct QWeight {
     kind: Rows,
     rows: u32,
     inp: u32,
-    ksplit: u32,
+    plan: QmmSplitPlan,
     buf: CudaSlice<u8>,
 }
 
@@ -128,9 +129,15 @@ impl QWeight {
         }
     }
 
-    /// The K split of every product of this matrix (grid `y`; fixed at upload).
+    /// The K split of the split row blocks of every product of this matrix (fixed at upload).
     pub fn ksplit(&self) -> u32 {
-        self.ksplit
+        self.plan.ksplit
+    }
+
+    /// The K-split plan of every product of this matrix: the leading row blocks computed unsplit
+    /// and the split of the others (`kernel_abi::qmm_split_plan`; fixed at upload).
+    pub fn plan(&self) -> QmmSplitPlan {
+        self.plan
     }
 
     /// Device bytes of the packed matrix (what one product streams).
