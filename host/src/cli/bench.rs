@@ -220,6 +220,28 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         t1 * 1e3,
         tn / t1
     );
+    // The spec loop's own verify: a DDTree or chain of budget B verifies up to B + 1 nodes (the
+    // root and B proposals), which is what its projection must use; timed here when it differs
+    // from `--tree-nodes` (e.g. budget 32: 33 nodes, past the 32 columns of one matmul launch).
+    let spec_nodes = if mode == Mode::Ar { args.tree_nodes } else { (args.budget + 1).min(max_nodes) };
+    let t_spec = if spec_nodes == args.tree_nodes {
+        tn
+    } else {
+        let par: Vec<Option<usize>> = rand_tokens(args.seed + 3, spec_nodes, 1 << 20)
+            .iter()
+            .enumerate()
+            .map(|(i, r)| if i == 0 { None } else { Some(*r as usize % i) })
+            .collect();
+        let t = time_forward(&mut e, &rand_tokens(args.seed + 4, spec_nodes, v), &par)?;
+        println!(
+            "forward of a {spec_nodes}-node tree (budget {} + the root, what the spec loop verifies): {:.3} ms; \
+             ratio {:.2}",
+            args.budget,
+            t * 1e3,
+            t / t1
+        );
+        t
+    };
     let mut draft = match &args.draft {
         Some(path) => Some(bench_draft(&e, path, tok, ar_s, tn, args.tree_nodes)?),
         None => None,
@@ -264,7 +286,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         println!("  {line}");
     }
     if let (Some((d, step_s)), true) = (draft.take(), mode != Mode::Ar) {
-        bench_spec(&mut e, d, mode, args, &prompt, &ar, step_s + tn)?;
+        bench_spec(&mut e, d, mode, args, &prompt, &ar, step_s + t_spec, spec_nodes)?;
     }
     Ok(())
 }
@@ -272,7 +294,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
 /// The speculative `mode` through the spec loop with the GPU draft: at the draft's own
 /// acceptance, then with [`OracleDraft`] at each `--oracle-depths` cap. Each run's output must
 /// equal the recorded AR tokens `ar`; prints acceptance length, decode tok/s, the host and
-/// device phase times, and tok/s projected from the measured draft step + verify (`round_s`).
+/// device phase times, and tok/s projected from the measured draft step + verify of
+/// `verify_nodes` nodes (`round_s`).
+#[allow(clippy::too_many_arguments)]
 fn bench_spec(
     e: &mut Engine,
     d: crate::engine::DraftEngine,
@@ -281,6 +305,7 @@ fn bench_spec(
     prompt: &[u32],
     ar: &[u32],
     round_s: f64,
+    verify_nodes: usize,
 ) -> anyhow::Result<()> {
     let layers = d.cfg.target_layer_ids.clone();
     let source = GpuTarget::with_capture(e, &layers)?.feature_source()?;
@@ -315,7 +340,7 @@ fn bench_spec(
         let label = cap.map_or_else(|| "the draft's own proposals".to_string(), |c| format!("oracle depth {c}"));
         println!(
             "{} budget {}, {label}: {} tokens equal to AR; acceptance length {al:.2}, {:.1} tok/s decode \
-             (projected from draft step + verify: {:.1} tok/s)",
+             (projected from draft step + verify of {verify_nodes} nodes: {:.1} tok/s)",
             mode.name(),
             cfg.budget,
             out.len(),
