@@ -61,6 +61,9 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',')]
     pub oracle_depths: Vec<usize>,
     /// Non-root nodes per round of the speculative modes (DDTree budget).
+    /// On the GPU a verify of up to 32 nodes (budget ≤ 31) streams each weight matrix once;
+    /// budget 32 and above (33+ nodes) stream it twice (nvidia-h200, 27B: a 33-node verify costs
+    /// 2.7 AR steps, a 23-node one 1.4).
     #[arg(long, default_value_t = 22)]
     pub budget: usize,
     /// Speculative modes: also decode with seeded sampling at this temperature (no other
