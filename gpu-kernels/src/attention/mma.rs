@@ -49,6 +49,7 @@ use crate::device::math::{ex2, fma};
 use crate::device::mma::{ldmatrix_x4, ldmatrix_x4_trans, mma_f16_16816};
 use crate::device::shared::{dynamic_smem, smem_addr, st_shared_v4, Shared};
 use crate::device::sync::sync_threads;
+use crate::device::unroll::unroll_below;
 use crate::device::warp::{shfl_xor_f32, shfl_xor_u32};
 use crate::device::*;
 
@@ -80,44 +81,6 @@ static RANGE: Shared<[u32; 2]> = Shared::uninit();
 #[inline(always)]
 fn swz<const HD: u32>(r: u32, c: u32) -> u32 {
     r * HD * 2 + ((c ^ (r & 7)) << 4)
-}
-
-/// `f(0), f(1)` with constant indices (arrays indexed by them stay in registers).
-#[inline(always)]
-fn each2(mut f: impl FnMut(usize)) {
-    f(0);
-    f(1);
-}
-
-/// `f(0) .. f(3)`, constant indices.
-#[inline(always)]
-fn each4(mut f: impl FnMut(usize)) {
-    f(0);
-    f(1);
-    f(2);
-    f(3);
-}
-
-/// `f(0) .. f(7)`, constant indices.
-#[inline(always)]
-fn each8(mut f: impl FnMut(usize)) {
-    each4(&mut f);
-    each4(|i| f(i + 4));
-}
-
-/// `f(i)` for `i < n ≤ 16` (`n` a constant at each call), constant indices.
-#[inline(always)]
-fn each_below16(n: usize, mut f: impl FnMut(usize)) {
-    each8(|i| {
-        if i < n {
-            f(i)
-        }
-    });
-    each8(|i| {
-        if i + 8 < n {
-            f(i + 8)
-        }
-    });
 }
 
 /// Warp-uniform OR of a flag.
@@ -300,7 +263,7 @@ unsafe fn tree_mma<const HD: u32>(
         };
         let mut part = [false; 2];
         let mut kend = [0u32; 2];
-        each2(|r| {
+        unroll_below(2, |r| {
             let nl = rn[r];
             if nl != u32::MAX && (only == u32::MAX || nl == only) {
                 let (st, en) = (*starts.add(nl as usize), *ends.add(nl as usize));
@@ -316,11 +279,11 @@ unsafe fn tree_mma<const HD: u32>(
         // 1. Scores.
         let mut sc = [[0.0f32; 4]; 8];
         let mut kslot = [0u32; 4];
-        each4(|jp| kslot[jp] = slot(16 * jp as u32 + 8 * (lane / 16) + lane % 8));
+        unroll_below(4, |jp| kslot[jp] = slot(16 * jp as u32 + 8 * (lane / 16) + lane % 8));
         let mut kk = 0;
         while kk < HD / 16 {
             let af = ldmatrix_x4(qs + swz::<HD>(16 * mt + lane % 16, 2 * kk + lane / 16));
-            each4(|jp| {
+            unroll_below(4, |jp| {
                 let b = ldmatrix_x4(ks + swz::<HD>(kslot[jp], 2 * kk + (lane / 8) % 2));
                 mma_f16_16816(&mut sc[2 * jp], af, [b[0], b[1]]);
                 mma_f16_16816(&mut sc[2 * jp + 1], af, [b[2], b[3]]);
@@ -330,10 +293,10 @@ unsafe fn tree_mma<const HD: u32>(
         // 2. Online softmax per row.
         let mut alpha = [1.0f32; 2];
         let mut pk = [[0u32; 2]; 8];
-        each2(|r| {
+        unroll_below(2, |r| {
             let mut mx = f32::NEG_INFINITY;
-            each8(|j| {
-                each2(|e| {
+            unroll_below(8, |j| {
+                unroll_below(2, |e| {
                     let key = 8 * j as u32 + 2 * t4 + e as u32;
                     let v = if part[r] && key < kend[r] { sc[j][2 * r + e] * p.scale_log2 } else { f32::NEG_INFINITY };
                     sc[j][2 * r + e] = v;
@@ -345,7 +308,7 @@ unsafe fn tree_mma<const HD: u32>(
             let m_new = m_run[r].max(mx);
             let live = part[r] && m_new != f32::NEG_INFINITY;
             let mut sum = 0.0f32;
-            each8(|j| {
+            unroll_below(8, |j| {
                 let (p0, p1) =
                     if live { (ex2(sc[j][2 * r] - m_new), ex2(sc[j][2 * r + 1] - m_new)) } else { (0.0, 0.0) };
                 let h = pack_f16x2(p0, p1);
@@ -362,17 +325,17 @@ unsafe fn tree_mma<const HD: u32>(
             }
         });
         // 3. acc ← acc·α + P·V over this warp's half of the dims.
-        each_below16(nt, |d| {
+        unroll_below(nt, |d| {
             acc[d][0] *= alpha[0];
             acc[d][1] *= alpha[0];
             acc[d][2] *= alpha[1];
             acc[d][3] *= alpha[1];
         });
         let mut vslot = [0u32; 4];
-        each4(|kk| vslot[kk] = slot(16 * kk as u32 + 8 * ((lane / 8) % 2) + lane % 8));
-        each4(|kk| {
+        unroll_below(4, |kk| vslot[kk] = slot(16 * kk as u32 + 8 * ((lane / 8) % 2) + lane % 8));
+        unroll_below(4, |kk| {
             let af = [pk[2 * kk][0], pk[2 * kk][1], pk[2 * kk + 1][0], pk[2 * kk + 1][1]];
-            each8(|dp| {
+            unroll_below(8, |dp| {
                 if dp < nt / 2 {
                     let c = dh * (HD / 16) + 2 * dp as u32 + lane / 16;
                     let b = ldmatrix_x4_trans(vs + swz::<HD>(vslot[kk], c));
@@ -429,14 +392,14 @@ unsafe fn tree_mma<const HD: u32>(
 
     // Partials of the rows that have split `s`.
     let ml = scratch.add(p.n as usize * p.n_head as usize * p.slots as usize * HD as usize);
-    each2(|r| {
+    unroll_below(2, |r| {
         let nl = rn[r];
         if nl != u32::MAX && *ends.add(nl as usize) > *starts.add(nl as usize) {
             let rr = g4 + 8 * r as u32;
             let node = node0 + nl;
             let head = kvh * g + rr % g;
             let slot = ((node * p.n_head + head) * p.slots + s) as usize;
-            each_below16(nt, |d| {
+            unroll_below(nt, |d| {
                 let dim = (dh * (HD / 2) + 8 * d as u32 + 2 * t4) as usize;
                 let o = scratch.add(slot * HD as usize + dim);
                 *o = acc[d][2 * r];

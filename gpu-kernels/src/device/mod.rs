@@ -16,6 +16,7 @@ pub mod mbarrier;
 pub mod mma;
 pub mod shared;
 pub mod sync;
+pub mod unroll;
 pub mod warp;
 pub mod wgmma;
 

@@ -29,6 +29,7 @@ use crate::device::load::ld_cg_f32;
 use crate::device::math::silu;
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
+use crate::device::unroll::unroll_below;
 use crate::device::*;
 
 #[link_section = ".shared"]
@@ -225,7 +226,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         // Slots of loaded partials per batch: one per output (plain), two per feature (SwiGLU).
         const SLOTS: usize = 4;
         let (items_per_batch, operands) = if SWIGLU { (SLOTS / 2, 2) } else { (SLOTS, 1) };
-        // Every index into the arrays below is a compile-time constant (`unroll4`), so they stay in
+        // Every index into the arrays below is a compile-time constant (`unroll_below`), so they stay in
         // registers: per batch 4 slots × 4 splits of loads in flight at once.
         let per_col = if SWIGLU { group_rows / 2 } else { group_rows };
         let total = per_col * p.n;
@@ -235,7 +236,8 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
             // Per slot: the partial index it sums (`usize::MAX`: none); per item: column and y index.
             let mut src = [usize::MAX; SLOTS];
             let mut dst = [(0usize, usize::MAX); SLOTS];
-            unroll4(
+            unroll_below(
+                4,
                 #[inline(always)]
                 |j| {
                     let i = i0 + j as u32 * stride;
@@ -263,7 +265,8 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                 },
             );
             let sums = ordered_split_sums(partial, plane, ksplit as usize, &src);
-            unroll4(
+            unroll_below(
+                4,
                 #[inline(always)]
                 |j| {
                     let (col, out_idx) = dst[j];
@@ -314,20 +317,12 @@ unsafe fn ordered_split_sums(partial: *const f32, plane: usize, ksplit: usize, s
     sums
 }
 
-/// Calls `f(0)` … `f(3)`, each index a compile-time constant.
-#[inline(always)]
-fn unroll4(mut f: impl FnMut(usize)) {
-    f(0);
-    f(1);
-    f(2);
-    f(3);
-}
-
 /// Calls `f(r, s)` for `r`, `s` in `0..4` (row-major), each index a compile-time constant.
 #[inline(always)]
 fn unroll4x4(mut f: impl FnMut(usize, usize)) {
-    unroll4(
+    unroll_below(
+        4,
         #[inline(always)]
-        |r| unroll4(|s| f(r, s)),
+        |r| unroll_below(4, |s| f(r, s)),
     );
 }

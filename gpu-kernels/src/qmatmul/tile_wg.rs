@@ -44,6 +44,7 @@ use crate::device::load::ld_v2_f32;
 use crate::device::mbarrier;
 use crate::device::shared::{dynamic_smem, smem_addr, Shared};
 use crate::device::sync::sync_threads;
+use crate::device::unroll::unroll_below;
 use crate::device::wgmma;
 use crate::device::*;
 
@@ -199,9 +200,11 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
         if !F::PRODUCTS_FROM_ZERO {
             // Scaled formats: every product straight into the accumulators, in unit order; at
             // most DEPTH groups in flight (their A registers stay live until they complete).
-            unroll::<8>(
+            unroll_below(
+                8,
                 #[inline(always)]
                 |i| {
+                    let i = i as u32;
                     if valid(i) {
                         issue(i, &mut acc, false);
                         if i + 1 >= DEPTH as u32 {
@@ -222,9 +225,11 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
                 wgmma::fence_operands(pu);
                 add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
             };
-            unroll::<8>(
+            unroll_below(
+                8,
                 #[inline(always)]
                 |i| {
+                    let i = i as u32;
                     if valid(i) {
                         issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
                         if i >= 1 {
@@ -236,9 +241,11 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
             );
             wgmma::wait::<0>();
             // The stage's last unit (each `i` a compile-time constant: `cur` stays in registers).
-            unroll::<8>(
+            unroll_below(
+                8,
                 #[inline(always)]
                 |i| {
+                    let i = i as u32;
                     if valid(i) && !valid(i + 1) {
                         finish(i, &mut pu0, &mut pu1, &mut acc);
                     }
@@ -258,9 +265,11 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
             bs[tile] = [v[0].to_bits(), v[1].to_bits()];
             tile += 1;
         }
-        unroll::<8>(
+        unroll_below(
+            8,
             #[inline(always)]
             |i| {
+                let i = i as u32;
                 if i < units {
                     issue(i, &mut pb, i == 0);
                     if i + 1 >= DEPTH as u32 && i + 1 < units {
@@ -314,25 +323,6 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     wgmma::fence_operands(&mut acc);
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
-}
-
-/// Calls `f(i)` for `i = 0 .. N` (N ≤ 8), each `i` a compile-time constant at its call.
-#[inline(always)]
-fn unroll<const N: u32>(mut f: impl FnMut(u32)) {
-    f(0);
-    if N > 1 {
-        f(1);
-    }
-    if N > 2 {
-        f(2);
-        f(3);
-    }
-    if N > 4 {
-        f(4);
-        f(5);
-        f(6);
-        f(7);
-    }
 }
 
 /// Every kernel here has blocks of 256 threads and a budget of 128 registers (two blocks per

@@ -194,11 +194,15 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         ceiling * 1e9 / bytes
     );
     // Verify forward of a random tree vs a one-node forward at the same context (no commit).
-    let parents: Vec<Option<usize>> = rand_tokens(args.seed + 1, args.tree_nodes, 1 << 20)
-        .iter()
-        .enumerate()
-        .map(|(i, r)| if i == 0 { None } else { Some(*r as usize % i) })
-        .collect();
+    // A random tree of `n` nodes: node 0 the root, each other node's parent an earlier node.
+    let random_parents = |seed: u64, n: usize| -> Vec<Option<usize>> {
+        rand_tokens(seed, n, 1 << 20)
+            .iter()
+            .enumerate()
+            .map(|(i, r)| if i == 0 { None } else { Some(*r as usize % i) })
+            .collect()
+    };
+    let parents = random_parents(args.seed + 1, args.tree_nodes);
     let tree_toks = rand_tokens(args.seed + 2, args.tree_nodes, v);
     let time_forward = |e: &mut Engine, toks: &[u32], parents: &[Option<usize>]| -> anyhow::Result<f64> {
         let b = node_batch(e.n_past(), toks, parents, v, e.ctx())?;
@@ -230,11 +234,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let t_spec = if spec_nodes == args.tree_nodes {
         tn
     } else {
-        let par: Vec<Option<usize>> = rand_tokens(args.seed + 3, spec_nodes, 1 << 20)
-            .iter()
-            .enumerate()
-            .map(|(i, r)| if i == 0 { None } else { Some(*r as usize % i) })
-            .collect();
+        let par = random_parents(args.seed + 3, spec_nodes);
         let t = time_forward(&mut e, &rand_tokens(args.seed + 4, spec_nodes, v), &par)?;
         println!(
             "forward of a {spec_nodes}-node tree (budget {} + the root, what the spec loop verifies): {:.3} ms; \

@@ -452,42 +452,27 @@ pub fn attn_tree_min_split(
         window,
         head_groups: head_groups as u32,
     };
-    if let Some(kernel) = mma_kernel(d) {
-        // Tensor-core split pass: grid (split, KV head, group of nodes); `head_groups` does not apply.
-        let per_block = attn_mma_nodes_per_block(group as u32);
-        let smem = attn_mma_smem_bytes(d.head_dim as u32, n32);
-        gpu.allow_dynamic_smem(kernel, smem)?;
-        let cfg = LaunchConfig {
-            grid_dim: (slots, d.n_head_kv as u32, n32.div_ceil(per_block)),
-            block_dim: (ATTN_THREADS, 1, 1),
-            shared_mem_bytes: smem,
-        };
-        unsafe {
-            ChainedLaunch::new(gpu, kernel)
-                .span(batch)
-                .span(q)
-                .span(k_cache)
-                .span(v_cache)
-                .span(scratch)
-                .value(Param(p))
-                .launch(cfg)?;
+    // The split pass: the tensor-core kernel (grid (split, KV head, group of nodes); `head_groups`
+    // does not apply) or the f32 kernel of `G / r` heads (grid (split, KV head · r, node)). Both
+    // take the same arguments and fill the same scratch.
+    let (kernel, grid, smem) = match mma_kernel(d) {
+        Some(kernel) => {
+            let smem = attn_mma_smem_bytes(d.head_dim as u32, n32);
+            gpu.allow_dynamic_smem(kernel, smem)?;
+            (kernel, (slots, d.n_head_kv as u32, n32.div_ceil(attn_mma_nodes_per_block(group as u32))), smem)
         }
-    } else {
-        let cfg = LaunchConfig {
-            grid_dim: (slots, grid_y as u32, n32),
-            block_dim: (ATTN_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        unsafe {
-            ChainedLaunch::new(gpu, split_kernel(group / head_groups))
-                .span(batch)
-                .span(q)
-                .span(k_cache)
-                .span(v_cache)
-                .span(scratch)
-                .value(Param(p))
-                .launch(cfg)?;
-        }
+        None => (split_kernel(group / head_groups), (slots, grid_y as u32, n32), 0),
+    };
+    let cfg = LaunchConfig { grid_dim: grid, block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: smem };
+    unsafe {
+        ChainedLaunch::new(gpu, kernel)
+            .span(batch)
+            .span(q)
+            .span(k_cache)
+            .span(v_cache)
+            .span(scratch)
+            .value(Param(p))
+            .launch(cfg)?;
     }
     let cfg =
         LaunchConfig { grid_dim: (d.n_head as u32, n32, 1), block_dim: (ATTN_THREADS, 1, 1), shared_mem_bytes: 0 };
