@@ -104,6 +104,15 @@ fn main() {
         let dy = gpu.zeros::<f32>(MAX_N * out).unwrap();
         let (xs, ys) = (DevSpan::of(&gpu, &dx), DevSpan::of(&gpu, &dy));
         let note_l2 = if bytes < 2 * l2 { format!("{copies} copies rotated") } else { String::new() };
+        for n in [1usize, 22] {
+            if let Some((resident, row_blocks)) = ws_bufs[0].cluster_residency(&gpu, n, false).unwrap() {
+                println!(
+                    "INFO qmm-cluster {ty:?} {inp}->{out} n={n}: split {} — {resident} clusters resident for {row_blocks} row blocks: {}",
+                    ws_bufs[0].ksplit(),
+                    if resident >= row_blocks { "clusters" } else { "global-memory reduction" }
+                );
+            }
+        }
         let (mut t1, mut m1) = (0.0, 0.0);
         for n in NS {
             // Whole call: activation prep + matmul.

@@ -288,10 +288,8 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     p: GdnParams,
 ) {
     launch_dependents();
-    grid_dependency_wait();
     // Shared arrays hold `m = smem_nodes` rows (the launch's node count).
     let m = (p.smem_nodes as usize).min(MAX_NODES as usize);
-    let n = node_count(nb).min(m);
     let (n_k, n_v, dv) = (p.n_k as usize, p.n_v as usize, p.d_v as usize);
     let (kd, vd) = (n_k * DK, n_v * dv);
     let sc = gdn_scratch(n_k, n_v, DK, dv);
@@ -299,6 +297,23 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let kh = j % n_k;
     let col0 = block_y() as usize * COLS;
     let t = thread_x() as usize;
+    let lane = lane_id() as usize;
+    let cw = warp_id() as usize * 8 + lane % 8;
+    let col = col0 + cw;
+    let r0 = (lane / 8) * RPL;
+    // The committed state is written only by the commit, never inside a forward, and every
+    // forward starts behind the upload of its node batch, which the stream orders after all
+    // earlier kernels (the commit included). So the state is loaded before the wait on the
+    // previous kernel: in a chained launch the load overlaps that kernel's tail.
+    let mut s = [0.0f32; RPL];
+    if cfg!(not(feature = "gdn-state-after-wait")) && col < dv {
+        let src = state.add(j * DK * dv + r0 * dv + col);
+        for (r, x) in s.iter_mut().enumerate() {
+            *x = *src.add(r * dv);
+        }
+    }
+    grid_dependency_wait();
+    let n = node_count(nb).min(m);
     let sk = dynamic_smem() as *mut f32;
     let sq = sk.add(m * DK);
     let sv = sq.add(m * DK);
@@ -335,17 +350,14 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     }
     sync_threads();
 
-    let lane = lane_id() as usize;
-    let cw = warp_id() as usize * 8 + lane % 8;
-    let col = col0 + cw;
     if col >= dv {
         return; // d_v is a multiple of 8: whole warps leave, after the block's only barrier
     }
-    let r0 = (lane / 8) * RPL;
-    let mut s = [0.0f32; RPL];
-    let src = state.add(j * DK * dv + r0 * dv + col);
-    for (r, x) in s.iter_mut().enumerate() {
-        *x = *src.add(r * dv);
+    if cfg!(feature = "gdn-state-after-wait") {
+        let src = state.add(j * DK * dv + r0 * dv + col);
+        for (r, x) in s.iter_mut().enumerate() {
+            *x = *src.add(r * dv);
+        }
     }
     if n > 1 {
         slot_store(slots, t, &s);

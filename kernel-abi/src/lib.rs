@@ -237,6 +237,13 @@ pub struct QmmParams {
     /// Leading row blocks (of 128 rows) computed with K unsplit; the rest run `ksplit` splits.
     /// The grid is 1-D, [`qmm_grid_blocks`] blocks, decoded by [`qmm_block_work`].
     pub full_row_blocks: u32,
+    /// 0: split row blocks reduce through global memory (the last block of a row block to finish
+    /// adds the partials). Otherwise (only with `full_row_blocks = 0` and `2 ≤ ksplit ≤`
+    /// [`QMM_MAX_CLUSTER`]) the launch is a grid of thread-block clusters of `ksplit` blocks, one
+    /// cluster per row block, split `s` = the block's cluster rank, and the splits add their
+    /// partials through distributed shared memory, in the same split order ([`qmm_block_work`],
+    /// [`qmm_cluster_plan`]).
+    pub cluster: u32,
     /// 0: plain product, `y[c, o]` for `o < out_features` (pitch `out_features`). Otherwise the
     /// fused SwiGLU epilogue over `ff = swiglu_ff` features: W holds gate and up interleaved by
     /// 8 rows (rows `16b + j` = gate row `8b + j`, rows `16b + 8 + j` = up row `8b + j`, `j < 8`,
@@ -506,6 +513,17 @@ pub const fn qmm_split_plan(out_features: u32, blocks_per_row: u32, slots: u32) 
     }
 }
 
+/// Most blocks of a `qmm_*` thread-block cluster (one cluster per split row block: the largest
+/// K split of [`qmm_split_plan`]; clusters past 8 blocks need the kernel's non-portable cluster
+/// size attribute, which sm_90 allows up to 16).
+pub const QMM_MAX_CLUSTER: u32 = 16;
+
+/// Whether a plan's split row blocks can reduce through a thread-block cluster
+/// ([`QmmParams::cluster`]): every row block split (`full = 0`) in `2..=QMM_MAX_CLUSTER` splits.
+pub const fn qmm_cluster_plan(full: u32, ksplit: u32) -> bool {
+    full == 0 && ksplit >= 2 && ksplit <= QMM_MAX_CLUSTER
+}
+
 /// Blocks of a `qmm_*` launch over `row_blocks` row blocks: `full + (row_blocks − full)·ksplit`.
 pub const fn qmm_grid_blocks(row_blocks: u32, full: u32, ksplit: u32) -> u32 {
     let full = if full > row_blocks { row_blocks } else { full };
@@ -514,16 +532,28 @@ pub const fn qmm_grid_blocks(row_blocks: u32, full: u32, ksplit: u32) -> u32 {
 
 /// Row block and weight-block range `b0 .. b1` (of `blocks_per_row`) of block `b` of a `qmm_*`
 /// launch: split `s` of `k` covers `s·bpr/k .. (s+1)·bpr/k` ([`qmm_block_work`]).
-pub const fn qmm_block_range(b: u32, row_blocks: u32, full: u32, ksplit: u32, blocks_per_row: u32) -> (u32, u32, u32) {
-    let (rb, s, k) = qmm_block_work(b, row_blocks, full, ksplit);
+pub const fn qmm_block_range(
+    b: u32,
+    row_blocks: u32,
+    full: u32,
+    ksplit: u32,
+    cluster: u32,
+    blocks_per_row: u32,
+) -> (u32, u32, u32) {
+    let (rb, s, k) = qmm_block_work(b, row_blocks, full, ksplit, cluster);
     (rb, s * blocks_per_row / k, (s + 1) * blocks_per_row / k)
 }
 
 /// What block `b` of a `qmm_*` launch computes: `(row block, split, splits of that row block)`.
 /// Blocks `0 .. full` are the unsplit row blocks in order; then split `s` of the remaining
 /// `R = row_blocks − full` row blocks is blocks `full + s·R ..` (row block fastest, as a 2-D grid
-/// `(R, ksplit)` would order them).
-pub const fn qmm_block_work(b: u32, row_blocks: u32, full: u32, ksplit: u32) -> (u32, u32, u32) {
+/// `(R, ksplit)` would order them). A cluster launch (`cluster ≠ 0`, [`QmmParams::cluster`]:
+/// `full = 0`) orders the splits fastest instead — block `b` is split `b mod ksplit` of row block
+/// `b / ksplit`, so a row block's splits are one cluster and the split is the cluster rank.
+pub const fn qmm_block_work(b: u32, row_blocks: u32, full: u32, ksplit: u32, cluster: u32) -> (u32, u32, u32) {
+    if cluster != 0 && ksplit != 0 {
+        return (b / ksplit, b % ksplit, ksplit);
+    }
     let full = if full > row_blocks { row_blocks } else { full };
     if b < full {
         return (b, 0, 1);
@@ -595,7 +625,7 @@ mod tests {
             let blocks = qmm_grid_blocks(rb, full, ks);
             let mut seen = [false; 2048 * 16];
             for b in 0..blocks {
-                let (r, s, k) = qmm_block_work(b, rb, full, ks);
+                let (r, s, k) = qmm_block_work(b, rb, full, ks, 0);
                 assert!(r < rb && s < k, "{rb} {full} {ks}: block {b} -> {r} {s} {k}");
                 assert_eq!(k, if r < full { 1 } else { ks });
                 assert!(!seen[(r * 16 + s) as usize]);
@@ -604,6 +634,29 @@ mod tests {
             let want: u32 = (0..rb).map(|r| if r < full { 1 } else { ks }).sum();
             assert_eq!(seen.iter().filter(|&&x| x).count() as u32, want);
         }
+    }
+
+    /// A cluster launch covers the same (row block, split) pairs, each row block's splits in one
+    /// run of `ksplit` consecutive blocks (one cluster) with the split as the rank in that run.
+    #[test]
+    fn qmm_cluster_blocks_are_a_row_blocks_splits_in_rank_order() {
+        for (rb, ks) in [(40u32, 6u32), (129, 2), (8, 10), (104, 5), (1, 16)] {
+            assert!(qmm_cluster_plan(0, ks));
+            let blocks = qmm_grid_blocks(rb, 0, ks);
+            assert_eq!(blocks, rb * ks);
+            let mut seen = [false; 1024];
+            for b in 0..blocks {
+                let (r, s, k) = qmm_block_work(b, rb, 0, ks, 1);
+                assert_eq!((r, s, k), (b / ks, b % ks, ks));
+                assert!(!seen[(r * ks + s) as usize]);
+                seen[(r * ks + s) as usize] = true;
+                let (r2, b0, b1) = qmm_block_range(b, rb, 0, ks, 1, 20);
+                let (_, c0, c1) = qmm_block_range(r + s * rb, rb, 0, ks, 0, 20);
+                assert_eq!((r2, b0, b1), (r, c0, c1), "the same K range as the global-memory order");
+            }
+            assert_eq!(seen.iter().filter(|&&x| x).count() as u32, blocks);
+        }
+        assert!(!qmm_cluster_plan(264, 10) && !qmm_cluster_plan(0, 1) && !qmm_cluster_plan(0, 17));
     }
 
     #[test]

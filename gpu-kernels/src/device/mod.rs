@@ -5,6 +5,7 @@
 //! divergent control flow.
 
 pub mod atomic;
+pub mod cluster;
 pub mod convert;
 pub mod fence;
 pub mod griddep;

@@ -10,6 +10,14 @@
 //!   latency-critical: in the block formats' kernels each thread requests the partials of 4
 //!   outputs × 4 splits before adding any ([`ordered_split_sums`]); the float formats'
 //!   80-register kernels keep one output per step (any change there made ptxas spill).
+//! * `ksplit > 1` in a cluster launch (`QmmParams::cluster`, block formats only: every row block
+//!   split, one thread-block cluster of `ksplit` blocks per row block, split = cluster rank):
+//!   each block keeps its partials in its own shared memory; after a cluster barrier, block `s`
+//!   of the cluster reduces every `ksplit`-th share of the row block's outputs, reading each
+//!   split's partial from that split's block (`ld.shared::cluster`), added in split order from
+//!   0.0 — the global path's additions, so its bits — with no partial-sum traffic through L2, no
+//!   counter and no lone last block; a final cluster barrier keeps every block's shared memory
+//!   alive until its peers have read it.
 //! * Fused SwiGLU, both paths: the block that writes a row group's `y` also publishes, per
 //!   column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
 //!   max, NaN above inf, order-independent) at `ymax[c · row_blocks + rb]` (`rb`: the row block): a shared word
@@ -24,10 +32,11 @@ use kernel_abi::{qmm_block_bytes, qmm_block_work, QmmParams, QMM_MAX_N, QMM_ROWS
 
 use super::formats::Format;
 use crate::device::atomic::atomic_max_u32;
+use crate::device::cluster::{cluster_sync, ld_cluster_f32, ld_cluster_u32, map_to_rank};
 use crate::device::fence::fence_gpu;
 use crate::device::load::ld_cg_f32;
 use crate::device::math::silu;
-use crate::device::shared::Shared;
+use crate::device::shared::{smem_addr, Shared};
 use crate::device::sync::sync_threads;
 use crate::device::unroll::unroll_below;
 use crate::device::*;
@@ -38,6 +47,35 @@ static QMM_IS_LAST: Shared<u32> = Shared::uninit();
 /// Per column, the largest `|y|` bits this block stored (fused SwiGLU only).
 #[link_section = ".shared"]
 static QMM_YMAX: Shared<[u32; QMM_MAX_N as usize]> = Shared::uninit();
+
+/// A cluster launch's partial sums of this block's split, `[8·T columns][128 rows]` (one static
+/// per tile count, so a kernel holds only its own width: 4–16 KiB).
+#[link_section = ".shared"]
+static QMM_PART1: Shared<[f32; 8 * QMM_ROWS_PER_BLOCK as usize]> = Shared::uninit();
+#[link_section = ".shared"]
+static QMM_PART2: Shared<[f32; 16 * QMM_ROWS_PER_BLOCK as usize]> = Shared::uninit();
+#[link_section = ".shared"]
+static QMM_PART3: Shared<[f32; 24 * QMM_ROWS_PER_BLOCK as usize]> = Shared::uninit();
+#[link_section = ".shared"]
+static QMM_PART4: Shared<[f32; 32 * QMM_ROWS_PER_BLOCK as usize]> = Shared::uninit();
+
+#[inline(always)]
+fn cluster_partials<const T: usize>() -> *mut f32 {
+    match T {
+        1 => QMM_PART1.as_mut_ptr() as *mut f32,
+        2 => QMM_PART2.as_mut_ptr() as *mut f32,
+        3 => QMM_PART3.as_mut_ptr() as *mut f32,
+        _ => QMM_PART4.as_mut_ptr() as *mut f32,
+    }
+}
+
+/// Whether format `F`'s kernels have the cluster path (the block formats: Q4_K, Q5_K, Q6_K,
+/// Q8_0 — `kernel_abi::qmm_cluster_plan` launches; the float formats' 80-register kernels keep
+/// the global-memory reduction only).
+#[inline(always)]
+const fn cluster_capable<F: Format>() -> bool {
+    !(F::ELEMS == 32 && !F::PRODUCTS_FROM_ZERO)
+}
 
 /// Zeroes the block's per-column maxima, then a barrier (every thread of the block calls it).
 #[inline(always)]
@@ -109,7 +147,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     // Row block, split and the row block's split count (`kernel_abi::qmm_block_work`; recomputed
     // here rather than kept live through the kernel's main loop).
     let row_blocks = p.out_features.div_ceil(QMM_ROWS_PER_BLOCK);
-    let (rb, split, ksplit) = qmm_block_work(block_x(), row_blocks, p.full_row_blocks, p.ksplit);
+    let (rb, split, ksplit) = qmm_block_work(block_x(), row_blocks, p.full_row_blocks, p.ksplit, p.cluster);
     let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let out = p.out_features as usize;
     let rows = [row0 + g, row0 + g + 8];
@@ -160,6 +198,95 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         for_each_output(&mut |v, col, row| {
             *y.add(col * out + row) = row_scaled::<F>(v, rscale, row) * *xscale.add(col)
         });
+        return;
+    }
+
+    if cluster_capable::<F>() && p.cluster != 0 {
+        // Split K through the cluster: this split's partials into this block's shared memory,
+        // a cluster barrier, then every block of the cluster reduces a share of the row block's
+        // outputs, reading split `s`'s partial from block `s` — added in split order 0, 1, …
+        // from 0.0 as below, so the bits are those of the global-memory path.
+        let part = cluster_partials::<T>();
+        let row_base = rb * QMM_ROWS_PER_BLOCK;
+        for_each_output(&mut |v, col, row| {
+            *part.add(col * QMM_ROWS_PER_BLOCK as usize + (row - row_base as usize)) = v
+        });
+        let smax = if SWIGLU { ymax_begin() } else { core::ptr::null_mut() };
+        cluster_sync();
+        let part_addr = smem_addr(part);
+        // Split `s`'s partial of output `local`, summed in split order: 8 remote loads in flight
+        // per chunk of splits.
+        let sum_splits = |local: usize| {
+            let addr = part_addr + 4 * local as u32;
+            let mut sum = 0.0f32;
+            let mut s0 = 0u32;
+            while s0 < ksplit {
+                let mut v = [0.0f32; 8];
+                unroll_below(
+                    8,
+                    #[inline(always)]
+                    |s| {
+                        if s0 + (s as u32) < ksplit {
+                            v[s] = ld_cluster_f32(map_to_rank(addr, s0 + s as u32));
+                        }
+                    },
+                );
+                unroll_below(
+                    8,
+                    #[inline(always)]
+                    |s| {
+                        if s0 + (s as u32) < ksplit {
+                            sum += v[s];
+                        }
+                    },
+                );
+                s0 += 8;
+            }
+            sum
+        };
+        let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - row_base).max(1);
+        let per_col = if SWIGLU { group_rows / 2 } else { group_rows };
+        let total = per_col * p.n;
+        let stride = ksplit * block_dim_x();
+        let mut i = split * block_dim_x() + thread_x();
+        while i < total {
+            let (col, local) = (i / per_col, i % per_col);
+            let s = *xscale.add(col as usize);
+            let pcol = col as usize * QMM_ROWS_PER_BLOCK as usize;
+            if SWIGLU {
+                // Feature `f`: gate row `16·(f/8) + f%8` of the row block, its up row 8 below.
+                let f = (row_base / 2 + local) as usize;
+                let gl = (16 * (local / 8) + local % 8) as usize;
+                if f < ff {
+                    let v = silu(sum_splits(pcol + gl) * s) * (sum_splits(pcol + gl + 8) * s);
+                    *y.add(col as usize * ff + f) = v;
+                    ymax_add(smax, col as usize, v);
+                }
+            } else {
+                let row = (row_base + local) as usize;
+                *y.add(col as usize * out + row) = sum_splits(pcol + local as usize) * s;
+            }
+            i += stride;
+        }
+        if SWIGLU {
+            // The row block's max per column: block 0 of the cluster takes the max of every
+            // block's shared word once all of them are final.
+            sync_threads();
+            cluster_sync();
+            let c = thread_x();
+            if split == 0 && c < p.n {
+                let addr = smem_addr(smax.add(c as usize));
+                let mut m = 0u32;
+                let mut r = 0;
+                while r < ksplit {
+                    m = m.max(ld_cluster_u32(map_to_rank(addr, r)));
+                    r += 1;
+                }
+                *ymax.add((c * row_blocks + rb) as usize) = m;
+            }
+        }
+        // No block leaves while a peer may still read its shared memory.
+        cluster_sync();
         return;
     }
 

@@ -85,8 +85,14 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     let (g, t) = (lane / 4, lane % 4);
     // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
-    let (rb, b0, b1) =
-        qmm_block_range(block_x(), p.out_features.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit, blocks);
+    let (rb, b0, b1) = qmm_block_range(
+        block_x(),
+        p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
+        p.full_row_blocks,
+        p.ksplit,
+        p.cluster,
+        blocks,
+    );
     let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;

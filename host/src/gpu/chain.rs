@@ -50,6 +50,8 @@ pub struct ChainedLaunch<'a> {
     overflow: Option<String>,
     /// What the launch log records beside the name and grid ([`Self::tag`]).
     tag: u32,
+    /// Blocks per thread-block cluster along x (0: no cluster; [`Self::cluster`]).
+    cluster: u32,
 }
 
 impl<'a> ChainedLaunch<'a> {
@@ -63,6 +65,7 @@ impl<'a> ChainedLaunch<'a> {
             len: 0,
             overflow: None,
             tag: 0,
+            cluster: 0,
         }
     }
 
@@ -114,6 +117,14 @@ impl<'a> ChainedLaunch<'a> {
         self
     }
 
+    /// Launches as a grid of thread-block clusters of `blocks` consecutive blocks along x
+    /// (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`; 0: none). The grid's x size must be a multiple,
+    /// and sizes past 8 need [`Gpu::allow_cluster`].
+    pub fn cluster(&mut self, blocks: u32) -> &mut Self {
+        self.cluster = blocks;
+        self
+    }
+
     /// Launches on the context's stream, chained to the previous kernel when
     /// [`chaining_enabled`].
     ///
@@ -130,9 +141,26 @@ impl<'a> ChainedLaunch<'a> {
         for (i, (arg, slot)) in args.iter_mut().zip(self.slots.iter_mut()).take(self.len).enumerate() {
             *arg = if self.wide_arg == Some(i) { self.wide.as_mut_ptr() } else { slot.as_mut_ptr() } as *mut c_void;
         }
-        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
-        attr.id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
+        if self.cluster > 0 && !cfg.grid_dim.0.is_multiple_of(self.cluster) {
+            return Err(GpuError::shape(
+                name,
+                format!("grid of {} blocks is not a whole number of clusters of {}", cfg.grid_dim.0, self.cluster),
+            ));
+        }
+        let mut attrs: [sys::CUlaunchAttribute; 2] = std::mem::zeroed();
+        let mut count = 0;
+        if chaining_enabled() {
+            attrs[count].id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[count].value.programmaticStreamSerializationAllowed = 1;
+            count += 1;
+        }
+        if self.cluster > 0 {
+            attrs[count].id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[count].value.clusterDim.x = self.cluster;
+            attrs[count].value.clusterDim.y = 1;
+            attrs[count].value.clusterDim.z = 1;
+            count += 1;
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,
@@ -142,8 +170,8 @@ impl<'a> ChainedLaunch<'a> {
             blockDimZ: cfg.block_dim.2,
             sharedMemBytes: cfg.shared_mem_bytes,
             hStream: self.gpu.stream().cu_stream(),
-            attrs: &mut attr,
-            numAttrs: chaining_enabled() as u32,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: count as u32,
         };
         sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut())
             .result()

@@ -21,6 +21,10 @@ pub struct Gpu {
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Dynamic shared memory each kernel has been allowed beyond the default 48 KiB.
     smem_allowed: Mutex<HashMap<&'static str, u32>>,
+    /// Kernels allowed clusters past 8 blocks ([`Gpu::allow_cluster`]).
+    cluster_allowed: Mutex<std::collections::HashSet<&'static str>>,
+    /// Clusters resident at once, per kernel, dynamic shared memory and cluster size (cached).
+    resident_clusters: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     /// Blocks resident at once on the whole device, per kernel and block size (cached).
     resident: Mutex<HashMap<(&'static str, u32), u32>>,
     /// Chained launches in order while a launch log is on ([`Gpu::start_launch_log`]).
@@ -74,6 +78,8 @@ impl Gpu {
             module,
             functions: Mutex::new(HashMap::new()),
             smem_allowed: Mutex::new(HashMap::new()),
+            cluster_allowed: Mutex::new(std::collections::HashSet::new()),
+            resident_clusters: Mutex::new(HashMap::new()),
             resident: Mutex::new(HashMap::new()),
             launch_log: Mutex::new(None),
         })
@@ -163,6 +169,73 @@ impl Gpu {
         .while_(|| format!("allowing `{name}` {bytes} bytes of dynamic shared memory"))?;
         map.insert(name, bytes);
         Ok(())
+    }
+
+    /// Lets `name` run in thread-block clusters of `blocks` blocks: sizes past the portable 8 need
+    /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED` (sm_90 allows 16). Set once per kernel.
+    pub fn allow_cluster(&self, name: &'static str, blocks: u32) -> Result<(), GpuError> {
+        if blocks <= 8 {
+            return Ok(());
+        }
+        let mut set = self.cluster_allowed.lock().unwrap_or_else(|p| p.into_inner());
+        if set.contains(name) {
+            return Ok(());
+        }
+        let f = self.function(name)?;
+        f.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+            1,
+        )
+        .while_(|| format!("allowing `{name}` clusters of {blocks} blocks"))?;
+        set.insert(name);
+        Ok(())
+    }
+
+    /// Clusters of `cluster` blocks of `threads` threads (with `smem` bytes of dynamic shared
+    /// memory) of kernel `name` the device keeps resident at once
+    /// (`cuOccupancyMaxActiveClusters`; cached). A cluster's blocks must fit one GPC together, so
+    /// this can be well below `resident_blocks / cluster`.
+    pub fn resident_clusters(
+        &self,
+        name: &'static str,
+        threads: u32,
+        smem: u32,
+        cluster: u32,
+    ) -> Result<u32, GpuError> {
+        if let Some(&v) = self.resident_clusters.lock().unwrap_or_else(|p| p.into_inner()).get(&(name, smem, cluster)) {
+            return Ok(v);
+        }
+        self.allow_cluster(name, cluster)?;
+        self.allow_dynamic_smem(name, smem)?;
+        let f = self.function(name)?;
+        self.ctx.bind_to_thread().while_(|| "binding the context".into())?;
+        let mut n: std::ffi::c_int = 0;
+        // Safety: the config and attribute outlive the call; the function belongs to this context.
+        unsafe {
+            let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attr.value.clusterDim.x = cluster;
+            attr.value.clusterDim.y = 1;
+            attr.value.clusterDim.z = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: cluster,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: threads,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: smem,
+                hStream: std::ptr::null_mut(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            sys::cuOccupancyMaxActiveClusters(&mut n, f.cu_function(), &config)
+                .result()
+                .while_(|| format!("reading how many clusters of {cluster} `{name}` blocks fit"))?;
+        }
+        let v = n.max(0) as u32;
+        self.resident_clusters.lock().unwrap_or_else(|p| p.into_inner()).insert((name, smem, cluster), v);
+        Ok(v)
     }
 
     /// Zero-filled device buffer of `n` elements.

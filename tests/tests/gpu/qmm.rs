@@ -14,7 +14,7 @@
 //!
 //! So `|y − y_ref| ≤ Σ_i (|x_i| ε_w M_i + |w_i| |Δx_i|) · 1.01 + γ · Σ_i |w_i x_i|`.
 
-use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm_swiglu_rows, QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu};
 use flashtree_reference::quant::{self, k_scales, GgmlType};
 use flashtree_tests::gpu::gpu_or_skip;
@@ -357,6 +357,93 @@ fn qmm_split_plan_with_unsplit_waves_matches_reference_and_column_bits() {
                 assert_eq!(bits(&y[j * c.out..(j + 1) * c.out]), bits(&alone), "{ty:?} n = {n}, column {j}");
             }
         }
+    }
+}
+
+/// Split row blocks reduce through thread-block clusters (partials in shared memory, read by the
+/// cluster's blocks through distributed shared memory) wherever the plan splits every row block:
+/// the same additions in the same split order as the global-memory reduction, so the same bits —
+/// for every block format, plain and fused SwiGLU, clusters of 6, 8, 10 and 16 blocks (past 8:
+/// the non-portable size), a partial last row block, and n = 1 … 40 (two launches past 32). A
+/// launch runs in clusters only where one cluster per row block fits the device at once, so the
+/// test names the cluster sizes that did.
+#[test]
+fn qmm_cluster_reduction_equals_the_global_reduction_bitwise() {
+    let Some(gpu) = gpu_or_skip("qmm_cluster_reduction_equals_the_global_reduction_bitwise") else { return };
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let product = |w: &QWeight, x: &[f32], n: usize, swiglu: bool| {
+        let rows = if swiglu { qmm_swiglu_rows(w.ff().unwrap()) } else { w.out() };
+        let cols = w.ff().unwrap_or(w.out());
+        let dx = gpu.upload(x).unwrap();
+        let mut dy = gpu.zeros::<f32>(n * cols).unwrap();
+        gpu.fill_bytes(&mut dy, 0xff).unwrap();
+        let mut ws = QmmWorkspace::new(gpu, w.inp(), rows).unwrap();
+        w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
+        if swiglu {
+            w.swiglu(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
+        } else {
+            w.matmul(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
+        }
+        gpu.download(&dy).unwrap()
+    };
+    let mut sizes = std::collections::BTreeSet::new();
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        // (rows, K in units of 256 inputs): clusters of 16, 10, 8 and 6 on nvidia-h200's 264
+        // resident one-tile blocks, and 100 rows (a row block of 100 rows).
+        for (i, (out, k256, swiglu)) in
+            [(128, 32, false), (256, 20, false), (640, 16, true), (5120, 24, false), (100, 16, false)]
+                .into_iter()
+                .enumerate()
+        {
+            let blocks = k256 * 256 / qmm_block(ty);
+            let (mut w, inp) = if swiglu {
+                let (g, u) = (case(ty, out / 2, blocks, 40 + i as u64), case(ty, out / 2, blocks, 50 + i as u64));
+                (QWeight::upload_gate_up(gpu, ty, &g.raw, &u.raw, out / 2, g.inp).unwrap(), g.inp)
+            } else {
+                let c = case(ty, out, blocks, 40 + i as u64);
+                (QWeight::upload(gpu, ty, &c.raw, out, c.inp).unwrap(), c.inp)
+            };
+            if !w.cluster_reduction() {
+                // Only where the run turned clusters off, or the device's residency gave this
+                // shape unsplit row blocks.
+                assert!(
+                    std::env::var("FLASHTREE_QMM_CLUSTER").is_ok_and(|v| v == "0")
+                        || w.plan().full > 0
+                        || w.ksplit() == 1,
+                    "{ty:?} [{out}, {inp}]: plan {:?} but no cluster reduction",
+                    w.plan()
+                );
+                continue;
+            }
+            for n in [1usize, 3, 8, 22, 32, 40] {
+                // Clusters only where one per row block fits the device at once (per kernel).
+                let (resident, row_blocks) = w.cluster_residency(gpu, n.min(32), swiglu).unwrap().unwrap();
+                if resident >= row_blocks {
+                    sizes.insert(w.ksplit());
+                }
+                let x = activations(60 + n as u64, n, inp);
+                let clustered = bits(product(&w, &x, n, swiglu));
+                w.set_cluster_reduction(false);
+                let global = bits(product(&w, &x, n, swiglu));
+                w.set_cluster_reduction(true);
+                if let Some(j) = (0..global.len()).find(|&j| global[j] != clustered[j]) {
+                    panic!(
+                        "{ty:?} [{out}, {inp}] swiglu {swiglu} split {} n = {n}: y[{j}] = {:e} clustered vs {:e}",
+                        w.ksplit(),
+                        f32::from_bits(clustered[j]),
+                        f32::from_bits(global[j])
+                    );
+                }
+                assert!(
+                    clustered.iter().all(|&b| b != u32::MAX),
+                    "{ty:?} [{out}, {inp}] n = {n}: an output not written"
+                );
+            }
+        }
+    }
+    eprintln!("qmm cluster reduction: launches in clusters of {sizes:?} checked");
+    if std::env::var("FLASHTREE_QMM_CLUSTER").map_or(true, |v| v != "0") {
+        assert!(!sizes.is_empty(), "no launch ran in clusters");
     }
 }
 

@@ -6,8 +6,8 @@
 use cudarc::driver::LaunchConfig;
 use flashtree_quants::GgmlType;
 use kernel_abi::{
-    qmm_grid_blocks, qmm_ksplit, qmm_ksplit_pow2, qmm_split_plan, QmmParams, QmmSplitPlan, MAX_NODES, QMM_MAX_N,
-    QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_cluster_plan, qmm_grid_blocks, qmm_ksplit, qmm_ksplit_pow2, qmm_split_plan, QmmParams, QmmSplitPlan, MAX_NODES,
+    QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 use super::format::{family_for, to_u32, QmmFamily};
@@ -27,6 +27,39 @@ fn ksplit_override() -> Option<u32> {
 fn full_waves() -> bool {
     static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("FLASHTREE_QMM_FULL_WAVES").map_or(true, |v| v != "0"))
+}
+
+/// `FLASHTREE_QMM_CLUSTER=0`: split row blocks always reduce through global memory (an A/B
+/// switch, read once per process); by default a plan whose row blocks are all split runs as
+/// thread-block clusters ([`uses_cluster`]).
+fn cluster_enabled() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_CLUSTER").map_or(true, |v| v != "0"))
+}
+
+/// Whether products of `ty` with `plan` run as clusters of `ksplit` blocks that add their
+/// partials through distributed shared memory (`QmmParams::cluster`): the block formats' kernels
+/// have that path (`gpu-kernels` `qmatmul::epilogue`), and the plan must split every row block
+/// in `2..=QMM_MAX_CLUSTER` (`kernel_abi::qmm_cluster_plan`). Same sums in the same order as the
+/// global-memory reduction, so the same bits either way.
+pub(super) fn uses_cluster(ty: GgmlType, plan: QmmSplitPlan) -> bool {
+    cluster_enabled()
+        && matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_0)
+        && qmm_cluster_plan(plan.full, plan.ksplit)
+}
+
+/// Whether this launch of kernel `name` runs as clusters (the matrix allows it: `allowed`): only
+/// when one cluster per row block fits the device at once ([`Gpu::resident_clusters`]). Clusters
+/// that do not fit run in waves: measured on nvidia-h200, clusters of 6 over the 27B's 40-row-
+/// block shapes took 1.4× the global-memory reduction, while clusters of 2 over 129 row blocks
+/// were faster (docs/perf/qmatmul.md, session 14). Either path gives the same bits, so the choice
+/// may depend on the launch's kernel (its tile count) without breaking batch invariance.
+fn cluster_fits(gpu: &Gpu, name: &'static str, smem: u32, p: &QmmParams, allowed: bool) -> Result<bool, GpuError> {
+    if !allowed {
+        return Ok(false);
+    }
+    let row_blocks = p.out_features.div_ceil(QMM_ROWS_PER_BLOCK);
+    Ok(gpu.resident_clusters(name, QMM_WARPS * 32, smem, p.ksplit)? >= row_blocks)
 }
 
 /// The K-split plan of every product of a `[out, inp]` matrix of `ty` on `gpu` (split in
@@ -97,6 +130,28 @@ fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
     kernel_name(prefix, 1, false).ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {prefix}")))
 }
 
+/// For a matrix whose split row blocks may reduce in clusters: `(clusters resident at once,
+/// row blocks)` for the kernel a product over `n ≤ QMM_MAX_N` tokens runs — clusters are used
+/// when the first is at least the second ([`cluster_fits`]). `None` when the matrix does not
+/// allow clusters.
+pub(super) fn cluster_residency(
+    gpu: &Gpu,
+    w: &QWeight,
+    n: usize,
+    swiglu: bool,
+) -> Result<Option<(u32, u32)>, GpuError> {
+    if !w.cluster_reduction() {
+        return Ok(None);
+    }
+    let family = family_for(w.ty(), w.out(), w.inp())?;
+    let tiles = n.clamp(1, QMM_MAX_N as usize).div_ceil(8);
+    let name = kernel_name(family.prefix, tiles, swiglu)
+        .ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {}", family.prefix)))?;
+    let smem = family.smem_bytes(tiles as u32);
+    let resident = gpu.resident_clusters(name, QMM_WARPS * 32, smem, w.plan().ksplit)?;
+    Ok(Some((resident, to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK))))
+}
+
 /// Checks and launches the `qmm_*` kernel over the rows of `w`; `swiglu`: the fused epilogue
 /// (y `[n, ff]`), else y `[n, out]`. Grid `qmm_grid_blocks(⌈out/128⌉, full, ksplit)` (1-D, decoded
 /// by `kernel_abi::qmm_block_work`), `QMM_WARPS` warps per block,
@@ -132,6 +187,7 @@ pub(super) fn launch(
     // The fused SwiGLU epilogue publishes `max |y|` per column and row group (`ymax`, indexed by
     // the global column: each chunk's span starts at its first column, like its `y`).
     let parts = out.div_ceil(QMM_ROWS_PER_BLOCK as usize);
+    let allowed = w.cluster_reduction();
     ws.ymax_of = None;
     for c in 0..n.div_ceil(QMM_MAX_N as usize) {
         let (first, cols) = chunk_cols(n, c);
@@ -142,6 +198,7 @@ pub(super) fn launch(
             n: cols as u32,
             ksplit: w.plan().ksplit,
             full_row_blocks: w.plan().full,
+            cluster: 0,
             swiglu_ff: to_u32(ff.unwrap_or(0), "ff")?,
         };
         let name =
@@ -149,6 +206,8 @@ pub(super) fn launch(
         // Multi-tile kernels that stage x keep x chunks in dynamic shared memory.
         let smem = family.smem_bytes(tiles as u32);
         gpu.allow_dynamic_smem(name, smem)?;
+        let p = QmmParams { cluster: cluster_fits(gpu, name, smem, &p, allowed)? as u32, ..p };
+        let clustered = p.cluster != 0;
         let cfg = LaunchConfig {
             grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
             block_dim: (QMM_WARPS * 32, 1, 1),
@@ -180,6 +239,7 @@ pub(super) fn launch(
                 .span(ymax)
                 .value(Param(p))
                 .tag(p.in_features)
+                .cluster(if clustered { p.ksplit } else { 0 })
                 .launch(cfg)?
         };
     }

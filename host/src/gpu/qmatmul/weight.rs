@@ -8,7 +8,7 @@ use cudarc::driver::CudaSlice;
 use flashtree_quants::GgmlType;
 
 use super::format::{family_for, qmm_needs_pairs, swiglu_rows, to_u32};
-use super::kernels::{choose_plan, launch};
+use super::kernels::{choose_plan, cluster_residency, launch, uses_cluster};
 use super::pack::{pack_gate_up, pack_weights};
 use super::QmmWorkspace;
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -67,6 +67,7 @@ impl PackedWeight {
             inp: self.inp,
             kind: self.kind,
             plan,
+            cluster: uses_cluster(self.ty, plan),
             buf: gpu.upload(&self.bytes)?,
         })
     }
@@ -85,6 +86,9 @@ pub struct QWeight {
     rows: u32,
     inp: u32,
     plan: QmmSplitPlan,
+    /// Whether its split row blocks reduce in thread-block clusters (`kernels.rs`,
+    /// `uses_cluster`; fixed at upload, [`Self::set_cluster_reduction`] for A/B checks).
+    cluster: bool,
     buf: CudaSlice<u8>,
 }
 
@@ -138,6 +142,26 @@ impl QWeight {
     /// and the split of the others (`kernel_abi::qmm_split_plan`; fixed at upload).
     pub fn plan(&self) -> QmmSplitPlan {
         self.plan
+    }
+
+    /// Whether its split row blocks add their partials through thread-block clusters (distributed
+    /// shared memory) instead of global memory and a per-row-block counter. Either way the sums
+    /// are the same additions in the same order.
+    pub fn cluster_reduction(&self) -> bool {
+        self.cluster
+    }
+
+    /// `(clusters resident at once, row blocks)` of the kernel a product over `n` tokens runs
+    /// (`swiglu`: the fused kernel), when this matrix allows the cluster reduction: a launch uses
+    /// clusters only when every row block's cluster is resident at once (first ≥ second).
+    pub fn cluster_residency(&self, gpu: &Gpu, n: usize, swiglu: bool) -> Result<Option<(u32, u32)>, GpuError> {
+        cluster_residency(gpu, self, n, swiglu)
+    }
+
+    /// Turns the cluster reduction off, or back on where this matrix's type and plan allow it
+    /// (the bitwise A/B test of the two reductions; `FLASHTREE_QMM_CLUSTER=0` for whole runs).
+    pub fn set_cluster_reduction(&mut self, on: bool) {
+        self.cluster = on && uses_cluster(self.ty, self.plan);
     }
 
     /// Device bytes of the packed matrix (what one product streams).
