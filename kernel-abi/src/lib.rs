@@ -524,6 +524,70 @@ pub const fn qmm_cluster_plan(full: u32, ksplit: u32) -> bool {
     full == 0 && ksplit >= 2 && ksplit <= QMM_MAX_CLUSTER
 }
 
+/// Time model of a split `qmm_*` launch for choosing between the global-memory reduction and a
+/// cluster plan ([`qmm_cluster_ksplit`]), in nanoseconds at n = 1 and n = 22 (index 0, 1): a
+/// launch costs `waves · (fixed + units_per_split · per_unit)`, where a unit is 256 weights of a
+/// row. `fixed` differs by reduction (the cluster's adds through distributed shared memory
+/// replace the partials' round trip through L2, the counter and the lone last block);
+/// `per_unit` is the format's. Fitted on nvidia-h200 from a K-split sweep of Q4_K 6144→5120,
+/// 17408→5120 and Q6_K 17408→5120 with both reductions (docs/perf/qmatmul.md, session 14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QmmSplitCost {
+    pub fixed_global_ns: [u64; 2],
+    pub fixed_cluster_ns: [u64; 2],
+    pub per_unit_ns: [u64; 2],
+}
+
+/// [`QmmSplitCost`] of Q4_K (the fit's `per_unit` for that format).
+pub const QMM_SPLIT_COST_Q4_K: QmmSplitCost =
+    QmmSplitCost { fixed_global_ns: [6400, 11_900], fixed_cluster_ns: [5300, 7300], per_unit_ns: [870, 1150] };
+/// [`QmmSplitCost`] of Q6_K.
+pub const QMM_SPLIT_COST_Q6_K: QmmSplitCost =
+    QmmSplitCost { fixed_global_ns: [6400, 11_900], fixed_cluster_ns: [5300, 7300], per_unit_ns: [1370, 1600] };
+
+/// The K split of a cluster plan for a matrix whose [`qmm_split_plan`] splits every row block
+/// (`plan.full = 0`), or 0 to keep `plan` with the global-memory reduction. Candidates: splits
+/// `s ≥ 2` keeping at least 2 units per split whose clusters all fit at once
+/// (`resident[s] ≥ row_blocks`: `cuOccupancyMaxActiveClusters` of the one-tile kernel, clusters
+/// of `s`), costed as one wave; `plan` costs `⌈row_blocks·ksplit / slots⌉` waves. The cost is the
+/// sum of the n = 1 and n = 22 models, so one plan serves AR steps and tree verifies (a plan must
+/// not depend on n). Ties keep `plan`; among clusters the larger split. On nvidia-h200 the 27B's
+/// Q4_K 6144→5120 goes from 6 global splits to clusters of 5 (measured n = 1 / 22: 9.9 → 9.4 /
+/// 15.8 → 12.9 µs) and its 40-row-block Q6_K down projection stays global (clusters of 6 do not
+/// fit: 39 resident).
+pub fn qmm_cluster_ksplit(
+    row_blocks: u32,
+    units_per_row: u32,
+    plan: QmmSplitPlan,
+    slots: u32,
+    resident: &[u32; QMM_MAX_CLUSTER as usize + 1],
+    m: QmmSplitCost,
+) -> u32 {
+    if plan.full != 0 || plan.ksplit < 2 || row_blocks == 0 {
+        return 0;
+    }
+    let units = units_per_row as u64;
+    // Cost times `den` for a per-split unit count `units / k`, summed over the two n.
+    let cost = |waves: u64, fixed: [u64; 2], k: u64| -> u64 {
+        waves * ((fixed[0] + fixed[1]) * k + units * (m.per_unit_ns[0] + m.per_unit_ns[1])) / k
+    };
+    let slots = if slots == 0 { 1 } else { slots as u64 };
+    let waves = (row_blocks as u64 * plan.ksplit as u64).div_ceil(slots);
+    let mut best = cost(waves, m.fixed_global_ns, plan.ksplit as u64);
+    let mut best_k = 0u32;
+    let mut k = 2u32;
+    while k <= QMM_MAX_CLUSTER && units >= 2 * k as u64 {
+        if resident[k as usize] >= row_blocks {
+            let c = cost(1, m.fixed_cluster_ns, k as u64);
+            if c < best || (c == best && best_k != 0) {
+                (best, best_k) = (c, k);
+            }
+        }
+        k += 1;
+    }
+    best_k
+}
+
 /// Blocks of a `qmm_*` launch over `row_blocks` row blocks: `full + (row_blocks − full)·ksplit`.
 pub const fn qmm_grid_blocks(row_blocks: u32, full: u32, ksplit: u32) -> u32 {
     let full = if full > row_blocks { row_blocks } else { full };
@@ -657,6 +721,37 @@ mod tests {
             assert_eq!(seen.iter().filter(|&&x| x).count() as u32, blocks);
         }
         assert!(!qmm_cluster_plan(264, 10) && !qmm_cluster_plan(0, 1) && !qmm_cluster_plan(0, 17));
+    }
+
+    /// The cluster plan on nvidia-h200's residency (clusters of 2, 3, 4, 5, 6 … resident at once:
+    /// 132, 79, 62, 47, 39, then fewer), for the 27B's split shapes.
+    #[test]
+    fn qmm_cluster_ksplit_picks_what_the_sweep_measured() {
+        let mut resident = [0u32; QMM_MAX_CLUSTER as usize + 1];
+        for (k, r) in [(2, 132), (3, 79), (4, 62), (5, 47), (6, 39), (7, 33), (8, 31), (9, 27), (10, 25)] {
+            resident[k] = r;
+        }
+        let slots = 264;
+        let pick = |out: u32, units: u32, m: QmmSplitCost| {
+            qmm_cluster_ksplit(out / 128, units, qmm_split_plan(out, units, slots), slots, &resident, m)
+        };
+        // Q4_K 6144→5120: 6 global splits → clusters of 5; 17408→5120 → clusters of 5 (even at n = 1,
+        // ahead at n = 22); attention q + k 5120→13312: 5 global splits in two waves → clusters of 2.
+        assert_eq!(pick(5120, 24, QMM_SPLIT_COST_Q4_K), 5);
+        assert_eq!(pick(5120, 68, QMM_SPLIT_COST_Q4_K), 5);
+        assert_eq!(pick(13_312, 20, QMM_SPLIT_COST_Q4_K), 2);
+        // Q6_K 17408→5120 stays global: its longer per-unit time outweighs the cheaper reduction.
+        assert_eq!(pick(5120, 68, QMM_SPLIT_COST_Q6_K), 0);
+        // Mixed plans (whole waves unsplit) and unsplit matrices keep their plan.
+        assert_eq!(pick(34_816, 20, QMM_SPLIT_COST_Q4_K), 0);
+        assert_eq!(pick(5120, 1, QMM_SPLIT_COST_Q4_K), 0);
+        // Never a split below 2 units, nor a cluster that does not fit.
+        for units in [2u32, 3, 4, 7, 24, 68] {
+            for out in [128u32, 1024, 5120, 12_288, 20_480] {
+                let k = pick(out, units, QMM_SPLIT_COST_Q4_K);
+                assert!(k == 0 || (units >= 2 * k && resident[k as usize] >= out / 128), "{out} {units} -> {k}");
+            }
+        }
     }
 
     #[test]

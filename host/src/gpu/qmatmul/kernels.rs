@@ -6,8 +6,9 @@
 use cudarc::driver::LaunchConfig;
 use flashtree_quants::GgmlType;
 use kernel_abi::{
-    qmm_cluster_plan, qmm_grid_blocks, qmm_ksplit, qmm_ksplit_pow2, qmm_split_plan, QmmParams, QmmSplitPlan, MAX_NODES,
-    QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_cluster_ksplit, qmm_cluster_plan, qmm_grid_blocks, qmm_ksplit, qmm_ksplit_pow2, qmm_split_plan, QmmParams,
+    QmmSplitPlan, MAX_NODES, QMM_MAX_CLUSTER, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_SPLIT_COST_Q4_K, QMM_SPLIT_COST_Q6_K,
+    QMM_WARPS,
 };
 
 use super::format::{family_for, to_u32, QmmFamily};
@@ -65,8 +66,9 @@ fn cluster_fits(gpu: &Gpu, name: &'static str, smem: u32, p: &QmmParams, allowed
 /// The K-split plan of every product of a `[out, inp]` matrix of `ty` on `gpu` (split in
 /// `1..=16` and at most the K blocks of a row): the override (uniform), else `qmm_ksplit_pow2`
 /// for the float types (uniform), else `qmm_split_plan` over the device's resident blocks of the
-/// family's one-tile kernel (for every n: the plan must not depend on n, or a column's bits
-/// would).
+/// family's one-tile kernel — replaced, for Q4_K and Q6_K with clusters on, by the cluster plan
+/// of `qmm_cluster_ksplit` where its time model says so (the device's cluster residency). For
+/// every n: the plan must not depend on n, or a column's bits would.
 pub(super) fn choose_plan(
     gpu: &Gpu,
     ty: GgmlType,
@@ -83,11 +85,31 @@ pub(super) fn choose_plan(
             uniform(qmm_ksplit_pow2(out32, blocks_per_row))
         }
         None => {
-            let slots = gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?;
-            if full_waves() {
+            let nt1 = kernel_name_nt1(family.prefix)?;
+            let slots = gpu.resident_blocks(nt1, QMM_WARPS * 32)?;
+            let plan = if full_waves() {
                 qmm_split_plan(out32, blocks_per_row, slots)
             } else {
                 uniform(qmm_ksplit(out32, blocks_per_row, slots))
+            };
+            let cost = match ty {
+                GgmlType::Q4_K => Some(QMM_SPLIT_COST_Q4_K),
+                GgmlType::Q6_K => Some(QMM_SPLIT_COST_Q6_K),
+                _ => None,
+            };
+            match cost {
+                Some(m) if cluster_enabled() && qmm_cluster_plan(plan.full, plan.ksplit) => {
+                    let mut resident = [0u32; QMM_MAX_CLUSTER as usize + 1];
+                    for (k, r) in resident.iter_mut().enumerate().skip(2) {
+                        *r = gpu.resident_clusters(nt1, QMM_WARPS * 32, family.smem_bytes(1), k as u32)?;
+                    }
+                    let row_blocks = out32.div_ceil(QMM_ROWS_PER_BLOCK);
+                    match qmm_cluster_ksplit(row_blocks, blocks_per_row, plan, slots, &resident, m) {
+                        0 => plan,
+                        k => uniform(k),
+                    }
+                }
+                _ => plan,
             }
         }
     };
