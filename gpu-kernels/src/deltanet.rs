@@ -43,6 +43,7 @@ use kernel_abi::{
 };
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
+use crate::device::load::{cp_async_16, cp_async_commit, cp_async_wait_all};
 use crate::device::math::{div_rn, ex2, exp_fast, fma, lg2, rcp_approx, silu, sqrt_rn};
 use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, Shared};
 use crate::device::sync::sync_threads;
@@ -306,13 +307,12 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     // earlier kernels (the commit included). So the state is loaded before the wait on the
     // previous kernel: in a chained launch the load overlaps that kernel's tail.
     let mut s = [0.0f32; RPL];
-    if cfg!(not(feature = "gdn-state-after-wait")) && col < dv {
+    if col < dv {
         let src = state.add(j * DK * dv + r0 * dv + col);
         for (r, x) in s.iter_mut().enumerate() {
             *x = *src.add(r * dv);
         }
     }
-    grid_dependency_wait();
     let n = node_count(nb).min(m);
     let sk = dynamic_smem() as *mut f32;
     let sq = sk.add(m * DK);
@@ -323,22 +323,8 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let skids = sanc.add(m);
     let slots = skids.add(m) as *mut f32;
 
-    let mut e = t;
-    while e < n * DK {
-        let (i, r) = (e / DK, e % DK);
-        *sk.add(e) = *scratch.add(sc.k + i * kd + kh * DK + r);
-        *sq.add(e) = *scratch.add(sc.q + i * kd + kh * DK + r);
-        e += THREADS;
-    }
-    let mut e = t;
-    while e < n * COLS {
-        let (i, c) = (e / COLS, col0 + e % COLS);
-        *sv.add(e) = if c < dv { *scratch.add(sc.v + i * vd + j * dv + c) } else { 0.0 };
-        e += THREADS;
-    }
+    // The node batch is uploaded before the forward too: the masks go before the wait as well.
     if t < n {
-        *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
-        *sb.add(t) = *scratch.add(sc.beta + t * n_v + j);
         *sanc.add(t) = *(*nb).anc.as_ptr().add(t);
         let mut kids = 0u64;
         for x in t + 1..n {
@@ -348,16 +334,57 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
         }
         *skids.add(t) = kids;
     }
+    grid_dependency_wait();
+    // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`) and the block's 16
+    // columns of v, copied by `cp.async` (16 bytes, all of a thread's copies in flight at once:
+    // no round trip through registers per element); α and β are strided (one load per node).
+    // Every offset is a multiple of 4 floats (`gdn_scratch`); a scratch base that is not
+    // 16-byte aligned takes the element loop.
+    let chunks = DK / 4;
+    if (scratch as usize) % 16 == 0 {
+        let mut e = t;
+        while e < n * chunks {
+            let (i, c) = (e / chunks, 4 * (e % chunks));
+            let src = scratch.add(i * kd + kh * DK + c);
+            cp_async_16(smem_addr(sk.add(i * DK + c)), src.add(sc.k) as *const u8);
+            cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
+            e += THREADS;
+        }
+    } else {
+        let mut e = t;
+        while e < n * DK {
+            let (i, r) = (e / DK, e % DK);
+            *sk.add(e) = *scratch.add(sc.k + i * kd + kh * DK + r);
+            *sq.add(e) = *scratch.add(sc.q + i * kd + kh * DK + r);
+            e += THREADS;
+        }
+    }
+    if (scratch as usize) % 16 == 0 && col0 + COLS <= dv {
+        let mut e = t;
+        while e < n * (COLS / 4) {
+            let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));
+            let src = scratch.add(sc.v + i * vd + j * dv + col0 + c);
+            cp_async_16(smem_addr(sv.add(i * COLS + c)), src as *const u8);
+            e += THREADS;
+        }
+    } else {
+        let mut e = t;
+        while e < n * COLS {
+            let (i, c) = (e / COLS, col0 + e % COLS);
+            *sv.add(e) = if c < dv { *scratch.add(sc.v + i * vd + j * dv + c) } else { 0.0 };
+            e += THREADS;
+        }
+    }
+    cp_async_commit();
+    if t < n {
+        *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
+        *sb.add(t) = *scratch.add(sc.beta + t * n_v + j);
+    }
+    cp_async_wait_all();
     sync_threads();
 
     if col >= dv {
         return; // d_v is a multiple of 8: whole warps leave, after the block's only barrier
-    }
-    if cfg!(feature = "gdn-state-after-wait") {
-        let src = state.add(j * DK * dv + r0 * dv + col);
-        for (r, x) in s.iter_mut().enumerate() {
-            *x = *src.add(r * dv);
-        }
     }
     if n > 1 {
         slot_store(slots, t, &s);
