@@ -47,6 +47,7 @@ use crate::device::load::{cp_async_16, cp_async_commit, cp_async_wait_all};
 use crate::device::math::{div_rn, ex2, exp_fast, fma, lg2, rcp_approx, silu, sqrt_rn};
 use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, Shared};
 use crate::device::sync::sync_threads;
+use crate::device::unroll::unroll_below;
 use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
 use crate::device::*;
 
@@ -188,7 +189,9 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
     p: GdnParams,
 ) {
     launch_dependents();
-    grid_dependency_wait();
+    // Everything up to the wait reads data no kernel of the forward writes (the node batch,
+    // uploaded before the forward; the conv weights; the committed conv window, written only
+    // by the commit): it overlaps the previous kernel's tail in a chained launch.
     let i = block_x() as usize;
     if i >= node_count(nb) {
         return;
@@ -216,21 +219,59 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
         m += 1;
     }
     let t = thread_x() as usize;
+    // The first channel's taps and committed-window inputs (kernels of up to `PRE` taps).
+    const PRE: usize = 4;
+    let (mut w0, mut x0) = ([0.0f32; PRE], [0.0f32; PRE]);
+    if t < d && kk <= PRE {
+        let chn = base + t;
+        unroll_below(PRE, |tap| {
+            if tap < kk {
+                w0[tap] = *conv_w.add(chn * kk + tap);
+                let back = kk - 1 - tap;
+                if back > m {
+                    x0[tap] = *conv_state.add((kk - 1 - (back - m)) * ch + chn);
+                }
+            }
+        });
+    }
+    grid_dependency_wait();
     let mut ss = 0.0f32;
     let mut c = t;
     while c < d {
         let chn = base + c;
         let taps = conv_w.add(chn * kk);
-        let mut acc = *taps.add(kk - 1) * *mixed.add(i * ms + chn);
-        for tap in 0..kk - 1 {
+        // Tap `tap`'s input: in-batch ancestor `back` steps up, else the committed window.
+        let input = |tap: usize| {
             let back = kk - 1 - tap;
-            let xv = if back <= m {
+            if back <= m {
                 let node = ((up >> (6 * (back - 1))) & 63) as usize;
                 *mixed.add(node * ms + chn)
             } else {
                 *conv_state.add((kk - 1 - (back - m)) * ch + chn)
-            };
-            acc = fma(*taps.add(tap), xv, acc);
+            }
+        };
+        let mut acc;
+        if c == t && kk <= PRE {
+            // The preloaded first channel (constant indices: the arrays stay in registers).
+            let mut w_last = 0.0f32;
+            unroll_below(PRE, |u| {
+                if u + 1 == kk {
+                    w_last = w0[u];
+                }
+            });
+            acc = w_last * *mixed.add(i * ms + chn);
+            unroll_below(PRE, |tap| {
+                if tap + 1 < kk {
+                    let back = kk - 1 - tap;
+                    let xv = if back <= m { input(tap) } else { x0[tap] };
+                    acc = fma(w0[tap], xv, acc);
+                }
+            });
+        } else {
+            acc = *taps.add(kk - 1) * *mixed.add(i * ms + chn);
+            for tap in 0..kk - 1 {
+                acc = fma(*taps.add(tap), input(tap), acc);
+            }
         }
         let y = silu(acc);
         *dst.add(c) = y;

@@ -326,11 +326,24 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
     if c >= p.n {
         return;
     }
-    grid_dependency_wait();
     let k = p.in_features as usize;
+    let t = thread_x() as usize;
+    // The norm weights are model data no kernel writes: loaded before the wait, so in a chained
+    // launch they arrive under the previous kernel's tail.
+    let mut wv = [0.0f32; REG_ELEMS];
+    if k <= STAGED_MAX {
+        let mut j = 0;
+        while j < REG_ELEMS {
+            let e = t + 256 * j;
+            if e < k {
+                wv[j] = *w.add(e);
+            }
+            j += 1;
+        }
+    }
+    grid_dependency_wait();
     let base = c as usize * k;
     let add = np.add != 0;
-    let t = thread_x() as usize;
     let store = add && block_y() == 0;
     let v_at = |e: usize| -> f32 {
         let mut v = *h.add(base + e);
@@ -358,13 +371,11 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
     if k <= STAGED_MAX {
         let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
         let mut v = [0.0f32; REG_ELEMS];
-        let mut wv = [0.0f32; REG_ELEMS];
         let mut j = 0;
         while j < REG_ELEMS {
             let e = t + 256 * j;
             if e < k {
                 v[j] = *h.add(base + e);
-                wv[j] = *w.add(e);
             }
             j += 1;
         }

@@ -103,7 +103,9 @@ impl QmmWorkspace {
     /// `add = Some((a, h_out))`, `v = h + a` is stored to `h_out` (a different buffer: every block
     /// reads `h` whole), else `v = h`; the activations prepared are those of `rmsnorm(v) ⊙ w`,
     /// bitwise the same as `add_rms_norm` / `rms_norm_rows_span` followed by [`Self::prepare`].
-    /// `h`, `a`, `h_out` hold `[n, inp]`, `w` holds `inp` values.
+    /// `h`, `a`, `h_out` hold `[n, inp]`, `w` holds `inp` values. The kernel reads `w` before it
+    /// waits on the previous kernel of a chained launch, so `w` must be data no kernel writes
+    /// (the norm weights).
     #[allow(clippy::too_many_arguments)]
     pub fn prepare_norm(
         &mut self,
