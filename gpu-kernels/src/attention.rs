@@ -115,7 +115,8 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     p: AttnPrepParams,
 ) {
     launch_dependents();
-    grid_dependency_wait();
+    // Up to the wait only the node batch is read (uploaded before the forward; no kernel writes
+    // it), so a chained launch does this under the previous kernel's tail.
     let i = block_x();
     if i >= batch_nodes(batch, p.n) {
         return;
@@ -130,6 +131,7 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     let row = n_past as u64 + i as u64;
     let pos = n_past as u64 + (*batch).depth[i as usize & NODE_MASK] as u64;
     let kv_row_elems = nkv as usize * hd;
+    grid_dependency_wait();
 
     // Value heads: a rounded copy.
     if vec >= nh + nkv {

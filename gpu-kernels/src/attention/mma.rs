@@ -106,7 +106,8 @@ unsafe fn tree_mma<const HD: u32>(
     p: AttnTreeParams,
 ) {
     launch_dependents();
-    grid_dependency_wait();
+    // Up to the wait only the node batch is read (uploaded before the forward; no kernel writes
+    // it): the nodes' split ranges and ancestor lists are built under the previous kernel's tail.
     let nb = batch_nodes(batch, p.n);
     let n_past = (*batch).n_past;
     if n_past as u64 + nb as u64 > p.ctx as u64 || p.head_dim != HD || p.n_head_kv == 0 {
@@ -155,6 +156,7 @@ unsafe fn tree_mma<const HD: u32>(
         *cnts.add(tid as usize) = cnt;
     }
 
+    grid_dependency_wait();
     // The Q plane: row `16·mt + rr` = (node `mt·npm + rr / g`, head `rr % g`) as f16.
     let qs = smem_addr(dynamic_smem());
     let ks = qs + Q_ROWS * HD * 2;
