@@ -4,9 +4,10 @@
 //! (`host::gpu::launch::launch_chained`) may start while the previous kernel in the stream is still
 //! running. It must call [`grid_dependency_wait`] before it reads anything the previous kernel
 //! writes and before it writes anything the previous kernel reads; everything before that point may
-//! only touch memory no kernel of the chain writes (the packed weights; in the engine's forward
-//! also the committed DeltaNet state, which only the commit writes, before the forward's node
-//! batch is uploaded). Without the attribute both
+//! only touch memory no kernel of the chain writes: model weights (packed matrices, norm and conv
+//! weights) and, in the engine's forward, what only host copies or the commit write — the node
+//! batch, the committed DeltaNet state and conv window. Every forward starts behind the upload
+//! of its node batch, a copy the stream orders after all earlier kernels (the commit included). Without the attribute both
 //! instructions are no-ops, so a chained kernel is also correct when launched the ordinary way.
 //!
 //! With the `chain-trace` feature (an experiment build, never shipped) thread 0 of block
