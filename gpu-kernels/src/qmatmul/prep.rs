@@ -111,6 +111,9 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     let k = p.in_features as usize;
     let t = thread_x() as usize;
     let base = c as usize * k;
+    // This block's elements, loaded with the column's max (they do not depend on its scale): one
+    // round trip to L2 for both instead of two in a row.
+    let vals = unit_values(k, |e| *x.add(base + e));
     if p.max_parts > 0 {
         // The column's max from the producer's row-group maxima (see the module doc).
         let parts = p.max_parts as usize;
@@ -122,7 +125,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
             i += 256;
         }
         let inv = publish_column_scale(c, m, xscale);
-        write_units(c, k, inv, |e| *x.add(base + e), xh, xb_hi, xb_lo, xcm, xsum, p);
+        write_unit_values(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p);
         return;
     }
     // Pass 1: max |x| over the column (as bits: for non-negative floats the integer order is the
@@ -149,7 +152,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     }
     let inv = publish_column_scale(c, m, xscale);
     // Pass 2: this block's units.
-    write_units(c, k, inv, |e| *x.add(base + e), xh, xb_hi, xb_lo, xcm, xsum, p);
+    write_unit_values(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p);
 }
 
 /// `s_c` and `1/s_c` for a column whose largest |x| has the bits `m` (see pass 1 of
@@ -195,7 +198,14 @@ pub(crate) unsafe fn write_units(
     xsum: *mut f32,
     p: QmmPrepParams,
 ) {
-    let base = c as usize * k;
+    let vals = unit_values(k, value);
+    write_unit_values(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p);
+}
+
+/// The four elements this lane converts in [`write_units`] (before scaling), loaded together:
+/// a caller can issue these loads before it knows the column's scale.
+#[inline(always)]
+pub(crate) unsafe fn unit_values(k: usize, value: impl Fn(usize) -> f32) -> [f32; 4] {
     let lane = lane_id();
     let units = k / 32;
     let first = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4;
@@ -207,6 +217,28 @@ pub(crate) unsafe fn write_units(
         }
         j += 1;
     }
+    vals
+}
+
+/// [`write_units`] of values already loaded by [`unit_values`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(crate) unsafe fn write_unit_values(
+    c: u32,
+    k: usize,
+    inv: f32,
+    vals: [f32; 4],
+    xh: *mut u16,
+    xb_hi: *mut u16,
+    xb_lo: *mut u16,
+    xcm: *mut u16,
+    xsum: *mut f32,
+    p: QmmPrepParams,
+) {
+    let base = c as usize * k;
+    let lane = lane_id();
+    let units = k / 32;
+    let first = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4;
     let mut j = 0;
     while j < 4 {
         let unit = first + j;
