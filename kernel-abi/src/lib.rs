@@ -723,8 +723,9 @@ mod tests {
         assert!(!qmm_cluster_plan(264, 10) && !qmm_cluster_plan(0, 1) && !qmm_cluster_plan(0, 17));
     }
 
-    /// The cluster plan on nvidia-h200's residency (clusters of 2, 3, 4, 5, 6 … resident at once:
-    /// 132, 79, 62, 47, 39, then fewer), for the 27B's split shapes.
+    /// The cluster plan on nvidia-h200's residency (clusters of 2, 3, 4, 5, 6 resident at once:
+    /// 132, 79, 62, 47, 39, measured; 7–10 here are assumed values below 39), for the 27B's split
+    /// shapes.
     #[test]
     fn qmm_cluster_ksplit_picks_what_the_sweep_measured() {
         let mut resident = [0u32; QMM_MAX_CLUSTER as usize + 1];
