@@ -723,14 +723,15 @@ mod tests {
         assert!(!qmm_cluster_plan(264, 10) && !qmm_cluster_plan(0, 1) && !qmm_cluster_plan(0, 17));
     }
 
-    /// The cluster plan on nvidia-h200's residency (clusters of 2, 3, 4, 5, 6 resident at once:
-    /// 132, 79, 62, 47, 39, measured; 7–10 here are assumed values below 39), for the 27B's split
-    /// shapes.
+    /// The cluster plan on nvidia-h200's measured residency of the Q4_K one-tile kernel (clusters
+    /// of 2 … 16 resident at once: 132, 79, 62, 47, 39, 32, 30, 23, 21, 16, 16, 14, 14, 14, 14;
+    /// docs/perf/engine-2026-11-25/s7/r12-cluster-residency), for the 27B's split shapes.
     #[test]
     fn qmm_cluster_ksplit_picks_what_the_sweep_measured() {
         let mut resident = [0u32; QMM_MAX_CLUSTER as usize + 1];
-        for (k, r) in [(2, 132), (3, 79), (4, 62), (5, 47), (6, 39), (7, 33), (8, 31), (9, 27), (10, 25)] {
-            resident[k] = r;
+        let measured = [132, 79, 62, 47, 39, 32, 30, 23, 21, 16, 16, 14, 14, 14, 14];
+        for (k, r) in measured.into_iter().enumerate() {
+            resident[k + 2] = r;
         }
         let slots = 264;
         let pick = |out: u32, units: u32, m: QmmSplitCost| {
