@@ -379,28 +379,18 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`) and the block's 16
     // columns of v, copied by `cp.async` (16 bytes, all of a thread's copies in flight at once:
     // no round trip through registers per element); α and β are strided (one load per node).
-    // Every offset is a multiple of 4 floats (`gdn_scratch`); a scratch base that is not
-    // 16-byte aligned takes the element loop.
+    // Every offset is a multiple of 4 floats (`gdn_scratch`) and the host checks that the scratch
+    // starts 16-byte aligned; a column group that passes `d_v` takes the element loop.
     let chunks = DK / 4;
-    if (scratch as usize) % 16 == 0 {
-        let mut e = t;
-        while e < n * chunks {
-            let (i, c) = (e / chunks, 4 * (e % chunks));
-            let src = scratch.add(i * kd + kh * DK + c);
-            cp_async_16(smem_addr(sk.add(i * DK + c)), src.add(sc.k) as *const u8);
-            cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
-            e += THREADS;
-        }
-    } else {
-        let mut e = t;
-        while e < n * DK {
-            let (i, r) = (e / DK, e % DK);
-            *sk.add(e) = *scratch.add(sc.k + i * kd + kh * DK + r);
-            *sq.add(e) = *scratch.add(sc.q + i * kd + kh * DK + r);
-            e += THREADS;
-        }
+    let mut e = t;
+    while e < n * chunks {
+        let (i, c) = (e / chunks, 4 * (e % chunks));
+        let src = scratch.add(i * kd + kh * DK + c);
+        cp_async_16(smem_addr(sk.add(i * DK + c)), src.add(sc.k) as *const u8);
+        cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
+        e += THREADS;
     }
-    if (scratch as usize) % 16 == 0 && col0 + COLS <= dv {
+    if col0 + COLS <= dv {
         let mut e = t;
         while e < n * (COLS / 4) {
             let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));

@@ -69,6 +69,13 @@ fn cluster_partials<const T: usize>() -> *mut f32 {
     }
 }
 
+/// The gate row (within its row block) of the block's fused SwiGLU feature `f`: W interleaves
+/// gate and up by 8 rows, so feature `f` is gate row `16·(f/8) + f%8`, its up row 8 below.
+#[inline(always)]
+fn swiglu_gate_row(f: u32) -> u32 {
+    16 * (f / 8) + f % 8
+}
+
 /// Whether format `F`'s kernels have the cluster path (the block formats: Q4_K, Q5_K, Q6_K,
 /// Q8_0 — `kernel_abi::qmm_cluster_plan` launches; the float formats' 80-register kernels keep
 /// the global-memory reduction only).
@@ -254,9 +261,8 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
             let s = *xscale.add(col as usize);
             let pcol = col as usize * QMM_ROWS_PER_BLOCK as usize;
             if SWIGLU {
-                // Feature `f`: gate row `16·(f/8) + f%8` of the row block, its up row 8 below.
                 let f = (row_base / 2 + local) as usize;
-                let gl = (16 * (local / 8) + local % 8) as usize;
+                let gl = swiglu_gate_row(local) as usize;
                 if f < ff {
                     let v = silu(sum_splits(pcol + gl) * s) * (sum_splits(pcol + gl + 8) * s);
                     *y.add(col as usize * ff + f) = v;
@@ -373,9 +379,8 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
                     }
                     let (col, local) = (i / per_col, i % per_col);
                     let (row, out_idx) = if SWIGLU {
-                        // Feature `f`: gate row `16·(f/8) + f%8` of the packed matrix.
                         let f = (rb * QMM_ROWS_PER_BLOCK / 2 + local) as usize;
-                        let row = (rb * QMM_ROWS_PER_BLOCK + 16 * (local / 8) + local % 8) as usize;
+                        let row = (rb * QMM_ROWS_PER_BLOCK + swiglu_gate_row(local)) as usize;
                         (row, if f < ff { col as usize * ff + f } else { usize::MAX })
                     } else {
                         let row = (rb * QMM_ROWS_PER_BLOCK + local) as usize;

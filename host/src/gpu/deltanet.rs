@@ -291,6 +291,11 @@ fn forward_params(
     st.conv_state.need(shape.conv_state_len(), K, "conv_state")?;
     st.state.need(shape.state_len(), K, "state")?;
     st.scratch.need(gdn_scratch_len(shape), K, "scratch")?;
+    // `gdn_recur` stages k, q and v rows from the scratch by 16-byte `cp.async` (every offset of
+    // `kernel_abi::gdn_scratch` is a multiple of 4 floats).
+    if !st.scratch.ptr().is_multiple_of(16) {
+        return Err(GpuError::shape(K, format!("scratch at {:#x} is not 16-byte aligned", st.scratch.ptr())));
+    }
     Ok(p)
 }
 /// The checks of the gated norm's inputs (`w.norm_w`, `io.z` at `io.z_stride`, `st.scratch`)

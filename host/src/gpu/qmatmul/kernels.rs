@@ -49,20 +49,6 @@ pub(super) fn uses_cluster(ty: GgmlType, plan: QmmSplitPlan) -> bool {
         && qmm_cluster_plan(plan.full, plan.ksplit)
 }
 
-/// Whether this launch of kernel `name` runs as clusters (the matrix allows it: `allowed`): only
-/// when one cluster per row block fits the device at once ([`Gpu::resident_clusters`]). Clusters
-/// that do not fit run in waves: measured on nvidia-h200, clusters of 6 over the 27B's 40-row-
-/// block shapes took 1.4× the global-memory reduction, while clusters of 2 over 129 row blocks
-/// were faster (docs/perf/qmatmul.md, session 14). Either path gives the same bits, so the choice
-/// may depend on the launch's kernel (its tile count) without breaking batch invariance.
-fn cluster_fits(gpu: &Gpu, name: &'static str, smem: u32, p: &QmmParams, allowed: bool) -> Result<bool, GpuError> {
-    if !allowed {
-        return Ok(false);
-    }
-    let row_blocks = p.out_features.div_ceil(QMM_ROWS_PER_BLOCK);
-    Ok(gpu.resident_clusters(name, QMM_WARPS * 32, smem, p.ksplit)? >= row_blocks)
-}
-
 /// The K-split plan of every product of a `[out, inp]` matrix of `ty` on `gpu` (split in
 /// `1..=16` and at most the K blocks of a row): the override (uniform), else `qmm_ksplit_pow2`
 /// for the float types (uniform), else `qmm_split_plan` over the device's resident blocks of the
@@ -153,9 +139,9 @@ fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
 }
 
 /// For a matrix whose split row blocks may reduce in clusters: `(clusters resident at once,
-/// row blocks)` for the kernel a product over `n ≤ QMM_MAX_N` tokens runs — clusters are used
-/// when the first is at least the second ([`cluster_fits`]). `None` when the matrix does not
-/// allow clusters.
+/// row blocks)` for the kernel a product over `n ≤ QMM_MAX_N` tokens runs — a launch uses clusters
+/// only when the first is at least the second ([`launch_clustered`]). `None` when the matrix does
+/// not allow clusters.
 pub(super) fn cluster_residency(
     gpu: &Gpu,
     w: &QWeight,
@@ -172,6 +158,16 @@ pub(super) fn cluster_residency(
     let smem = family.smem_bytes(tiles as u32);
     let resident = gpu.resident_clusters(name, QMM_WARPS * 32, smem, w.plan().ksplit)?;
     Ok(Some((resident, to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK))))
+}
+
+/// Whether a product over `n ≤ QMM_MAX_N` tokens runs as clusters: only when one cluster per row
+/// block fits the device at once ([`cluster_residency`]). Clusters that do not fit run in waves:
+/// measured on nvidia-h200, clusters of 6 over the 27B's 40-row-block shapes took 1.4× the
+/// global-memory reduction, while clusters of 2 over 129 row blocks were faster
+/// (docs/perf/qmatmul.md, session 14). Either path gives the same bits, so the choice may depend
+/// on the launch's kernel (its tile count) without breaking batch invariance.
+fn launch_clustered(gpu: &Gpu, w: &QWeight, n: usize, swiglu: bool) -> Result<bool, GpuError> {
+    Ok(cluster_residency(gpu, w, n, swiglu)?.is_some_and(|(resident, row_blocks)| resident >= row_blocks))
 }
 
 /// Checks and launches the `qmm_*` kernel over the rows of `w`; `swiglu`: the fused epilogue
@@ -209,7 +205,6 @@ pub(super) fn launch(
     // The fused SwiGLU epilogue publishes `max |y|` per column and row group (`ymax`, indexed by
     // the global column: each chunk's span starts at its first column, like its `y`).
     let parts = out.div_ceil(QMM_ROWS_PER_BLOCK as usize);
-    let allowed = w.cluster_reduction();
     ws.ymax_of = None;
     for c in 0..n.div_ceil(QMM_MAX_N as usize) {
         let (first, cols) = chunk_cols(n, c);
@@ -228,8 +223,8 @@ pub(super) fn launch(
         // Multi-tile kernels that stage x keep x chunks in dynamic shared memory.
         let smem = family.smem_bytes(tiles as u32);
         gpu.allow_dynamic_smem(name, smem)?;
-        let p = QmmParams { cluster: cluster_fits(gpu, name, smem, &p, allowed)? as u32, ..p };
-        let clustered = p.cluster != 0;
+        let clustered = launch_clustered(gpu, w, cols, swiglu)?;
+        let p = QmmParams { cluster: clustered as u32, ..p };
         let cfg = LaunchConfig {
             grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
             block_dim: (QMM_WARPS * 32, 1, 1),
