@@ -10,14 +10,14 @@
 //! (`2·48·3.1 MB`). Reported as state bytes per second and their fraction of copy bandwidth.
 
 use flashtree::gpu::deltanet::{
-    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep, gdn_scratch_len, node_batch_words,
-    GdnIo, GdnLayerState, GdnShape, GdnWeights,
+    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep, gdn_replay_words, gdn_scratch_len,
+    node_batch_words, GdnIo, GdnLayerState, GdnShape, GdnWeights,
 };
 use flashtree::gpu::qmatmul::QmmWorkspace;
 use flashtree::gpu::{DevSpan, Gpu};
 use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
 use flashtree_reference::deltanet::{commit_path, node_batch};
-use kernel_abi::{CommitPath, NodeBatch};
+use kernel_abi::{CommitPath, GdnReplay, NodeBatch};
 
 const LAYERS: usize = 48;
 
@@ -37,6 +37,18 @@ fn upload_words(gpu: &Gpu, w: &[u32]) -> (flashtree::gpu::CudaSlice<u32>, u64) {
     let d = gpu.upload(w).unwrap();
     let p = DevSpan::of(gpu, &d).ptr();
     (d, p)
+}
+
+/// The device buffers of `nb` and its replay schedule, and their spans (valid while the buffers
+/// live).
+type NodesOnDevice = ([flashtree::gpu::CudaSlice<u32>; 2], DevSpan<NodeBatch>, DevSpan<GdnReplay>);
+
+fn upload_nodes(gpu: &Gpu, nb: &NodeBatch) -> NodesOnDevice {
+    let (nbd, nbp) = upload_words(gpu, &node_batch_words(nb));
+    let (rpd, rpp) = upload_words(gpu, &gdn_replay_words(nb).unwrap());
+    // Safety: the buffers hold one NodeBatch and one GdnReplay, returned with the spans.
+    let spans = unsafe { (DevSpan::from_raw(nbp, 1), DevSpan::from_raw(rpp, 1)) };
+    ([nbd, rpd], spans.0, spans.1)
 }
 
 fn main() {
@@ -76,12 +88,10 @@ fn main() {
     for parents in [&[-1i32][..], &TREE22[..]] {
         let n = parents.len();
         let nb = node_batch(1000, parents);
-        let (_nbd, nbp) = upload_words(&gpu, &node_batch_words(&nb));
-        // Safety: the buffer holds one NodeBatch and outlives the bench.
-        let nbs: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(nbp, 1) };
+        let (_bufs, nbs, rps) = upload_nodes(&gpu, &nb);
         let secs = median_secs(&gpu, 96, |i| {
             let (io, st) = layer(i % LAYERS);
-            gdn_forward(&gpu, &s, n, nbs, &w, &io, &st)
+            gdn_forward(&gpu, &s, n, nbs, rps, &w, &io, &st)
         });
         let depth: u32 = nb.depth[..n].iter().map(|d| d + 1).sum();
         let note = format!(
@@ -100,10 +110,9 @@ fn main() {
     for parents in [&[-1i32][..], &TREE22[..]] {
         let n = parents.len();
         let nb = node_batch(1000, parents);
-        let (_nbd, nbp) = upload_words(&gpu, &node_batch_words(&nb));
-        let nbs: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(nbp, 1) };
+        let (_bufs, nbs, rps) = upload_nodes(&gpu, &nb);
         let (io, st) = layer(0);
-        gdn_forward(&gpu, &s, n, nbs, &w, &io, &st).unwrap();
+        gdn_forward(&gpu, &s, n, nbs, rps, &w, &io, &st).unwrap();
         let bytes = (n * vd) as f64 * (8.0 + 4.0 + 0.125);
         let secs = median_secs(&gpu, 200, |_| gdn_norm_prep(&gpu, &s, n, &w, &io, &st, &mut ws, false));
         let note = "o, z read once; x f16 + core-matrix plane + sums written; latency-bound";
@@ -120,10 +129,9 @@ fn main() {
     // layer's scratch filled).
     for layer_i in 0..LAYERS {
         let nb = node_batch(1000, &TREE22);
-        let (_nbd, nbp) = upload_words(&gpu, &node_batch_words(&nb));
-        let nbs: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(nbp, 1) };
+        let (_bufs, nbs, rps) = upload_nodes(&gpu, &nb);
         let (io, st) = layer(layer_i);
-        gdn_forward(&gpu, &s, TREE22.len(), nbs, &w, &io, &st).unwrap();
+        gdn_forward(&gpu, &s, TREE22.len(), nbs, rps, &w, &io, &st).unwrap();
     }
     let (_pd, pp) = upload_words(&gpu, &commit_path_words(&commit_path(1000, &[0, 1, 2, 3])));
     let ps: DevSpan<CommitPath> = unsafe { DevSpan::from_raw(pp, 1) };

@@ -17,10 +17,10 @@
 //!   window), SiLU, the L2 norms, the q scale, α and β, into the layer's scratch
 //!   (`kernel_abi::gdn_scratch`).
 //! * `gdn_recur_*` — the replay: block `(j, column group)` loads its columns of the committed
-//!   state once and computes every node's state on chip, each from its parent's: a node whose
-//!   parent is the node just computed costs one update; otherwise the block restarts from the
-//!   nearest ancestor whose state it saved in shared memory (or the root) and replays the
-//!   updates in between. Nothing per node is written but `o`.
+//!   state once and computes every node's state on chip by the forward's replay schedule
+//!   (`kernel_abi::gdn_replay`, built on the host from the node batch: depth first, each node
+//!   once from its parent's state, branch points kept in shared-memory slots for their later
+//!   children). Nothing per node is written but `o`.
 //! * `gdn_gated_norm` — per (node, value head) RMSNorm of `o` times `norm_w ⊙ silu(z)`.
 //! * `gdn_norm_prep_dv*` ([`norm_prep`]) — the gated norm fused with the out projection's
 //!   `qmm_prep_x` (the engine's default in place of `gdn_gated_norm`).
@@ -33,13 +33,13 @@
 //! the committed state/window. Every reduction has a fixed order chosen from the head dims: the
 //! per-column dot products `Σ_r S[r][c]·x[r]` are 4 lanes × `d_k/4` rows (4 interleaved
 //! accumulators per lane, summed `(a0+a1)+(a2+a3)`, then the butterfly over the lanes xor 8, 16),
-//! the L2 and RMS norms are butterfly sums in warp order. The replay schedule (which ancestor a
-//! node restarts from) changes which work is repeated, never the bits: every state is the same
-//! chain of [`delta_step`]s from the root.
+//! the L2 and RMS norms are butterfly sums in warp order. The replay schedule (the order, and
+//! which saved state a node restarts from) changes which work is done, never the bits: every
+//! state is the same chain of [`delta_step`]s from the root.
 
 use kernel_abi::{
-    gdn_scratch, CommitPath, GdnParams, NodeBatch, GDN_COLS_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS, GDN_SLOTS,
-    MAX_NODES,
+    gdn_replay_max_ops, gdn_scratch, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK, GDN_OP_LOAD,
+    GDN_OP_OUT, GDN_OP_SAVE, GDN_PREP_THREADS, GDN_RECUR_THREADS, GDN_SLOTS, MAX_NODES,
 };
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
@@ -56,8 +56,6 @@ pub mod norm_prep;
 const COLS: usize = GDN_COLS_PER_BLOCK as usize;
 const THREADS: usize = GDN_RECUR_THREADS as usize;
 const SLOTS: usize = GDN_SLOTS as usize;
-/// No node (the root's state): past every node index.
-const NONE: u32 = MAX_NODES;
 
 #[link_section = ".shared"]
 static PREP_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
@@ -66,12 +64,6 @@ static PREP_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
 #[inline(always)]
 unsafe fn node_count(nb: *const NodeBatch) -> usize {
     ((*nb).n).min(MAX_NODES) as usize
-}
-
-/// Whether `bits` has a bit set above bit `i` (`i` may reach 64: then none).
-#[inline(always)]
-fn above(bits: u64, i: usize) -> bool {
-    bits.checked_shr(i as u32 + 1).unwrap_or(0) != 0
 }
 
 #[inline(always)]
@@ -309,22 +301,23 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
 }
 
 /// The tree replay for key head dim `DK` (`RPL = DK / 4` rows per lane). Grid
-/// `(n_v, ⌈d_v / 16⌉)`, 64 threads (one per node for the masks: `n ≤ MAX_NODES ≤ 64`),
+/// `(n_v, ⌈d_v / 16⌉)`, 64 threads (one per node for α and β: `n ≤ MAX_NODES ≤ 64`),
 /// `gdn_recur_smem_words(DK, p.smem_nodes)·4` bytes of dynamic shared memory (arrays of
 /// `p.smem_nodes` rows, the launch's node count; nodes past it are not computed). Block
 /// `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp `w` column
 /// `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. It stages the nodes' k, q (key head
-/// `j mod n_k`), v, α, β in shared memory, loads its slice of the committed state once
-/// (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic), and visits the nodes
-/// in index order (parents first). Node `i` starts from the deepest ancestor whose state is
-/// available — in registers (the node just computed) or in one of `GDN_SLOTS` shared-memory
-/// slots (saved after a node that has a child later than `i + 1`) — else from the root copy,
-/// replays the ancestors in between, then its own update and `o_i` (written to scratch).
-/// Work: between `n` updates (chains, or trees visited in order) and `Σ depth` (every restart
-/// from the root). The committed state is only read.
+/// `j mod n_k`), v, α, β and the forward's replay schedule (`kernel_abi::GdnReplay`, the same
+/// for every block) in shared memory, loads its slice of the committed state once
+/// (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic) into the registers
+/// and slot 0, and runs the schedule: load or save the registers from or to a slot
+/// (`1 + GDN_SLOTS` slots: the committed state and saved branch points), apply a node's update
+/// (`delta_step`), and for each node once, its update and `o_i` (written to scratch). The
+/// host's depth-first schedule (`kernel_abi::gdn_replay`) computes every node once from its
+/// parent's state below 63 nodes. The committed state is only read.
 #[inline(always)]
 unsafe fn recur<const DK: usize, const RPL: usize>(
     nb: *const NodeBatch,
+    replay: *const GdnReplay,
     state: *const f32,
     scratch: *mut f32,
     p: GdnParams,
@@ -344,9 +337,9 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let col = col0 + cw;
     let r0 = (lane / 8) * RPL;
     // The committed state is written only by the commit, never inside a forward, and every
-    // forward starts behind the upload of its node batch, which the stream orders after all
-    // earlier kernels (the commit included). So the state is loaded before the wait on the
-    // previous kernel: in a chained launch the load overlaps that kernel's tail.
+    // forward starts behind the upload of its node batch and schedule, which the stream orders
+    // after all earlier kernels (the commit included). So the state and the schedule are loaded
+    // before the wait on the previous kernel: in a chained launch they overlap that kernel's tail.
     let mut s = [0.0f32; RPL];
     if col < dv {
         let src = state.add(j * DK * dv + r0 * dv + col);
@@ -360,20 +353,15 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let sv = sq.add(m * DK);
     let sa = sv.add(m * COLS);
     let sb = sa.add(m);
-    let sanc = sb.add(m) as *mut u64;
-    let skids = sanc.add(m);
-    let slots = skids.add(m) as *mut f32;
-
-    // The node batch is uploaded before the forward too: the masks go before the wait as well.
-    if t < n {
-        *sanc.add(t) = *(*nb).anc.as_ptr().add(t);
-        let mut kids = 0u64;
-        for x in t + 1..n {
-            if parent_of(nb, x) == t as i32 {
-                kids |= 1u64 << x;
-            }
-        }
-        *skids.add(t) = kids;
+    let sops = sb.add(m) as *mut u32;
+    let max_ops = gdn_replay_max_ops(m as u32) as usize;
+    let slots = sops.add(max_ops.div_ceil(2)) as *mut f32;
+    let len = ((*replay).len as usize).min(max_ops);
+    let ops = (*replay).ops.as_ptr() as *const u32;
+    let mut w = t;
+    while w < len.div_ceil(2) {
+        *sops.add(w) = *ops.add(w);
+        w += THREADS;
     }
     grid_dependency_wait();
     // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`) and the block's 16
@@ -417,65 +405,37 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     if col >= dv {
         return; // d_v is a multiple of 8: whole warps leave, after the block's only barrier
     }
+    // Slot 0: the committed state (reloaded for a second root or a replay from the root).
     if n > 1 {
         slot_store(slots, t, &s);
     }
-    let slot = |k: usize| slots.add((1 + k) * RPL * THREADS);
-    let mut cur = NONE; // node whose state the registers hold (NONE: the root)
-    let mut saved = 0u64; // nodes with a saved state
-    let mut tags = [NONE; SLOTS];
+    let slot = |k: usize| slots.add(k.min(SLOTS) * RPL * THREADS);
+    let sops = sops as *const u16;
     let out = scratch.add(sc.o + j * dv + col);
-    for i in 0..n {
-        let anc = *sanc.add(i) & !(1u64 << i);
-        let avail = saved | if cur < NONE { 1u64 << cur } else { 0 };
-        let cand = anc & avail;
-        let from = if cand != 0 { 63 - cand.leading_zeros() } else { NONE };
-        if from != cur {
-            if from == NONE {
-                slot_load(slots, t, &mut s);
-            } else {
-                for (k, &tag) in tags.iter().enumerate() {
-                    if tag == from {
-                        slot_load(slot(k), t, &mut s);
-                    }
-                }
-            }
+    let mut next = if len > 0 { *sops } else { 0 };
+    let mut i = 0;
+    while i < len {
+        let op = next;
+        if i + 1 < len {
+            next = *sops.add(i + 1);
         }
-        let mut todo = if from == NONE { anc } else { anc & !(2u64 << from).wrapping_sub(1) };
-        while todo != 0 {
-            let x = todo.trailing_zeros() as usize;
-            todo &= todo - 1;
+        let x = (op & 63) as usize;
+        let kind = op & (3 << 6);
+        if kind == GDN_OP_LOAD {
+            slot_load(slot(x), t, &mut s);
+        } else if kind == GDN_OP_SAVE {
+            slot_store(slot(x), t, &s);
+        } else if x < n {
             let k = load_rows::<RPL>(sk.add(x * DK + r0));
             delta_step(&mut s, &k, *sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
-        }
-        let k = load_rows::<RPL>(sk.add(i * DK + r0));
-        delta_step(&mut s, &k, *sa.add(i), *sb.add(i), *sv.add(i * COLS + cw));
-        let o = readout(&s, &load_rows::<RPL>(sq.add(i * DK + r0)));
-        if lane < 8 {
-            *out.add(i * vd) = o;
-        }
-        cur = i as u32;
-        let kids = *skids.add(i);
-        if above(kids, i + 1) {
-            // A child later than i + 1 will want this state: keep it if a slot is free (its
-            // node has no child after i).
-            let mut free = SLOTS;
-            for (k, &tag) in tags.iter().enumerate().rev() {
-                if tag == NONE || !above(*skids.add(tag as usize), i) {
-                    free = k;
-                }
-            }
-            for (k, tag) in tags.iter_mut().enumerate() {
-                if k == free {
-                    if *tag != NONE {
-                        saved &= !(1u64 << *tag);
-                    }
-                    slot_store(slot(k), t, &s);
-                    *tag = i as u32;
-                    saved |= 1u64 << i;
+            if kind == GDN_OP_OUT {
+                let o = readout(&s, &load_rows::<RPL>(sq.add(x * DK + r0)));
+                if lane < 8 {
+                    *out.add(x * vd) = o;
                 }
             }
         }
+        i += 1;
     }
 }
 
@@ -648,11 +608,12 @@ macro_rules! gdn_kernels {
         #[link_section = "nvvm:maxntid=64;minctasm=1"]
         pub unsafe extern "ptx-kernel" fn $recur(
             nb: *const NodeBatch,
+            replay: *const GdnReplay,
             state: *const f32,
             scratch: *mut f32,
             p: GdnParams,
         ) {
-            recur::<$dk, { $dk / 4 }>(nb, state, scratch, p)
+            recur::<$dk, { $dk / 4 }>(nb, replay, state, scratch, p)
         }
 
         #[no_mangle]

@@ -17,7 +17,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Generate text: AR, DFlash chain or DDTree tree speculative decoding (CPU backend for now).
+    /// Generate text: AR, DFlash chain or DDTree tree speculative decoding, on the GPU engine or the CPU reference.
     Generate(cli::generate::GenerateArgs),
     /// Serve the model over HTTP: OpenAI-compatible /v1/chat/completions, /v1/models, /health.
     Serve(cli::serve::ServeArgs),

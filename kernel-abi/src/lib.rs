@@ -874,11 +874,220 @@ pub const GDN_LANES_PER_COL: u32 = 4;
 pub const GDN_RECUR_WARPS: u32 = 2;
 /// Value columns per block of `gdn_recur_*` and `gdn_commit_*`.
 pub const GDN_COLS_PER_BLOCK: u32 = GDN_RECUR_WARPS * GDN_COLS_PER_WARP;
-/// Saved node states (besides the root) one `gdn_recur_*` block keeps in shared memory, so a
-/// node whose parent is not the node just computed restarts from the nearest saved ancestor
-/// instead of the root. Only speed depends on it: every node's state is the same chain of
+/// Saved node states (besides the root) one `gdn_recur_*` block keeps in shared memory: the
+/// branch points of the depth-first replay schedule ([`gdn_replay`]) whose later children still
+/// need their state. Only speed depends on it: every node's state is the same chain of
 /// per-token updates from the root whatever the schedule.
 pub const GDN_SLOTS: u32 = 4;
+/// Most operations of a [`GdnReplay`] (any node count; [`gdn_replay_max_ops`] per count).
+pub const GDN_REPLAY_MAX_OPS: usize = 768;
+
+/// Most operations [`gdn_replay`] emits for `n` nodes: `n` computed nodes, at most `n` saves and
+/// `n` loads, and replays only at a branch point nested deeper than `GDN_SLOTS` pending ones.
+/// Children are visited smallest first, so a pending branch point's current child holds at most
+/// `(s − 1)/2` of its `s` nodes, and a branch point has at least 3: the 5th nested one needs
+/// `n ≥ 63` — below that every node costs one update. From 63 on, at most `n · n / 8` replayed
+/// updates (such a branch point's nearest saved ancestor roots at most `n / 8` nodes): 704
+/// operations at `n = 64`. `gdn_recur_*` stages this many in shared memory.
+pub const fn gdn_replay_max_ops(n: u32) -> u32 {
+    let replays = if n < (1 << (GDN_SLOTS + 2)) - 1 { 0 } else { n * n / (1 << (GDN_SLOTS - 1)) };
+    let ops = 3 * n + replays;
+    if ops > GDN_REPLAY_MAX_OPS as u32 {
+        GDN_REPLAY_MAX_OPS as u32
+    } else {
+        ops
+    }
+}
+
+/// Kinds of a [`GdnReplay`] operation (bits 6–7; bits 0–5 are its node or slot): load the
+/// registers from slot `x` (0: the committed state, `1..=GDN_SLOTS`: saved states), save them
+/// to slot `x`, apply node `x`'s update, apply it and write node `x`'s output.
+pub const GDN_OP_LOAD: u16 = 0;
+pub const GDN_OP_SAVE: u16 = 1 << 6;
+pub const GDN_OP_STEP: u16 = 2 << 6;
+pub const GDN_OP_OUT: u16 = 3 << 6;
+
+/// The order in which a `gdn_recur_*` block computes a tree's states: every block of a forward
+/// runs the same operations (`GDN_OP_*`), built on the host from the node batch by
+/// [`gdn_replay`]. Each node's state is the chain of per-token updates along its ancestors
+/// whatever the schedule, so the schedule changes only the work, never a bit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GdnReplay {
+    /// Operations used, `≤ GDN_REPLAY_MAX_OPS`.
+    pub len: u32,
+    pub ops: [u16; GDN_REPLAY_MAX_OPS],
+}
+
+/// The replay schedule of `nb`'s nodes (parents before children, as a `NodeBatch` holds them):
+/// depth first from the committed state, each node's children in ascending subtree size (the
+/// largest last, so nested branch points stay few), each node computed once from its parent's
+/// state (`GDN_OP_OUT`); a node with further children saves its state in a free slot before its
+/// first child and reloads it before each later one (the slot is freed before the last). A
+/// branch point that finds no free slot is recomputed from its nearest saved ancestor (or the
+/// committed state) with `GDN_OP_STEP`s. `None` only if the schedule would pass
+/// [`gdn_replay_max_ops`] (not possible for a valid batch, see there) or a parent does not
+/// precede its child.
+pub fn gdn_replay(nb: &NodeBatch) -> Option<GdnReplay> {
+    const M: usize = MAX_NODES as usize;
+    const ROOT: usize = M;
+    let n = (nb.n as usize).min(M);
+    // Parent per node (ROOT for the committed state), subtree sizes, children lists.
+    let mut parent = [ROOT; M];
+    let mut size = [1u32; M];
+    let mut i = 0;
+    while i < n {
+        let p = nb.parent[i];
+        if p >= 0 {
+            if p as usize >= i {
+                return None;
+            }
+            parent[i] = p as usize;
+        }
+        i += 1;
+    }
+    let mut i = n;
+    while i > 0 {
+        i -= 1;
+        if parent[i] != ROOT {
+            size[parent[i]] += size[i];
+        }
+    }
+    let mut b = ReplayBuilder {
+        r: GdnReplay { len: 0, ops: [0; GDN_REPLAY_MAX_OPS] },
+        n,
+        parent,
+        size,
+        slot_node: {
+            let mut s = [ReplayBuilder::FREE; GDN_SLOTS as usize + 1];
+            s[0] = ROOT;
+            s
+        },
+        cur: ROOT,
+        ok: true,
+    };
+    b.children(ROOT);
+    if b.ok && b.r.len <= gdn_replay_max_ops(n as u32) {
+        Some(b.r)
+    } else {
+        None
+    }
+}
+
+/// State of [`gdn_replay`]'s depth-first walk.
+struct ReplayBuilder {
+    r: GdnReplay,
+    n: usize,
+    parent: [usize; MAX_NODES as usize],
+    size: [u32; MAX_NODES as usize],
+    /// Node whose state a slot holds: slot 0 the root (`ROOT`, the committed state), slots
+    /// `1..=GDN_SLOTS` a saved branch point or `FREE`.
+    slot_node: [usize; GDN_SLOTS as usize + 1],
+    /// Node whose state the registers hold.
+    cur: usize,
+    ok: bool,
+}
+
+impl ReplayBuilder {
+    /// A slot holding no state.
+    const FREE: usize = usize::MAX;
+
+    /// The slot holding node `v`'s state (the root's is slot 0).
+    fn slot_of(&self, v: usize) -> Option<usize> {
+        self.slot_node.iter().position(|&x| x == v)
+    }
+
+    fn emit(&mut self, op: u16) {
+        if (self.r.len as usize) < GDN_REPLAY_MAX_OPS {
+            self.r.ops[self.r.len as usize] = op;
+            self.r.len += 1;
+        } else {
+            self.ok = false;
+        }
+    }
+
+    /// Brings node `v`'s state (or the root's) into the registers.
+    fn restore(&mut self, v: usize) {
+        if self.cur == v {
+            return;
+        }
+        // The nearest ancestor-or-self with a saved state (the root always has one).
+        let mut path = [0usize; MAX_NODES as usize];
+        let mut len = 0;
+        let mut a = v;
+        let slot = loop {
+            if let Some(s) = self.slot_of(a) {
+                break s;
+            }
+            path[len] = a;
+            len += 1;
+            a = self.parent[a];
+        };
+        self.emit(GDN_OP_LOAD | slot as u16);
+        while len > 0 {
+            len -= 1;
+            self.emit(GDN_OP_STEP | path[len] as u16);
+        }
+        self.cur = v;
+    }
+
+    /// Visits the children of `v` (the registers hold `v`'s state): smallest subtree first.
+    fn children(&mut self, v: usize) {
+        const ROOT: usize = MAX_NODES as usize;
+        let mut kids = [0usize; MAX_NODES as usize];
+        let mut k = 0;
+        let first = if v == ROOT { 0 } else { v + 1 };
+        let mut c = first;
+        while c < self.n {
+            if self.parent[c] == v {
+                kids[k] = c;
+                k += 1;
+            }
+            c += 1;
+        }
+        // Insertion sort by (size, index): the largest subtree last.
+        let mut i = 1;
+        while i < k {
+            let x = kids[i];
+            let mut j = i;
+            while j > 0 && (self.size[kids[j - 1]], kids[j - 1]) > (self.size[x], x) {
+                kids[j] = kids[j - 1];
+                j -= 1;
+            }
+            kids[j] = x;
+            i += 1;
+        }
+        // A branch point keeps its state for its later children in a free slot, if any.
+        if v != ROOT && k >= 2 {
+            let mut s = 1;
+            while s <= GDN_SLOTS as usize {
+                if self.slot_node[s] == Self::FREE {
+                    self.slot_node[s] = v;
+                    self.emit(GDN_OP_SAVE | s as u16);
+                    break;
+                }
+                s += 1;
+            }
+        }
+        let mut j = 0;
+        while j < k {
+            if j > 0 {
+                self.restore(v);
+            }
+            if j + 1 == k && v != ROOT {
+                if let Some(s) = self.slot_of(v) {
+                    self.slot_node[s] = Self::FREE;
+                }
+            }
+            let c = kids[j];
+            self.emit(GDN_OP_OUT | c as u16);
+            self.cur = c;
+            self.children(c);
+            j += 1;
+        }
+    }
+}
+
 /// Threads per block of `gdn_prep` (one channel per thread, looping past 128).
 pub const GDN_PREP_THREADS: u32 = 128;
 /// Longest causal conv kernel the `gdn_*` kernels take.
@@ -965,17 +1174,15 @@ const _: () = assert!(MAX_NODES <= GDN_RECUR_THREADS && MAX_NODES <= 64 && MAX_N
 
 /// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` and `n` node rows
 /// ([`GdnParams::smem_nodes`], the launch's node count) (4-byte words): `k [n][d_k]`,
-/// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, then the `u64` masks `anc [n]`,
-/// `kids [n]` (2 words each; 8-byte aligned since `2·d_k + 18` is even), then `1 + GDN_SLOTS`
-/// state slots of `d_k/4 · 64` floats (the root and the saved nodes; word `r·64 + t` of a slot
-/// is row `r` of thread `t`'s slice). At `d_k = 128`: 75 KB for 32 nodes, 110 KB for 64.
+/// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, the replay schedule's operations
+/// ([`gdn_replay_max_ops`]`(n)` u16), then `1 + GDN_SLOTS` state slots of `d_k/4 · 64` floats
+/// (the root and the saved branch points; word `r·64 + t` of a slot is row `r` of thread `t`'s
+/// slice). At `d_k = 128`: 76 KB for 32 nodes, 110 KB for 64.
 pub const fn gdn_recur_smem_words(d_k: u32, n: u32) -> u32 {
-    n * (2 * d_k + GDN_COLS_PER_BLOCK + 6) + (1 + GDN_SLOTS) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
+    n * (2 * d_k + GDN_COLS_PER_BLOCK + 2)
+        + gdn_replay_max_ops(n).div_ceil(2)
+        + (1 + GDN_SLOTS) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
-
-/// Dynamic shared memory of `gdn_commit_*` for `n` path rows ([`GdnParams::smem_nodes`], at
-/// least the path's length) (4-byte words): `k [n][d_k]`, `v [n][16]`, `alpha [n]`, `beta [n]`
-/// of the path's nodes.
 pub const fn gdn_commit_smem_words(d_k: u32, n: u32) -> u32 {
     n * (d_k + GDN_COLS_PER_BLOCK + 2)
 }
@@ -1243,11 +1450,8 @@ mod attn_tests {
         // took 32 nodes' worth), 2 at 64.
         let blocks = |n: u32| sm / (gdn_recur_smem_words(128, n) * 4 + 1024);
         assert_eq!((blocks(1), blocks(22), blocks(32), blocks(64)), (5, 3, 3, 2));
-        assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_544);
-        // The 64-bit masks start 8-byte aligned for every n.
-        for d_k in [16u32, 32, 64, 128] {
-            assert_eq!((2 * d_k + GDN_COLS_PER_BLOCK + 2) % 2, 0);
-        }
+        assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_224);
+        assert_eq!((gdn_replay_max_ops(31), gdn_replay_max_ops(62), gdn_replay_max_ops(64)), (93, 186, 704));
     }
 
     #[test]
@@ -1269,5 +1473,117 @@ mod attn_tests {
             assert_eq!(attn_split_len_min(keys, 0), attn_split_len(keys));
         }
         assert_eq!(attn_splits_min(8192, 1024), 8);
+    }
+}
+
+#[cfg(test)]
+mod replay_tests {
+    use super::*;
+
+    fn batch(parents: &[i32]) -> NodeBatch {
+        let mut b = NodeBatch::empty(0);
+        b.n = parents.len() as u32;
+        for (i, &p) in parents.iter().enumerate() {
+            b.parent[i] = p;
+        }
+        b
+    }
+
+    /// A simulated state: the nodes whose updates it holds, in order, and their count.
+    type Chain = ([u8; 64], usize);
+
+    /// Runs `r` on chains of node indices (a "state" is the list of updates applied from the
+    /// root); returns each node's state when its output was written, and the number of updates.
+    fn simulate(r: &GdnReplay, n: usize) -> ([Option<Chain>; 64], usize) {
+        let mut out = [None; 64];
+        let mut slots = [([0u8; 64], 0usize); GDN_SLOTS as usize + 1];
+        let mut cur = ([0u8; 64], 0usize);
+        let mut updates = 0;
+        for &op in &r.ops[..r.len as usize] {
+            let x = (op & 63) as usize;
+            match op & (3 << 6) {
+                GDN_OP_LOAD => cur = slots[x],
+                GDN_OP_SAVE => {
+                    assert!(x >= 1, "slot 0 holds the committed state");
+                    slots[x] = cur;
+                }
+                kind => {
+                    assert!(x < n);
+                    cur.0[cur.1] = x as u8;
+                    cur.1 += 1;
+                    updates += 1;
+                    if kind == GDN_OP_OUT {
+                        assert!(out[x].is_none(), "node {x} written twice");
+                        out[x] = Some(cur);
+                    }
+                }
+            }
+        }
+        (out, updates)
+    }
+
+    fn check(parents: &[i32]) -> usize {
+        let n = parents.len();
+        let r = gdn_replay(&batch(parents)).expect("a schedule");
+        assert!(r.len <= gdn_replay_max_ops(n as u32), "{} operations for {n} nodes", r.len);
+        let (out, updates) = simulate(&r, n);
+        for (i, got) in out.iter().enumerate().take(n) {
+            // The state must be exactly the ancestors' updates from the root, in depth order.
+            let mut chain = [0u8; 64];
+            let mut len = 0;
+            let mut a = i as i32;
+            while a >= 0 {
+                chain[len] = a as u8;
+                len += 1;
+                a = parents[a as usize];
+            }
+            chain[..len].reverse();
+            let (got, got_len) = got.unwrap_or_else(|| panic!("node {i} not written ({parents:?})"));
+            assert_eq!(&got[..got_len], &chain[..len], "node {i} of {parents:?}");
+        }
+        updates
+    }
+
+    fn rng(seed: &mut u64) -> u64 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *seed
+    }
+
+    #[test]
+    fn every_node_gets_its_ancestor_chain_and_chains_cost_one_update_per_node() {
+        let chain: [i32; 22] = core::array::from_fn(|i| i as i32 - 1);
+        assert_eq!(check(&chain), 22);
+        assert_eq!(gdn_replay(&batch(&chain)).unwrap().len, 22);
+        // A forest of roots (each from the committed state) and a star.
+        assert_eq!(check(&[-1, -1, -1]), 3);
+        assert_eq!(check(&[-1, 0, 0, 0, 0, 0, 0, 0]), 8);
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 1..=64usize {
+            for _ in 0..50 {
+                let parents: [i32; 64] =
+                    core::array::from_fn(|i| if i == 0 { -1 } else { (rng(&mut seed) % i as u64) as i32 });
+                let updates = check(&parents[..n]);
+                // Below 63 nodes no branch point nests deeper than the slots: one update per node.
+                if n < 63 {
+                    assert_eq!(updates, n, "{:?}", &parents[..n]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_deepest_nesting_fits_the_operation_bound() {
+        // Binary trees nest a branch point at every level: 63 nodes, depth 6, then 64.
+        for n in [63usize, 64] {
+            let parents: [i32; 64] = core::array::from_fn(|i| if i == 0 { -1 } else { ((i - 1) / 2) as i32 });
+            check(&parents[..n]);
+            assert!(gdn_replay(&batch(&parents[..n])).unwrap().len <= gdn_replay_max_ops(n as u32));
+        }
+        // A parent after its child is refused.
+        let mut b = batch(&[-1, 2, 0]);
+        b.n = 3;
+        assert!(gdn_replay(&b).is_none());
     }
 }

@@ -26,8 +26,15 @@ pub fn topk_logprobs(row: &[f32], k: usize) -> Vec<(u32, f64)> {
     let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
     let log_z = max + sum.ln();
     let mut idx: Vec<u32> = (0..row.len() as u32).collect();
-    idx.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
-    idx.truncate(k.min(row.len()));
+    let order = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
+    let k = k.min(row.len());
+    // A strict total order: the best `k` are one set, whatever the selection does first.
+    if k > 0 && k < idx.len() {
+        idx.select_nth_unstable_by(k - 1, order);
+        idx.truncate(k);
+    }
+    idx.sort_by(order);
+    idx.truncate(k);
     idx.into_iter().map(|t| (t, row[t as usize] as f64 - log_z)).collect()
 }
 

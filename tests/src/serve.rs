@@ -34,7 +34,7 @@ pub fn generate_text(args: &GenerateArgs) -> String {
     let mut ids = Vec::new();
     run_to(&a, &mut ids, &mut err).unwrap();
     let last: Option<u32> = String::from_utf8(ids).unwrap().split_whitespace().last().map(|s| s.parse().unwrap());
-    let file = flashtree::gguf::Gguf::open(&a.model).unwrap();
+    let file = flashtree::gguf::Gguf::open(&a.pair.model).unwrap();
     let tk = flashtree::tokenizer::gguf::from_gguf(&file).unwrap();
     match last.filter(|id| tk.stop_ids.contains(id)) {
         Some(eos) => {

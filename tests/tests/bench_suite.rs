@@ -9,8 +9,10 @@ use flashtree::cli::bench::{run, BenchArgs};
 use flashtree::cli::generate::ModeArg;
 use serde_json::Value;
 
-fn dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("flashtree-bench-suite-test-{}", std::process::id()));
+/// A fresh folder per test: the tests of this file run in parallel threads of one process, so a
+/// folder keyed by the process alone would be wiped by one test while the other writes into it.
+fn dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("flashtree-bench-suite-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -18,7 +20,7 @@ fn dir() -> PathBuf {
 
 #[test]
 fn prompt_sets_run_in_every_mode_and_write_json_and_svg() {
-    let d = dir();
+    let d = dir("modes");
     // One set in the anchor's shape (chat messages, `suite`), one with a plain `prompt` field.
     let he = d.join("bench_he.jsonl");
     std::fs::write(
@@ -125,7 +127,7 @@ fn prompt_sets_run_in_every_mode_and_write_json_and_svg() {
 
 #[test]
 fn bad_prompt_files_and_flags_are_refused_before_loading() {
-    let d = dir().join("bad");
+    let d = dir("bad-flags").join("bad");
     std::fs::create_dir_all(&d).unwrap();
     let bad = d.join("bad.jsonl");
     std::fs::write(&bad, "{\"prompt\": 3}\n").unwrap();

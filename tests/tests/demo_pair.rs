@@ -10,6 +10,7 @@
 use clap::Parser;
 use flashtree::cli::default_model;
 use flashtree::cli::generate::{run_to, GenerateArgs, ModeArg};
+use flashtree::cli::pair_args::PairArgs;
 use flashtree::convert::gguf_load::load_qwen35;
 use flashtree::convert::safetensors::SafeTensors;
 use flashtree::gguf::Gguf;
@@ -92,12 +93,13 @@ fn generate_without_model_runs_the_demo_pair_and_tree_equals_ar() {
         Cli::try_parse_from(["generate", "--prompt", "def fibonacci(n):", "--max-tokens", "48", "--backend", "cpu"])
             .expect("arguments");
     let tree = cli.generate;
-    assert_eq!(tree.model, default_model::target());
-    assert_eq!(tree.mode, ModeArg::Tree);
-    assert_eq!(tree.draft, None);
+    assert_eq!(tree.pair.model, default_model::target());
+    assert_eq!(tree.pair.mode, ModeArg::Tree);
+    assert_eq!(tree.pair.draft, None);
     let (tree_text, tree_stats) = run(&tree);
-    let (ar_text, _) = run(&GenerateArgs { mode: ModeArg::Ar, ..tree.clone() });
-    let (chain_text, chain_stats) = run(&GenerateArgs { mode: ModeArg::Chain, ..tree.clone() });
+    let (ar_text, _) = run(&GenerateArgs { pair: PairArgs { mode: ModeArg::Ar, ..tree.pair.clone() }, ..tree.clone() });
+    let (chain_text, chain_stats) =
+        run(&GenerateArgs { pair: PairArgs { mode: ModeArg::Chain, ..tree.pair.clone() }, ..tree.clone() });
     eprintln!("{tree_text}\ntree: {tree_stats}\nchain: {chain_stats}");
     assert!(tree_text.trim().len() > 20, "no text: {tree_text:?}");
     assert_eq!(tree_text, ar_text, "tree output differs from AR output");

@@ -2,6 +2,7 @@
 //! and tree produce the same text; chat mode renders the template; mismatches are clear errors.
 
 use flashtree::cli::generate::{run_to, GenerateArgs, ModeArg};
+use flashtree::cli::pair_args::PairArgs;
 use std::path::PathBuf;
 
 use flashtree_tests::tiny::tiny_pair as tiny;
@@ -9,10 +10,13 @@ use flashtree_tests::tiny::tiny_pair as tiny;
 fn args(mode: ModeArg) -> GenerateArgs {
     let (model, draft) = tiny().clone();
     GenerateArgs {
-        model,
-        draft: Some(draft),
-        mode,
-        budget: 22,
+        pair: PairArgs {
+            model,
+            draft: Some(draft),
+            mode,
+            budget: 22,
+            backend: flashtree::cli::backend::BackendArg::Cpu,
+        },
         max_tokens: 24,
         prompt: Some("The quick brown fox".into()),
         chat: false,
@@ -20,7 +24,6 @@ fn args(mode: ModeArg) -> GenerateArgs {
         no_think: false,
         ctx: None,
         verbose: false,
-        backend: flashtree::cli::backend::BackendArg::Cpu,
         sampling: Default::default(),
         output_format: Default::default(),
     }
@@ -59,17 +62,17 @@ fn chat_mode_renders_the_template_and_generates() {
 #[test]
 fn bad_flags_and_mismatched_pairs_are_clear_errors() {
     let mut a = args(ModeArg::Tree);
-    a.draft = None;
+    a.pair.draft = None;
     assert!(run(&a).unwrap_err().to_string().contains("needs --draft"));
     let mut a = args(ModeArg::Tree);
-    a.budget = 1 << 20;
+    a.pair.budget = 1 << 20;
     assert!(run(&a).unwrap_err().to_string().contains("--budget"));
     let mut a = args(ModeArg::Tree);
-    a.draft = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/draft-full"));
+    a.pair.draft = Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/draft-full"));
     let e = format!("{:#}", run(&a).unwrap_err());
     assert!(e.contains("hidden size"), "{e}");
     let mut a = args(ModeArg::Ar);
-    a.model = PathBuf::from("/nonexistent/model.gguf");
+    a.pair.model = PathBuf::from("/nonexistent/model.gguf");
     assert!(run(&a).is_err());
 }
 
@@ -136,7 +139,7 @@ fn options_that_would_be_ignored_are_errors() {
 #[test]
 fn a_directory_as_model_is_named_a_directory() {
     let mut a = args(ModeArg::Ar);
-    a.model = tiny().1.clone(); // the draft folder
+    a.pair.model = tiny().1.clone(); // the draft folder
     let e = flashtree::cli::error_message(&run(&a).unwrap_err());
     assert!(e.contains("is a directory") && e.contains("expected a qwen35 GGUF file"), "{e}");
 }
@@ -171,9 +174,17 @@ fn the_cpu_memory_plan_counts_f32_weights_and_is_checked_against_ram() {
     let (model, draft) = tiny().clone();
     let g = flashtree::gguf::Gguf::open(&model).unwrap();
     let params: u64 = g.tensor_infos().map(|t| t.n_elements()).sum();
-    let plan = cpu_plan(&g, 100, 10, draft_f32_bytes(&draft).unwrap()).unwrap();
+    let plan = cpu_plan(&g, 100, 10, draft_f32_bytes(&draft).unwrap(), false).unwrap();
     assert_eq!(plan.target_weights, 4 * params);
     assert!(plan.draft_weights > 0 && plan.state > 0);
+    assert_eq!(plan.snapshot, 0, "generate keeps no snapshot");
+    // chat and serve keep one: every DeltaNet state and conv window once more.
+    let cfg = flashtree::model::Qwen35Config::from_gguf(&g).unwrap();
+    let m = flashtree::inspect::memory_plan(&cfg, 0, None);
+    let with = cpu_plan(&g, 100, 10, plan.draft_weights, true).unwrap();
+    assert!(m.recurrent_state_bytes > 0 && m.conv_state_bytes > 0);
+    assert_eq!(with.snapshot, m.recurrent_state_bytes + m.conv_state_bytes);
+    assert_eq!(with.total(), plan.total() + with.snapshot);
     let e = check_memory(&plan, Some(plan.total() - 1)).unwrap_err().to_string();
     assert!(e.contains("RAM is available") && e.contains("GiB"), "{e}");
     check_memory(&plan, Some(plan.total())).unwrap();
@@ -187,13 +198,13 @@ fn backend_flags_run_speculative_modes_on_the_gpu_when_present() {
     use flashtree::cli::backend::BackendArg;
     let gpu = flashtree::gpu::Gpu::try_new().is_ok();
     let mut a = args(ModeArg::Tree);
-    a.backend = BackendArg::Auto;
+    a.pair.backend = BackendArg::Auto;
     let (text, stats) = run(&a).unwrap();
     let want = if gpu { "mode tree budget 22 backend gpu" } else { "mode tree budget 22 backend cpu" };
     assert!(stats.contains(want), "{stats}");
     if !gpu {
         assert_eq!(text, run(&args(ModeArg::Ar)).unwrap().0);
-        a.backend = BackendArg::Gpu;
+        a.pair.backend = BackendArg::Gpu;
         let e = format!("{:#}", run(&a).unwrap_err());
         assert!(e.contains("no CUDA driver") && !e.contains("not built yet"), "{e}");
     }
@@ -243,7 +254,7 @@ fn sampling_flags_and_output_formats() {
     assert_eq!(greedy.len(), 24);
     let sampled = |mode, temperature, seed| {
         let sampling = SamplingArgs { temperature, top_k: 50, top_p: 0.95, min_p: 0.0, seed: Some(seed) };
-        ids_of(&GenerateArgs { mode, sampling, ..parsed.clone() })
+        ids_of(&GenerateArgs { pair: PairArgs { mode, ..parsed.pair.clone() }, sampling, ..parsed.clone() })
     };
     for mode in [ModeArg::Ar, ModeArg::Chain, ModeArg::Tree] {
         assert_eq!(sampled(mode, 0.0, 3), greedy, "{mode:?}: T = 0 is greedy");
@@ -261,7 +272,12 @@ fn sampling_flags_and_output_formats() {
 
     // JSON: the ids of the `ids` format, the seed, the stop reason.
     let sampling = SamplingArgs { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, seed: Some(1) };
-    let a = GenerateArgs { mode: ModeArg::Tree, sampling, output_format: OutputFormat::Json, ..parsed.clone() };
+    let a = GenerateArgs {
+        pair: PairArgs { mode: ModeArg::Tree, ..parsed.pair.clone() },
+        sampling,
+        output_format: OutputFormat::Json,
+        ..parsed.clone()
+    };
     let (out, _) = run(&a).unwrap();
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ids"], serde_json::json!(by_seed[0]));
@@ -284,7 +300,11 @@ fn sampling_flags_and_output_formats() {
     // Sampling is not refused on the GPU: without one, the only error is the missing device
     // (with one, `gpu-tests` checks the sampled ids against the CPU's).
     let sampling = SamplingArgs { temperature: 0.7, ..SamplingArgs::default() };
-    let gpu = GenerateArgs { sampling, backend: flashtree::cli::backend::BackendArg::Gpu, ..parsed.clone() };
+    let gpu = GenerateArgs {
+        pair: PairArgs { backend: flashtree::cli::backend::BackendArg::Gpu, ..parsed.pair.clone() },
+        sampling,
+        ..parsed.clone()
+    };
     if let Err(e) = run(&gpu) {
         let e = format!("{e:#}");
         assert!(!e.contains("sampl") && e.contains("--backend gpu"), "{e}");

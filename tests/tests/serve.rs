@@ -3,6 +3,7 @@
 //! prefix reuse are reported, bad requests get 400 in OpenAI's shape and the server keeps
 //! serving, the API key is enforced, a full queue answers 429.
 
+use flashtree::cli::pair_args::PairArgs;
 use std::sync::OnceLock;
 
 use flashtree::cli::backend::BackendArg;
@@ -16,14 +17,10 @@ use flashtree_tests::tiny::tiny_pair as tiny;
 fn serve_args() -> ServeArgs {
     let (model, draft) = tiny().clone();
     ServeArgs {
-        model,
-        draft: Some(draft),
+        pair: PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 },
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: None,
-        backend: BackendArg::Cpu,
-        mode: ModeArg::Tree,
-        budget: 22,
         ctx: None,
         queue: 16,
         max_body_bytes: 1 << 20,
@@ -46,10 +43,7 @@ fn rt() -> tokio::runtime::Runtime {
 fn generate_text(prompt: &str, max_tokens: usize) -> String {
     let (model, draft) = tiny().clone();
     flashtree_tests::serve::generate_text(&GenerateArgs {
-        model,
-        draft: Some(draft),
-        mode: ModeArg::Tree,
-        budget: 22,
+        pair: PairArgs { model, draft: Some(draft), mode: ModeArg::Tree, budget: 22, backend: BackendArg::Cpu },
         max_tokens,
         prompt: Some(prompt.into()),
         chat: true,
@@ -57,7 +51,6 @@ fn generate_text(prompt: &str, max_tokens: usize) -> String {
         no_think: false,
         ctx: None,
         verbose: false,
-        backend: BackendArg::Cpu,
         sampling: Default::default(),
         output_format: Default::default(),
     })
@@ -248,10 +241,7 @@ fn sampling_parameters_are_honoured_with_a_seed() {
     let url = server();
     let (model, draft) = tiny().clone();
     let want = flashtree_tests::serve::generate_text(&GenerateArgs {
-        model,
-        draft: Some(draft),
-        mode: ModeArg::Tree,
-        budget: 22,
+        pair: PairArgs { model, draft: Some(draft), mode: ModeArg::Tree, budget: 22, backend: BackendArg::Cpu },
         max_tokens: 16,
         prompt: Some("def f(x):".into()),
         chat: true,
@@ -259,7 +249,6 @@ fn sampling_parameters_are_honoured_with_a_seed() {
         no_think: false,
         ctx: None,
         verbose: false,
-        backend: BackendArg::Cpu,
         sampling: flashtree::cli::sampling::SamplingArgs {
             temperature: 0.8,
             top_k: 0,
@@ -316,7 +305,7 @@ fn the_api_key_is_needed_everywhere_but_health() {
 
 #[test]
 fn a_full_queue_answers_429_with_retry_after_and_a_disconnect_frees_the_worker() {
-    let url = start(ServeArgs { queue: 1, mode: ModeArg::Ar, ..serve_args() });
+    let url = start(ServeArgs { pair: PairArgs { mode: ModeArg::Ar, ..serve_args().pair }, queue: 1, ..serve_args() });
     rt().block_on(async {
         let c = reqwest::Client::new();
         // A long request, streamed: once its first chunk arrives the worker is busy with it.

@@ -6,6 +6,7 @@
 //! (`--chat-template qwen35`: tools section, open think block); the tiny GGUF carries a bare
 //! ChatML one.
 
+use flashtree::cli::pair_args::PairArgs;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -29,14 +30,10 @@ fn server() -> &'static str {
     URL.get_or_init(|| {
         let (model, draft, script) = tiny().clone();
         start(ServeArgs {
-            model,
-            draft: Some(draft),
+            pair: PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 },
             host: "127.0.0.1".parse().unwrap(),
             port: 0,
             api_key: None,
-            backend: BackendArg::Cpu,
-            mode: ModeArg::Tree,
-            budget: 22,
             ctx: None,
             queue: 16,
             max_body_bytes: 1 << 20,
@@ -54,14 +51,10 @@ fn ar_server() -> &'static str {
     URL.get_or_init(|| {
         let (model, _, script) = tiny().clone();
         start(ServeArgs {
-            model,
-            draft: None,
+            pair: PairArgs { model, draft: None, backend: BackendArg::Cpu, mode: ModeArg::Ar, budget: 0 },
             host: "127.0.0.1".parse().unwrap(),
             port: 0,
             api_key: None,
-            backend: BackendArg::Cpu,
-            mode: ModeArg::Ar,
-            budget: 0,
             ctx: None,
             queue: 16,
             max_body_bytes: 1 << 20,

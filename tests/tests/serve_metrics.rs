@@ -3,6 +3,7 @@
 //! tokens and the reused prefix of a conversation's second turn, tok/s and acceptance length of
 //! the last request and in total, the queue; the OpenAPI document lists every route.
 
+use flashtree::cli::pair_args::PairArgs;
 use std::collections::HashMap;
 
 use flashtree::cli::backend::BackendArg;
@@ -26,14 +27,10 @@ fn samples(text: &str) -> HashMap<String, f64> {
 fn metrics_count_requests_tokens_reuse_and_speed() {
     let (target, draft) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        model: target,
-        draft: Some(draft),
+        pair: PairArgs { model: target, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 8 },
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: None,
-        backend: BackendArg::Cpu,
-        mode: ModeArg::Tree,
-        budget: 8,
         ctx: None,
         queue: 4,
         max_body_bytes: 1 << 20,

@@ -18,6 +18,7 @@
 //! the tokens of the conversation before that generation prompt), and the answer is a cold
 //! run's.
 
+use flashtree::cli::pair_args::PairArgs;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -46,14 +47,10 @@ fn new_server() -> String {
 fn new_server_with(template: Option<&str>) -> String {
     let (model, draft) = tiny().clone();
     start(ServeArgs {
-        model,
-        draft: Some(draft),
+        pair: PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: BUDGET },
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: None,
-        backend: BackendArg::Cpu,
-        mode: ModeArg::Tree,
-        budget: BUDGET,
         ctx: None,
         queue: 16,
         max_body_bytes: 1 << 20,

@@ -8,6 +8,7 @@
 //! checkout. Without it the test says `skipped: schemathesis not installed` — unless
 //! `FLASHTREE_REQUIRE_SCHEMATHESIS` is set (CI sets it), then it fails.
 
+use flashtree::cli::pair_args::PairArgs;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
@@ -41,14 +42,10 @@ fn schemathesis_finds_no_server_error_and_the_server_keeps_serving() {
     };
     let (target, _) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        model: target,
-        draft: None,
+        pair: PairArgs { model: target, draft: None, backend: BackendArg::Cpu, mode: ModeArg::Ar, budget: 22 },
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: None,
-        backend: BackendArg::Cpu,
-        mode: ModeArg::Ar,
-        budget: 22,
         ctx: Some(96),
         queue: 16,
         max_body_bytes: 1 << 20,

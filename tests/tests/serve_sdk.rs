@@ -10,6 +10,7 @@
 //! the test prints `skipped: no python SDKs` and passes — unless `FLASHTREE_REQUIRE_SDK` is set
 //! (as `.ci/run` does), then it fails.
 
+use flashtree::cli::pair_args::PairArgs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -46,14 +47,10 @@ fn the_openai_and_anthropic_sdks_and_curl_drive_every_route() {
     };
     let (target, draft) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        model: target,
-        draft: Some(draft),
+        pair: PairArgs { model: target, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 },
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: Some("sdk-test-key".into()),
-        backend: BackendArg::Cpu,
-        mode: ModeArg::Tree,
-        budget: 22,
         ctx: None,
         queue: 16,
         max_body_bytes: 1 << 20,

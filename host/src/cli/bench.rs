@@ -99,7 +99,9 @@ pub struct BenchArgs {
     pub chain_trace: bool,
 }
 
-fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+/// `n` deterministic token ids below `vocab` from `seed` (xorshift64 after a golden-ratio mix of
+/// the seed): the bench's synthetic prompts and trees, and the tests' random sequences.
+pub fn rand_tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|_| {
@@ -246,7 +248,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         t
     };
     let mut draft = match &args.draft {
-        Some(path) => Some(bench_draft(&e, path, tok, ar_s, tn, args.tree_nodes)?),
+        Some(path) => Some(bench_draft(&e, path, tok, ar_s, tn, args.tree_nodes, args.chain_trace.then_some(ceiling))?),
         None => None,
     };
     // Per-family breakdown (each kernel group serialised by events).
@@ -408,6 +410,7 @@ fn bench_sampled(
 /// Times the GPU draft over the engine's context: appending context rows, and one round's draft
 /// step (the accepted path's rows appended + the block forward + top-K, one sync), against the
 /// AR step `ar_s`; projects tok/s from the draft step and the verify forward `verify_s`.
+/// `trace`: the copy ceiling (GB/s) when the draft step's chain trace is wanted too.
 fn bench_draft(
     e: &Engine,
     path: &std::path::Path,
@@ -415,6 +418,7 @@ fn bench_draft(
     ar_s: f64,
     verify_s: f64,
     verify_nodes: usize,
+    trace: Option<f64>,
 ) -> anyhow::Result<(crate::engine::DraftEngine, f64)> {
     let model = crate::model::DraftModel::open(path)?;
     let t = Instant::now();
@@ -467,6 +471,11 @@ fn bench_draft(
         step_s * 1e3,
         step_s / ar_s
     );
+    if let Some(ceiling) = trace {
+        // Weights one step streams: the draft's matrices and the target's output head.
+        let bytes = (bytes + e.weights().head.device_bytes() as u64) as f64;
+        super::chain_trace::report_draft(&mut d, path_span, accepted, bonus, k, step_s, bytes, ceiling)?;
+    }
     let round_s = step_s + verify_s;
     for al in [6.14, 7.04, 8.31] {
         println!(

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use kernel_abi::{NodeBatch, CHAIN_TRACE_CAP};
 
-use crate::engine::Engine;
+use crate::engine::{DraftEngine, Engine};
 use crate::gpu::trace::{kernel_shares, ChainTrace, KernelShare};
+use crate::gpu::{DevSpan, Gpu};
 
 /// Forwards averaged per report (at most what the trace buffer holds).
 const FORWARDS: usize = 10;
@@ -54,35 +55,98 @@ pub fn report(
     ceiling: f64,
 ) -> anyhow::Result<()> {
     let gpu = e.gpu.clone();
-    let trace = ChainTrace::open(&gpu)?;
-    // The launch order from an eager forward (the profile path launches from the host).
-    e.set_profile(true)?;
+    let what = format!("{label} forward ({} nodes", batch.n);
+    // The eager run goes through the profile path, which launches from the host.
+    let mut step = |eager: bool| -> anyhow::Result<()> {
+        if eager {
+            e.set_profile(true)?;
+        }
+        let r = e.forward(batch);
+        if eager {
+            e.set_profile(false)?;
+        }
+        Ok(r?)
+    };
+    report_runs(&gpu, &what, &mut step, host_s, step_bytes, ceiling)
+}
+
+/// Traces one draft step of `d` (the `rows` feature rows at `features` appended as context, then
+/// the block pass and its top-`k`), as the bench times it, and prints the shares. Afterwards the
+/// draft's context is no longer than on entry (shortened first if the runs need the room).
+#[allow(clippy::too_many_arguments)]
+pub fn report_draft(
+    d: &mut DraftEngine,
+    features: DevSpan<f32>,
+    rows: usize,
+    bonus: u32,
+    k: usize,
+    host_s: f64,
+    step_bytes: f64,
+    ceiling: f64,
+) -> anyhow::Result<()> {
+    let gpu = d.gpu();
+    let start = d.context_len();
+    // Room for the eager run, the warm-ups and the traced runs (each appends `rows` rows, and the
+    // block of the last one sits past them): the context is shortened if needed (by at most a
+    // few hundred rows of a synthetic context: the timing barely depends on it).
+    let need = (FORWARDS + 4) * rows + d.cfg.block_size;
+    let room = d.max_context().checked_sub(need).ok_or_else(|| {
+        anyhow::anyhow!("draft chain trace: {need} context rows needed, the draft holds {}", d.max_context())
+    })?;
+    if start > room {
+        d.truncate_context(room)?;
+    }
+    let what = format!("draft step ({rows} context rows + block of {}", d.cfg.block_size);
+    let mut step = |eager: bool| -> anyhow::Result<()> {
+        if eager {
+            // An eager block pass (a graph replay launches nothing from the host to log).
+            d.drop_block_graph();
+        }
+        d.extend_context_device(features, rows)?;
+        d.propose(bonus, k)?;
+        Ok(())
+    };
+    let result = report_runs(&gpu, &what, &mut step, host_s, step_bytes, ceiling);
+    d.truncate_context(start.min(d.context_len()))?;
+    result
+}
+
+/// Records the launch order from one eager run (`step(true)`), warms up, traces up to
+/// `FORWARDS` runs (`step(false)`) and prints the shares by family and by (kernel, grid, tag).
+/// `what`: the label, e.g. "tree forward (22 nodes" (the report closes the parenthesis).
+fn report_runs(
+    gpu: &Gpu,
+    what: &str,
+    step: &mut dyn FnMut(bool) -> anyhow::Result<()>,
+    host_s: f64,
+    step_bytes: f64,
+    ceiling: f64,
+) -> anyhow::Result<()> {
+    let trace = ChainTrace::open(gpu)?;
     gpu.start_launch_log();
-    let eager = e.forward(batch);
+    let eager = step(true);
     let log = gpu.take_launch_log();
-    e.set_profile(false)?;
     eager?;
     for _ in 0..3 {
-        e.forward(batch)?;
+        step(false)?;
     }
     let forwards = (CHAIN_TRACE_CAP as usize / log.len().max(1)).min(FORWARDS);
     trace.reset()?;
     for _ in 0..forwards {
-        e.forward(batch)?;
+        step(false)?;
     }
     let (records, count) = trace.read()?;
     if count != records.len() {
         anyhow::bail!("chain trace: {count} records written, {} kept (buffer full)", records.len());
     }
-    let shares = kernel_shares(&log, &records).map_err(|m| anyhow::anyhow!("chain trace of the {label}: {m}"))?;
+    let shares = kernel_shares(&log, &records).map_err(|m| anyhow::anyhow!("chain trace of the {what}): {m}"))?;
     let granularity = records.windows(2).fold(0u64, |g, w| gcd(g, w[1].ready_ns.abs_diff(w[0].ready_ns)));
     let span_ms =
         records.chunks_exact(log.len()).map(|f| (f[f.len() - 1].ready_ns - f[0].ready_ns) as f64 / 1e6).sum::<f64>()
             / forwards as f64;
     println!(
-        "chain trace of one {label} forward ({} nodes; {forwards} graph replays, {} kernels each; \
-         globaltimer steps of {granularity} ns): each kernel's share = its ready → next kernel's ready",
-        batch.n,
+        "chain trace of one {what}; {forwards} runs, {} kernels each; globaltimer steps of {granularity} ns): \
+         each kernel's share = its ready → next kernel's ready",
         log.len()
     );
     let mut fam: BTreeMap<&str, Sum> = BTreeMap::new();
@@ -108,7 +172,7 @@ pub fn report(
     let last = shares.last().map(|s| s.name).unwrap_or("?");
     println!(
         "  sum {span_ms:.3} ms from the first kernel's ready to the last's ({last} not included) vs {:.3} ms \
-         per forward host-timed",
+         per run host-timed",
         host_s * 1e3
     );
     if let Some((_, (qmm_ns, _, _))) = fam.iter().find(|(f, _)| *f == "qmm") {

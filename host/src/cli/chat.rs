@@ -10,7 +10,6 @@
 
 use std::io::Write;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -18,9 +17,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use rustyline::error::ReadlineError;
 
-use super::backend::BackendArg;
-use super::generate::{ModeArg, MAX_BUDGET};
-use super::pair::{draft_or_demo, with_pair, PairInfo, PairRunner, PairSpec};
+use super::pair::{with_pair, PairInfo, PairRunner, PairSpec};
+use super::pair_args::PairArgs;
 use super::sampling::SamplingArgs;
 use crate::chat::{Message, RenderOptions};
 use crate::serve::history::{generation_prompt_start, token_boundary, History};
@@ -30,22 +28,9 @@ use crate::tokenizer::StreamDecoder;
 /// `flashtree chat` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ChatArgs {
-    /// Target model (qwen35 GGUF); default: the demo target in `models/` (see `models/README.md`).
-    #[arg(long, default_value_os_t = super::default_model::target())]
-    pub model: PathBuf,
-    /// DFlash draft (z-lab folder or `dflash` GGUF); the demo target's draft is taken for the
-    /// demo target. Not needed with `--mode ar`.
-    #[arg(long)]
-    pub draft: Option<PathBuf>,
-    /// Decoding mode.
-    #[arg(long, value_enum, default_value_t = ModeArg::Tree)]
-    pub mode: ModeArg,
-    /// Tree budget: non-root nodes verified per round.
-    /// On the GPU a verify of up to 32 nodes (budget ≤ 31) streams each weight matrix once;
-    /// budget 32 and above (33+ nodes) stream it twice (nvidia-h200, 27B: a 33-node verify costs
-    /// 2.7 AR steps, a 23-node one 1.4).
-    #[arg(long, default_value_t = 22)]
-    pub budget: usize,
+    /// Target, draft, mode, budget and backend.
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// Most tokens per reply (also clamped to what the context leaves); `/max N` changes it.
     #[arg(long, default_value_t = 1024)]
     pub max_tokens: usize,
@@ -62,10 +47,6 @@ pub struct ChatArgs {
     /// Print each load step also when stderr is not a terminal.
     #[arg(long)]
     pub verbose: bool,
-    /// Where the target runs (`auto`: the GPU when present). Sampling (`--temperature` > 0)
-    /// runs on either backend (on the GPU one device draw per tree node).
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
     /// Decoding: greedy unless `--temperature` > 0.
     #[command(flatten)]
     pub sampling: SamplingArgs,
@@ -179,20 +160,14 @@ pub fn reply_line(s: &Stats) -> String {
 /// Runs the REPL on the terminal.
 pub fn run(args: &ChatArgs) -> anyhow::Result<()> {
     let (rule, _) = args.sampling.rule()?;
-    if args.budget > MAX_BUDGET {
-        bail!("--budget {} is larger than the maximum {MAX_BUDGET}", args.budget);
-    }
-    let mode = args.mode.mode();
-    let draft = draft_or_demo(&args.model, args.draft.as_deref(), mode != Mode::Ar);
-    if draft.is_none() && mode != Mode::Ar {
-        bail!("--mode {} needs --draft", mode.name());
-    }
+    let pair = args.pair.resolved()?;
+    let mode = pair.mode.mode();
     let spec = PairSpec {
-        model: args.model.clone(),
-        draft: if mode == Mode::Ar { None } else { draft },
-        backend: args.backend,
+        model: pair.model,
+        draft: pair.draft,
+        backend: pair.backend,
         ctx: args.ctx,
-        budget: args.budget,
+        budget: pair.budget,
         verbose: args.verbose,
     };
     with_pair(&spec, Repl { args, rule, mode })
@@ -240,12 +215,12 @@ impl PairRunner for Repl<'_> {
             last: None,
             totals: Totals::default(),
         };
-        let budget = if self.mode == Mode::Ar { 0 } else { self.args.budget };
+        let budget = if self.mode == Mode::Ar { 0 } else { self.args.pair.budget };
         let mut out = std::io::stdout();
         writeln!(
             out,
             "flashtree chat: {} ({} {}, context {} tokens); /help for commands, Ctrl+D exits",
-            self.args.model.display(),
+            self.args.pair.model.display(),
             if info.gpu { "gpu" } else { "cpu" },
             if budget == 0 { "ar".to_string() } else { format!("{} budget {budget}", self.mode.name()) },
             info.ctx

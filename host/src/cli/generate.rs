@@ -8,7 +8,7 @@
 
 use std::io::{Read, Write};
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
@@ -16,6 +16,7 @@ use flashtree_reference::model::dflash::DFlashWeights;
 
 use crate::chat::{ChatTemplate, Message, RenderOptions};
 use crate::cli::limits;
+use crate::cli::pair_args::PairArgs;
 use crate::cli::sampling::{write_result, OutputFormat, SamplingArgs};
 use crate::convert::dflash::load_draft as load_draft_weights;
 use crate::gguf::Gguf;
@@ -60,23 +61,9 @@ impl ModeArg {
 /// `flashtree generate` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
-    /// Target model (qwen35 GGUF); default: the demo target in `models/` (`$FLASHTREE_MODELS`
-    /// overrides the folder; see `models/README.md`).
-    #[arg(long, default_value_os_t = super::default_model::target())]
-    pub model: PathBuf,
-    /// DFlash draft: a z-lab folder (config.json + safetensors) or a `dflash` GGUF. Not needed
-    /// for `--mode ar`; the demo target's draft is taken when the model is the demo target.
-    #[arg(long)]
-    pub draft: Option<PathBuf>,
-    /// Decoding mode.
-    #[arg(long, value_enum, default_value_t = ModeArg::Tree)]
-    pub mode: ModeArg,
-    /// Tree budget: non-root nodes verified per round.
-    /// On the GPU a verify of up to 32 nodes (budget ≤ 31) streams each weight matrix once;
-    /// budget 32 and above (33+ nodes) stream it twice (nvidia-h200, 27B: a 33-node verify costs
-    /// 2.7 AR steps, a 23-node one 1.4).
-    #[arg(long, default_value_t = 22)]
-    pub budget: usize,
+    /// Target, draft, mode, budget and backend.
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// Stop after this many generated tokens.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
@@ -93,18 +80,13 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub no_think: bool,
     /// Context in tokens (prompt + generated); default and maximum: the model's trained context
-    /// (`qwen35.context_length`).
+    /// (`qwen35.context_length`; the GPU engine allocates only what the prompt and
+    /// `--max-tokens` need of it).
     #[arg(long)]
     pub ctx: Option<usize>,
     /// Print each load step (a spinner shows them anyway when stderr is a terminal).
     #[arg(long)]
     pub verbose: bool,
-    /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an
-    /// error, `cpu` = the CPU reference. The draft runs on the same backend as the target.
-    /// Sampling (`--temperature` > 0) runs on either: on the GPU one draw per tree node on
-    /// the device, the same definition as the CPU's.
-    #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
-    pub backend: super::backend::BackendArg,
     /// Decoding: greedy unless `--temperature` > 0.
     #[command(flatten)]
     pub sampling: SamplingArgs,
@@ -155,9 +137,6 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     if let (true, Some(seed)) = (args.verbose, seed) {
         writeln!(err, "sampling seed {seed}")?;
     }
-    if args.budget > MAX_BUDGET {
-        bail!("--budget {} is larger than the maximum {MAX_BUDGET}", args.budget);
-    }
     if !args.chat {
         if args.system.is_some() {
             bail!("--system is only used with --chat (it becomes the chat template's system turn)");
@@ -166,23 +145,13 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
             bail!("--no-think is only used with --chat (it switches the chat template's thinking off)");
         }
     }
-    let mode = args.mode.mode();
-    let with_demo_draft;
-    let args = match super::default_model::draft_for(&args.model) {
-        Some(d) if args.draft.is_none() && mode != Mode::Ar => {
-            with_demo_draft = GenerateArgs { draft: Some(d), ..args.clone() };
-            &with_demo_draft
-        }
-        _ => args,
-    };
-    if args.draft.is_none() && mode != Mode::Ar {
-        bail!("--mode {} needs --draft", mode.name());
-    }
-    check_model_path(&args.model)?;
-    let file = Gguf::open(&args.model)?; // its errors name the file
+    let args = &GenerateArgs { pair: args.pair.resolved()?, ..args.clone() };
+    let mode = args.pair.mode.mode();
+    check_model_path(&args.pair.model)?;
+    let file = Gguf::open(&args.pair.model)?; // its errors name the file
     let cfg = Qwen35Config::from_gguf(&file)?;
-    let ctx = limits::choose_context(args.ctx, cfg.context_length, &args.model)?;
-    let tk = from_gguf(&file).with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
+    let ctx = limits::choose_context(args.ctx, cfg.context_length, &args.pair.model)?;
+    let tk = from_gguf(&file).with_context(|| format!("reading the tokenizer of {}", args.pair.model.display()))?;
     let longest_token =
         (0..tk.tokenizer.vocab_size() as u32).filter_map(|id| tk.tokenizer.token_bytes(id)).map(<[u8]>::len).max();
     let max_bytes = limits::max_prompt_bytes(ctx, longest_token.unwrap_or(1));
@@ -197,7 +166,7 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let text = if args.chat {
         let template = match &tk.chat_template {
             Some(src) => ChatTemplate::new(src)
-                .with_context(|| format!("the tokenizer.chat_template of {}", args.model.display()))?,
+                .with_context(|| format!("the tokenizer.chat_template of {}", args.pair.model.display()))?,
             None => ChatTemplate::qwen35(),
         };
         let mut msgs = Vec::new();
@@ -214,35 +183,41 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
         bail!("the prompt is empty");
     }
     limits::check_prompt_fits(prompt.len(), args.max_tokens, ctx)?;
-    if let Some(gpu) = super::backend::resolve(args.backend)? {
+    if let Some(gpu) = super::backend::resolve(args.pair.backend)? {
         return run_gpu(args, gpu, mode, (&file, &cfg, ctx), &tk, &prompt, (rule, seed), out, err);
     }
-    let draft_f32 = match &args.draft {
+    let draft_f32 = match &args.pair.draft {
         Some(p) => limits::draft_f32_bytes(p)?,
         None => 0,
     };
-    let positions = prompt.len().saturating_add(args.max_tokens).saturating_add(args.budget + 1);
-    let plan = limits::cpu_plan(&file, positions, prompt.len(), draft_f32)?;
+    let positions = prompt.len().saturating_add(args.max_tokens).saturating_add(args.pair.budget + 1);
+    let plan = limits::cpu_plan(&file, positions, prompt.len(), draft_f32, false)?;
     limits::check_memory(&plan, limits::mem_available())?;
     drop(file);
 
     let progress = limits::LoadProgress::new(args.verbose);
-    let msg =
-        format!("loading {} (dequantising to f32: {})", args.model.display(), limits::format_gib(plan.target_weights));
-    let target = progress.load_target(msg, &args.model).with_context(|| format!("loading {}", args.model.display()))?;
+    let msg = format!(
+        "loading {} (dequantising to f32: {})",
+        args.pair.model.display(),
+        limits::format_gib(plan.target_weights)
+    );
+    let target = progress
+        .load_target(msg, &args.pair.model)
+        .with_context(|| format!("loading {}", args.pair.model.display()))?;
     if tk.tokenizer.vocab_size() > target.hparams.n_vocab {
         bail!(
             "{}: the tokenizer has {} tokens but the model's vocabulary is {}",
-            args.model.display(),
+            args.pair.model.display(),
             tk.tokenizer.vocab_size(),
             target.hparams.n_vocab
         );
     }
-    let draft = match (&args.draft, mode) {
+    let draft = match (&args.pair.draft, mode) {
         (Some(p), _) => {
             progress.step(format!("loading the draft {}", p.display()));
             let d = load_draft(p)?;
-            check_pair(&target, &d).map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.model.display()))?;
+            check_pair(&target, &d)
+                .map_err(|e| anyhow::anyhow!("{} vs {}: {e}", p.display(), args.pair.model.display()))?;
             Some(d)
         }
         (None, Mode::Ar) => None,
@@ -252,9 +227,10 @@ pub fn run_to(args: &GenerateArgs, out: &mut dyn Write, err: &mut dyn Write) -> 
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.hparams.target_layer_ids.clone());
     let mut tgt = CpuTarget::new(&target, capture);
     let mut dft = draft.as_ref().map(|d| CpuDraft::new(d, &target));
-    let cfg = GenerateConfig { mode, budget: args.budget, max_tokens: args.max_tokens, eos: tk.stop_ids.clone(), rule };
+    let cfg =
+        GenerateConfig { mode, budget: args.pair.budget, max_tokens: args.max_tokens, eos: tk.stop_ids.clone(), rule };
     let stats = stream_generate(&mut tgt, dft.as_mut(), &prompt, &cfg, &tk, (args.output_format, seed), out, progress)?;
-    writeln!(err, "mode {} budget {} backend cpu", mode.name(), if mode == Mode::Ar { 0 } else { args.budget })?;
+    writeln!(err, "mode {} budget {} backend cpu", mode.name(), if mode == Mode::Ar { 0 } else { args.pair.budget })?;
     writeln!(err, "{}", stats.summary())?;
     Ok(())
 }
@@ -338,7 +314,7 @@ fn run_gpu(
 ) -> anyhow::Result<()> {
     let progress = limits::LoadProgress::new(args.verbose);
     // The draft's config first: its target layers decide what the engine captures.
-    let draft = match (&args.draft, mode) {
+    let draft = match (&args.pair.draft, mode) {
         (_, Mode::Ar) => None,
         (Some(p), _) => Some(crate::model::DraftModel::open(p)?),
         (None, _) => bail!("--mode {} needs --draft", mode.name()),
@@ -347,7 +323,7 @@ fn run_gpu(
     let nodes = if mode == Mode::Ar { 1 } else { kernel_abi::MAX_NODES as usize };
     let ctx = (prompt.len() + args.max_tokens + nodes).min(ctx_limit);
     progress.finish();
-    let (mut engine, _) = super::backend::open_engine(gpu, &args.model, Some(ctx), &capture, !args.verbose)?;
+    let (mut engine, _) = super::backend::open_engine(gpu, &args.pair.model, Some(ctx), &capture, !args.verbose)?;
     let gpu_draft = match &draft {
         // A draft the GPU kernels do not cover runs on the CPU.
         Some(d) => super::gpu_draft_load::gpu_draft_or_note(&engine, d, ctx, args.verbose, |n| {
@@ -358,7 +334,7 @@ fn run_gpu(
     };
     let cfg = GenerateConfig {
         mode,
-        budget: if mode == Mode::Ar { 0 } else { args.budget },
+        budget: if mode == Mode::Ar { 0 } else { args.pair.budget },
         max_tokens: args.max_tokens,
         eos: tk.stop_ids.clone(),
         rule,
@@ -374,7 +350,7 @@ fn run_gpu(
             stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, shown, out, progress)?
         }
         (Some(model), None) => {
-            let parts = super::gpu_draft_load::CpuDraftParts::load(&model, file, cfg_t, &args.model)?;
+            let parts = super::gpu_draft_load::CpuDraftParts::load(&model, file, cfg_t, &args.pair.model)?;
             let mut dft = HostDraft::new(parts.draft(), tgt.feature_source()?);
             stream_generate(&mut tgt, Some(&mut dft), prompt, &cfg, tk, shown, out, progress)?
         }

@@ -70,11 +70,14 @@ pub struct CpuMemoryPlan {
     /// KV rows (f32 keys + values) of every attention layer for the tokens of the run, the
     /// DeltaNet states, and the logits rows the reference keeps for a whole prefill.
     pub state: u64,
+    /// One saved copy of every DeltaNet state and conv window (`chat` and `serve` keep one at
+    /// the end of the reusable prompt prefix; `generate` none).
+    pub snapshot: u64,
 }
 
 impl CpuMemoryPlan {
     pub fn total(&self) -> u64 {
-        self.target_weights.saturating_add(self.draft_weights).saturating_add(self.state)
+        self.target_weights.saturating_add(self.draft_weights).saturating_add(self.state).saturating_add(self.snapshot)
     }
 }
 
@@ -83,8 +86,15 @@ fn gib(b: u64) -> String {
 }
 
 /// The CPU backend's plan for `target` run over `tokens` positions (`prompt` of them in one
-/// prefill), with a draft of `draft_weights` f32 bytes.
-pub fn cpu_plan(target: &Gguf, tokens: usize, prompt: usize, draft_weights: u64) -> anyhow::Result<CpuMemoryPlan> {
+/// prefill), with a draft of `draft_weights` f32 bytes, counting one recurrent snapshot when
+/// `snapshot` (a session that reuses prompt prefixes saves one).
+pub fn cpu_plan(
+    target: &Gguf,
+    tokens: usize,
+    prompt: usize,
+    draft_weights: u64,
+    snapshot: bool,
+) -> anyhow::Result<CpuMemoryPlan> {
     let cfg = crate::model::Qwen35Config::from_gguf(target)?;
     let params = target.tensor_infos().fold(0u64, |a, t| a.saturating_add(t.n_elements()));
     let plan = crate::inspect::memory_plan(&cfg, 0, None);
@@ -94,9 +104,10 @@ pub fn cpu_plan(target: &Gguf, tokens: usize, prompt: usize, draft_weights: u64)
         .iter()
         .fold(1u64, |a, &x| a.saturating_mul(x));
     let logits = (prompt as u64).saturating_mul(cfg.vocab_size as u64).saturating_mul(4);
-    let state =
-        kv_f32.saturating_add(plan.recurrent_state_bytes).saturating_add(plan.conv_state_bytes).saturating_add(logits);
-    Ok(CpuMemoryPlan { target_weights: params.saturating_mul(4), draft_weights, state })
+    let recurrent = plan.recurrent_state_bytes.saturating_add(plan.conv_state_bytes);
+    let state = kv_f32.saturating_add(recurrent).saturating_add(logits);
+    let snapshot = if snapshot { recurrent } else { 0 };
+    Ok(CpuMemoryPlan { target_weights: params.saturating_mul(4), draft_weights, state, snapshot })
 }
 
 /// f32 bytes of a draft's weights: a `dflash` GGUF's parameters × 4, or a z-lab folder's
@@ -122,13 +133,14 @@ pub fn check_memory(plan: &CpuMemoryPlan, available: Option<u64>) -> anyhow::Res
     let Some(avail) = available else { return Ok(()) };
     if plan.total() > avail {
         bail!(
-            "the CPU backend needs about {} ({} target weights as f32 + {} draft weights + {} state and logits) \
-             but only {} of RAM is available (MemAvailable); the CPU backend is for small models — use a smaller \
+            "the CPU backend needs about {} ({} target weights as f32 + {} draft weights + {} state and logits \
+             + {} recurrent snapshot) but only {} of RAM is available (MemAvailable); the CPU backend is for small models — use a smaller \
              model, fewer tokens (--ctx, --max-tokens) or a machine with more memory",
             gib(plan.total()),
             gib(plan.target_weights),
             gib(plan.draft_weights),
             gib(plan.state),
+            gib(plan.snapshot),
             gib(avail)
         );
     }
@@ -241,10 +253,10 @@ mod tests {
 
     #[test]
     fn memory_plan_over_the_available_ram_is_refused_with_numbers() {
-        let plan = CpuMemoryPlan { target_weights: 8 << 30, draft_weights: 1 << 30, state: 1 << 30 };
+        let plan = CpuMemoryPlan { target_weights: 8 << 30, draft_weights: 1 << 30, state: 1 << 30, snapshot: 1 << 29 };
         assert!(check_memory(&plan, None).is_ok());
-        assert!(check_memory(&plan, Some(11 << 30)).is_ok());
-        let e = check_memory(&plan, Some(4 << 30)).unwrap_err().to_string();
-        assert!(e.contains("10.00 GiB") && e.contains("4.00 GiB") && e.contains("8.00 GiB"), "{e}");
+        assert!(check_memory(&plan, Some(21 << 29)).is_ok());
+        let e = check_memory(&plan, Some(20 << 29)).unwrap_err().to_string();
+        assert!(e.contains("10.50 GiB") && e.contains("10.00 GiB") && e.contains("0.50 GiB recurrent snapshot"), "{e}");
     }
 }

@@ -70,7 +70,7 @@ fn context_and_plan(path: &Path, tokens: usize) -> anyhow::Result<(usize, Option
     } else {
         let g = Gguf::open(path)?; // its errors name the file
         let cfg = crate::model::Qwen35Config::from_gguf(&g)?;
-        Ok((cfg.context_length, Some(limits::cpu_plan(&g, tokens, tokens, 0)?)))
+        Ok((cfg.context_length, Some(limits::cpu_plan(&g, tokens, tokens, 0, false)?)))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod limits;
 pub mod logits;
 pub mod pair;
+pub mod pair_args;
 pub mod sampling;
 pub mod serve;
 pub mod synth;

@@ -113,7 +113,7 @@ fn on_cpu<R: PairRunner>(spec: &PairSpec, h: Header, runner: R) -> anyhow::Resul
         Some(p) => limits::draft_f32_bytes(p)?,
         None => 0,
     };
-    let plan = limits::cpu_plan(&h.file, ctx.saturating_add(spec.budget + 1), ctx, draft_f32)?;
+    let plan = limits::cpu_plan(&h.file, ctx.saturating_add(spec.budget + 1), ctx, draft_f32, true)?;
     limits::check_memory(&plan, limits::mem_available())?;
     drop(h.file);
     let progress = limits::LoadProgress::new(spec.verbose);

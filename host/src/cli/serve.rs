@@ -7,18 +7,14 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use super::generate::{ModeArg, MAX_BUDGET};
+use super::pair_args::PairArgs;
 
 /// `flashtree serve` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// Target model (qwen35 GGUF); default: the demo target in `models/`.
-    #[arg(long, default_value_os_t = super::default_model::target())]
-    pub model: PathBuf,
-    /// DFlash draft (z-lab folder or `dflash` GGUF); the demo target's draft is taken for the
-    /// demo target. Not needed with `--mode ar`.
-    #[arg(long)]
-    pub draft: Option<PathBuf>,
+    /// Target, draft, mode, budget and backend.
+    #[command(flatten)]
+    pub pair: PairArgs,
     /// Address to listen on (only this machine by default).
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     pub host: IpAddr,
@@ -29,19 +25,6 @@ pub struct ServeArgs {
     /// `/health`.
     #[arg(long)]
     pub api_key: Option<String>,
-    /// Where the target runs: `auto` = the GPU when one is present, `gpu` = the GPU or an error,
-    /// `cpu` = the CPU reference. Sampling (temperature > 0) runs on either.
-    #[arg(long, value_enum, default_value_t = super::backend::BackendArg::Auto)]
-    pub backend: super::backend::BackendArg,
-    /// Decoding mode of every request.
-    #[arg(long, value_enum, default_value_t = ModeArg::Tree)]
-    pub mode: ModeArg,
-    /// Tree budget: non-root nodes verified per round.
-    /// On the GPU a verify of up to 32 nodes (budget ≤ 31) streams each weight matrix once;
-    /// budget 32 and above (33+ nodes) stream it twice (nvidia-h200, 27B: a 33-node verify costs
-    /// 2.7 AR steps, a 23-node one 1.4).
-    #[arg(long, default_value_t = 22)]
-    pub budget: usize,
     /// Context in tokens (prompt + generated); at most the model's trained context. Default: the
     /// trained context on the CPU, min(trained, 8192) on the GPU (its KV cache is allocated whole).
     #[arg(long)]
@@ -64,29 +47,16 @@ pub struct ServeArgs {
 
 /// Loads the model, binds, prints the address and serves until Ctrl+C.
 pub fn run(args: &ServeArgs) -> anyhow::Result<()> {
-    let args = with_demo_draft(args)?;
-    let app = crate::serve::app(&args)?;
+    let app = crate::serve::app(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(async move {
         let addr = SocketAddr::new(args.host, args.port);
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         let local = listener.local_addr().context("reading the bound address")?;
-        eprintln!("serving {} on http://{local}", args.model.display());
+        eprintln!("serving {} on http://{local}", args.pair.model.display());
         let shutdown = async {
             let _ = tokio::signal::ctrl_c().await;
         };
         crate::serve::serve(listener, app, shutdown).await.context("serving")
     })
-}
-
-/// Checks the flags and fills in the demo draft for the demo target.
-pub fn with_demo_draft(args: &ServeArgs) -> anyhow::Result<ServeArgs> {
-    if args.budget > MAX_BUDGET {
-        anyhow::bail!("--budget {} is larger than the maximum {MAX_BUDGET}", args.budget);
-    }
-    let mut a = args.clone();
-    if a.draft.is_none() && a.mode != ModeArg::Ar {
-        a.draft = super::default_model::draft_for(&a.model);
-    }
-    Ok(a)
 }

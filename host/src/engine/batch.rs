@@ -80,7 +80,8 @@ pub fn commit_path(batch: &NodeBatch, path: &[usize]) -> Result<CommitPath, Engi
 
 /// The bytes of a `#[repr(C)]` plain-data struct (for copying it to the device).
 pub fn bytes_of<T: Copy>(v: &T) -> &[u8] {
-    // Safety: `T` is a plain `#[repr(C)]` struct of integers (`NodeBatch`, `CommitPath`).
+    // Safety: `T` is a plain `#[repr(C)]` struct of integers without padding (`NodeBatch`,
+    // `CommitPath`, `GdnReplay`).
     unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
 }
 

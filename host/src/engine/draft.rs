@@ -147,13 +147,15 @@ pub struct DraftEngine {
     /// (on the second propose; the first fills the launchers' caches) and replayed with a new
     /// `NodeBatch`: every per-round value (bonus, context length) is read from device memory.
     /// `FLASHTREE_GRAPH=0` launches every kernel.
-    block_graph: Option<(Graph, (usize, [usize; 2]))>,
+    block_graph: Option<(Graph, BlockGraphKey)>,
     block_runs: u32,
     /// `FLASHTREE_ATTN_HEAD_GROUPS` (`super::forward::attn_head_groups_override`), else `None`.
     head_groups_override: Option<usize>,
     /// Head groups of the attention split pass in the block being enqueued: full-attention
     /// layers, sliding-window layers (`attn::attn_head_groups` at this round's context).
     attn_groups: [usize; 2],
+    /// Fewest keys per split of the block's attention ([`draft_split_keys`] at this round's context).
+    split_keys: u32,
     /// Device time of the draft's passes ([`DraftEngine::start_timing`] → the next propose's
     /// sync), accumulated in ms.
     timer: Option<GpuTimer>,
@@ -161,11 +163,27 @@ pub struct DraftEngine {
     device_ms: f64,
 }
 
-/// Fewest context keys per split of the draft's attention (`kernel_abi::attn_split_len_min`):
-/// the block's 16 nodes over a long context launch `⌈keys / 1024⌉` splits per node and KV head
-/// rather than the target's one per 128 keys (the draft needs no batch invariance: its output is
-/// only a proposal).
-const DRAFT_SPLIT_KEYS: u32 = 1024;
+/// What a captured block graph was recorded for: top-`k`, the attention's head groups (full,
+/// sliding layers) and its fewest keys per split.
+type BlockGraphKey = (usize, [usize; 2], u32);
+
+/// Fewest context keys per split of the draft's attention (`kernel_abi::attn_split_len_min`) at
+/// a context of `n_ctx` committed rows: the smallest of 128 (`ATTN_MIN_SPLIT_KEYS`), 256, 512 and
+/// 1024 that keeps the committed rows at ≤ 8 splits per KV head (the draft needs no batch
+/// invariance: its output is only a proposal). One split per 1,024 keys is what a long context
+/// wants (fewer, longer splits than the target's one per 128: `docs/perf/spec.md`, run 6), but
+/// below 1,024 rows that is a single split — 8 blocks for the whole attention of a layer. Powers
+/// of two keep the block graph's arguments fixed except where the step changes.
+fn draft_split_keys(n_ctx: usize) -> u32 {
+    let mut keys = kernel_abi::ATTN_MIN_SPLIT_KEYS;
+    while keys < DRAFT_MAX_SPLIT_KEYS && n_ctx > 8 * keys as usize {
+        keys *= 2;
+    }
+    keys
+}
+
+/// The longest split [`draft_split_keys`] picks (the scratch is sized for the shortest).
+const DRAFT_MAX_SPLIT_KEYS: u32 = 1024;
 
 /// The most top-K entries per position a [`DraftEngine`] returns.
 pub const DRAFT_MAX_K: usize = N;
@@ -389,12 +407,13 @@ impl DraftEngine {
             topk_scratch: g.zeros::<u32>(topk_scratch_len(b, vocab, k).max(1))?,
             topk_tokens: g.zeros::<u32>(b * k)?,
             topk_logprobs: z(b * k)?,
-            attn_scratch: z(attn::attn_tree_scratch_len_min(dims, b, rows, DRAFT_SPLIT_KEYS))?,
+            attn_scratch: z(attn::attn_tree_scratch_len_min(dims, b, rows, draft_split_keys(0)))?,
             ws,
             block_graph: None,
             block_runs: 0,
             head_groups_override,
             attn_groups: [1; 2],
+            split_keys: DRAFT_MAX_SPLIT_KEYS,
             timer: None,
             timing: false,
             device_ms: 0.0,
@@ -578,7 +597,8 @@ impl DraftEngine {
         }
         let batch = self.write_batch(&b)?;
         self.attn_groups = self.attn_head_groups()?;
-        let key = (k, self.attn_groups);
+        self.split_keys = draft_split_keys(self.n_ctx);
+        let key = (k, self.attn_groups, self.split_keys);
         if self.block_graph.as_ref().is_some_and(|(_, gk)| *gk != key) {
             self.block_graph = None;
         }
@@ -612,6 +632,13 @@ impl DraftEngine {
         Ok((tokens[..rows * k].to_vec(), logprobs[..rows * k].to_vec()))
     }
 
+    /// Drops the block pass's graph: the next [`DraftEngine::propose`] launches its kernels from
+    /// the host (what a launch log records), the one after captures a new graph.
+    pub fn drop_block_graph(&mut self) {
+        self.block_graph = None;
+        self.block_runs = 0;
+    }
+
     /// Head groups of the block's attention at the current context (full-attention layers,
     /// sliding-window layers): the override, else `attn::attn_head_groups`' rule for the block's
     /// nodes over `n_ctx` committed rows (the draft needs no batch invariance, and the rule keeps
@@ -626,7 +653,7 @@ impl DraftEngine {
                     AttnDims { window, ..self.dims },
                     self.cfg.block_size,
                     self.n_ctx,
-                    DRAFT_SPLIT_KEYS,
+                    draft_split_keys(self.n_ctx),
                 )?),
             }
         };
@@ -712,7 +739,7 @@ impl DraftEngine {
                 self.rows,
                 s(&self.attn_scratch),
                 s(&self.ao),
-                DRAFT_SPLIT_KEYS,
+                self.split_keys,
                 self.attn_groups[sliding as usize],
             )?;
             self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
@@ -754,4 +781,23 @@ impl DraftEngine {
 fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
     w.matmul(gpu, n, y, ws)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draft_split_keys_keep_at_most_eight_splits_up_to_the_longest_split() {
+        let splits = |n_ctx: usize| (n_ctx + 16).div_ceil(draft_split_keys(n_ctx) as usize);
+        assert_eq!(draft_split_keys(0), kernel_abi::ATTN_MIN_SPLIT_KEYS);
+        assert_eq!(draft_split_keys(700), 128);
+        assert_eq!(draft_split_keys(1100), 256);
+        assert_eq!(draft_split_keys(8192), 1024);
+        assert_eq!(draft_split_keys(100_000), DRAFT_MAX_SPLIT_KEYS);
+        for n_ctx in (0..8192).step_by(61) {
+            assert!(splits(n_ctx) <= 9, "{n_ctx} rows: {} splits", splits(n_ctx));
+            assert!(draft_split_keys(n_ctx) >= draft_split_keys(n_ctx.saturating_sub(61)), "monotone");
+        }
+    }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use kernel_abi::sampling::SampleRule;
-use kernel_abi::{CommitPath, NodeBatch, MAX_NODES, SAMPLE_MAX_ROWS};
+use kernel_abi::{gdn_replay, CommitPath, GdnReplay, NodeBatch, MAX_NODES, SAMPLE_MAX_ROWS};
 
 use super::batch::bytes_of;
 use super::features::{enqueue_copy, feature_copies, EngineFeatures, FeatureStore};
@@ -43,6 +43,9 @@ pub struct Engine {
     n_gdn: usize,
     // Step parameters (device).
     batch_dev: CudaSlice<u8>,
+    /// The host bytes of `batch_dev`'s upload (the node batch, then the DeltaNet replay
+    /// schedule), kept so a forward allocates nothing.
+    batch_host: Vec<u8>,
     commit_dev: CudaSlice<u8>,
     /// A deliberately wrong commit for tests ([`Engine::set_commit_fault`]) and its path buffer.
     fault: Option<CommitFault>,
@@ -321,7 +324,8 @@ impl Engine {
         let head_groups_override = attn_head_groups_override(nh / nkv.max(1), "target")?;
         let rope = gpu.upload(&attn::rope_table(cfg.rope_dimension_count, cfg.rope_freq_base as f64, ctx))?;
         let e = Engine {
-            batch_dev: gpu.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
+            batch_dev: gpu.zeros::<u8>(std::mem::size_of::<NodeBatch>() + std::mem::size_of::<GdnReplay>())?,
+            batch_host: Vec::with_capacity(std::mem::size_of::<NodeBatch>() + std::mem::size_of::<GdnReplay>()),
             commit_dev: gpu.zeros::<u8>(std::mem::size_of::<CommitPath>())?,
             fault: None,
             fault_dev: gpu.zeros::<u8>(1)?,
@@ -569,7 +573,15 @@ impl Engine {
             None if self.n_attn > 0 => attn::attn_head_groups(&self.gpu, self.attn, n, self.n_past, attn_split_keys())?,
             None => 1,
         };
-        self.gpu.write(bytes_of(batch), &mut self.batch_dev)?;
+        // The node batch, then (for DeltaNet layers) its replay schedule: one upload.
+        self.batch_host.clear();
+        self.batch_host.extend_from_slice(bytes_of(batch));
+        if self.n_gdn > 0 {
+            let r = gdn_replay(batch)
+                .ok_or_else(|| EngineError::Batch(format!("batch of {n} nodes: a parent follows its child")))?;
+            self.batch_host.extend_from_slice(bytes_of(&r));
+        }
+        self.gpu.write(&self.batch_host, &mut self.batch_dev)?;
         self.last = Some(*batch);
         let mut prof = self.profile.take();
         if let Some(p) = &mut prof {
@@ -632,6 +644,10 @@ impl Engine {
         // follows `n_past` and `n`.
         let nodes: DevSpan<NodeBatch> = unsafe { DevSpan::from_raw(batch.ptr(), 1) };
         let tokens: DevSpan<u32> = unsafe { DevSpan::from_raw(batch.ptr() + 8, N) };
+        // Safety: `batch_dev` holds a `GdnReplay` right after the `NodeBatch` (written by
+        // `forward` whenever the model has DeltaNet layers, the only readers).
+        let replay: DevSpan<GdnReplay> =
+            unsafe { DevSpan::from_raw(batch.ptr() + std::mem::size_of::<NodeBatch>() as u64, 1) };
         embed_rows(gpu, self.w.embd_ty, DevSpan::of(gpu, &self.w.embd), cfg.vocab_size, d, tokens, n, s(&self.h))?;
         mark(gpu, prof, "embed")?;
         let (x, mix) = (s(&self.x), s(&self.mix));
@@ -816,7 +832,7 @@ impl Engine {
                             "gdn scratch",
                         )?,
                     };
-                    gdn::gdn_recurrence_marked(gpu, &self.gdn, n, nodes, &w, &io, &st, &mut |k| {
+                    gdn::gdn_recurrence_marked(gpu, &self.gdn, n, nodes, replay, &w, &io, &st, &mut |k| {
                         mark(gpu, prof, if k == "gdn_prep" { "dn prep" } else { "dn recur" })
                     })?;
                     if fused {

@@ -20,7 +20,7 @@
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
-    gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, NodeBatch, GDN_COLS_PER_BLOCK,
+    gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK,
     GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_THREADS, GDN_RECUR_THREADS, MAX_NODES,
 };
 
@@ -207,16 +207,19 @@ fn recur_kernels(d_k: usize) -> (&'static str, &'static str) {
 /// (grid `(n_v, ⌈d_v/16⌉)`, 64 threads, shared memory for `n` nodes: 75 KB at `d_k = 128` and
 /// `n = 32`, 110 KB at 64) and `gdn_gated_norm`
 /// (grid `(n, ⌈n_v/8⌉)`). Each node's result is bitwise independent of the other nodes.
+/// `replay`: the batch's replay schedule ([`gdn_replay_words`] of the same batch).
+#[allow(clippy::too_many_arguments)]
 pub fn gdn_forward(
     gpu: &Gpu,
     shape: &GdnShape,
     n: usize,
     nodes: DevSpan<NodeBatch>,
+    replay: DevSpan<GdnReplay>,
     w: &GdnWeights,
     io: &GdnIo,
     st: &GdnLayerState,
 ) -> Result<(), GpuError> {
-    gdn_forward_marked(gpu, shape, n, nodes, w, io, st, &mut |_| Ok(()))
+    gdn_forward_marked(gpu, shape, n, nodes, replay, w, io, st, &mut |_| Ok(()))
 }
 
 /// [`gdn_forward`], calling `after(kernel)` once each of its three launches is queued (the
@@ -227,12 +230,13 @@ pub fn gdn_forward_marked(
     shape: &GdnShape,
     n: usize,
     nodes: DevSpan<NodeBatch>,
+    replay: DevSpan<GdnReplay>,
     w: &GdnWeights,
     io: &GdnIo,
     st: &GdnLayerState,
     after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), GpuError> {
-    gdn_recurrence_marked(gpu, shape, n, nodes, w, io, st, after)?;
+    gdn_recurrence_marked(gpu, shape, n, nodes, replay, w, io, st, after)?;
     gdn_gated_norm(gpu, shape, n, nodes, w, io, st)?;
     after("gdn_gated_norm")
 }
@@ -329,12 +333,14 @@ pub fn gdn_recurrence_marked(
     shape: &GdnShape,
     n: usize,
     nodes: DevSpan<NodeBatch>,
+    replay: DevSpan<GdnReplay>,
     w: &GdnWeights,
     io: &GdnIo,
     st: &GdnLayerState,
     after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), GpuError> {
     let mut p = forward_params(shape, n, nodes, w, io, st)?;
+    replay.need(1, "gdn_forward", "replay (one GdnReplay)")?;
     let n32 = n as u32;
 
     let cfg = LaunchConfig {
@@ -373,6 +379,7 @@ pub fn gdn_recurrence_marked(
     unsafe {
         ChainedLaunch::new(gpu, recur)
             .span(nodes)
+            .span(replay)
             .span(st.state)
             .span(st.scratch)
             .value(super::Param(p))
@@ -550,6 +557,22 @@ pub fn node_batch_words(nb: &NodeBatch) -> Vec<u32> {
     w
 }
 
+/// The DeltaNet replay schedule of `nb` (`kernel_abi::gdn_replay`) as the 4-byte words of its
+/// `#[repr(C)]` layout, for the `replay` argument of [`gdn_forward`]; an error naming the batch's
+/// fault when it has none (a parent after its child).
+pub fn gdn_replay_words(nb: &NodeBatch) -> Result<Vec<u32>, GpuError> {
+    let r = kernel_abi::gdn_replay(nb).ok_or_else(|| {
+        GpuError::shape(
+            "gdn_forward",
+            format!("no replay schedule for a batch of {} nodes: a parent follows its child", nb.n),
+        )
+    })?;
+    let mut w = vec![r.len];
+    w.extend(r.ops.chunks_exact(2).map(|p| p[0] as u32 | (p[1] as u32) << 16));
+    debug_assert_eq!(w.len() * 4, std::mem::size_of::<GdnReplay>());
+    Ok(w)
+}
+
 /// A [`CommitPath`] as the 4-byte words of its `#[repr(C)]` layout.
 pub fn commit_path_words(p: &CommitPath) -> Vec<u32> {
     let mut w = vec![p.n_past, p.len];
@@ -586,6 +609,23 @@ mod tests {
         let mut p = CommitPath { n_past: 5, len: 2, nodes: [0; MAX_NODES as usize] };
         p.nodes[1] = 9;
         assert_eq!(commit_path_words(&p)[3], 9);
+        // The replay schedule's words are its struct's bytes (a 3-node chain: 3 operations).
+        let mut chain = NodeBatch::empty(0);
+        chain.n = 3;
+        chain.parent[..3].copy_from_slice(&[-1, 0, 1]);
+        let w = gdn_replay_words(&chain).unwrap();
+        let r = kernel_abi::gdn_replay(&chain).unwrap();
+        assert_eq!(w.len() * 4, std::mem::size_of::<GdnReplay>());
+        assert_eq!(w[0], 3);
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        // Safety: `GdnReplay` is a u32 and u16 pairs, `#[repr(C)]`, without padding (size checked).
+        let raw = unsafe {
+            std::slice::from_raw_parts(&r as *const GdnReplay as *const u8, std::mem::size_of::<GdnReplay>())
+        };
+        assert_eq!(bytes, raw);
+        // A parent after its child has no schedule, and says so.
+        chain.parent[1] = 2;
+        assert!(gdn_replay_words(&chain).unwrap_err().to_string().contains("a parent follows its child"));
     }
 
     /// Every kernel name the deltanet launchers pick is an entry point of the embedded PTX.

@@ -38,7 +38,7 @@ pub struct Loaded {
     pub template: ChatTemplate,
     /// Longest byte length of one token (bounds the prompt text before tokenising).
     pub longest_token: usize,
-    /// Whether the target runs on the GPU (which refuses T > 0 for now).
+    /// Whether the target runs on the GPU (`/metrics` reports the backend).
     pub gpu: bool,
     /// Where jobs are queued (bounded: full → 429).
     pub jobs: mpsc::Sender<Job>,
@@ -55,19 +55,17 @@ struct Ready {
 
 /// Reads the model's header, loads the pair on a new worker thread and waits until it is ready
 /// to take jobs. Errors (a missing file, a mismatched pair, too little memory) come back here.
+/// `args.pair` is resolved ([`crate::cli::pair_args::PairArgs::resolved`], as [`super::app`] does).
 pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
     if args.queue == 0 {
         bail!("--queue 0: the queue must hold at least one request");
     }
-    if args.draft.is_none() && mode != Mode::Ar {
-        bail!("--mode {} needs --draft", mode.name());
-    }
-    check_model_path(&args.model)?;
-    let file = Gguf::open(&args.model)?; // its errors name the file
+    check_model_path(&args.pair.model)?;
+    let file = Gguf::open(&args.pair.model)?; // its errors name the file
     let cfg = Qwen35Config::from_gguf(&file)?;
     // Checked here for its message; the context itself is chosen per backend on the worker.
-    limits::choose_context(args.ctx, cfg.context_length, &args.model)?;
-    let tk = from_gguf(&file).with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
+    limits::choose_context(args.ctx, cfg.context_length, &args.pair.model)?;
+    let tk = from_gguf(&file).with_context(|| format!("reading the tokenizer of {}", args.pair.model.display()))?;
     let longest_token = (0..tk.tokenizer.vocab_size() as u32)
         .filter_map(|id| tk.tokenizer.token_bytes(id))
         .map(<[u8]>::len)
@@ -81,7 +79,7 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
             ChatTemplate::new(&src).with_context(|| format!("--chat-template {}", p.display()))?
         }
         (None, Some(src)) => ChatTemplate::new(src)
-            .with_context(|| format!("the tokenizer.chat_template of {}", args.model.display()))?,
+            .with_context(|| format!("the tokenizer.chat_template of {}", args.pair.model.display()))?,
         (None, None) => ChatTemplate::qwen35(),
     };
     drop(file);
@@ -94,7 +92,7 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
     std::thread::Builder::new()
         .name("flashtree-serve-worker".into())
         .spawn(move || {
-            let r = match crate::cli::backend::resolve(args_w.backend) {
+            let r = match crate::cli::backend::resolve(args_w.pair.backend) {
                 Ok(Some(gpu)) => gpu_worker(&args_w, mode, gpu, &ready_tx, rx, (worker_tk, worker_metrics)),
                 Ok(None) => cpu_worker(&args_w, mode, &ready_tx, rx, (worker_tk, worker_metrics)),
                 Err(e) => Err(e),
@@ -108,7 +106,7 @@ pub fn load(args: &ServeArgs, mode: Mode) -> anyhow::Result<Loaded> {
         .context("starting the worker thread")?;
     let ready = ready_rx.recv().context("the worker thread stopped while loading")??;
     Ok(Loaded {
-        id: model_id(&args.model),
+        id: model_id(&args.pair.model),
         ctx: ready.ctx,
         reserve: ready.reserve,
         tk,
@@ -128,17 +126,17 @@ fn cpu_worker(
     rx: mpsc::Receiver<Job>,
     (tk, metrics): (Arc<GgufTokenizer>, Arc<super::metrics::Metrics>),
 ) -> anyhow::Result<()> {
-    let file = Gguf::open(&args.model)?;
+    let file = Gguf::open(&args.pair.model)?;
     let cfg = Qwen35Config::from_gguf(&file)?;
-    let ctx = limits::choose_context(args.ctx, cfg.context_length, &args.model)?;
-    let draft_f32 = match &args.draft {
+    let ctx = limits::choose_context(args.ctx, cfg.context_length, &args.pair.model)?;
+    let draft_f32 = match &args.pair.draft {
         Some(p) if mode != Mode::Ar => limits::draft_f32_bytes(p)?,
         _ => 0,
     };
-    let plan = limits::cpu_plan(&file, ctx.saturating_add(args.budget + 1), ctx, draft_f32)?;
+    let plan = limits::cpu_plan(&file, ctx.saturating_add(args.pair.budget + 1), ctx, draft_f32, true)?;
     limits::check_memory(&plan, limits::mem_available())?;
     drop(file);
-    let model = &args.model;
+    let model = &args.pair.model;
     let progress = limits::LoadProgress::new(true);
     let msg = format!("loading {} (dequantising to f32: {})", model.display(), limits::format_gib(plan.target_weights));
     let target = progress.load_target(msg, model).with_context(|| format!("loading {}", model.display()))?;
@@ -150,7 +148,7 @@ fn cpu_worker(
             target.hparams.n_vocab
         );
     }
-    let draft = match &args.draft {
+    let draft = match &args.pair.draft {
         Some(p) if mode != Mode::Ar => {
             progress.step(format!("loading the draft {}", p.display()));
             let d = load_draft(p)?;
@@ -189,25 +187,25 @@ fn gpu_worker(
         bail!("--script (for tests) runs on the CPU backend only");
     }
     let nodes = if mode == Mode::Ar { 1 } else { kernel_abi::MAX_NODES as usize };
-    if mode != Mode::Ar && args.budget >= nodes {
-        bail!("--budget {}: the GPU engine verifies at most {nodes} nodes (budget + 1) per round", args.budget);
+    if mode != Mode::Ar && args.pair.budget >= nodes {
+        bail!("--budget {}: the GPU engine verifies at most {nodes} nodes (budget + 1) per round", args.pair.budget);
     }
-    let file = Gguf::open(&args.model)?;
+    let file = Gguf::open(&args.pair.model)?;
     let cfg_t = Qwen35Config::from_gguf(&file)?;
     let ctx = limits::choose_context(
         args.ctx.or(Some(cfg_t.context_length.min(GPU_DEFAULT_CTX))),
         cfg_t.context_length,
-        &args.model,
+        &args.pair.model,
     )?;
     if ctx <= nodes {
         bail!("--ctx {ctx} leaves no room for a prompt next to a verify batch of {nodes} tokens");
     }
-    let draft = match &args.draft {
+    let draft = match &args.pair.draft {
         Some(p) if mode != Mode::Ar => Some(crate::model::DraftModel::open(p)?),
         _ => None,
     };
     let capture = draft.as_ref().map_or_else(Vec::new, |d| d.config.target_layer_ids.clone());
-    let (mut engine, _) = crate::cli::backend::open_engine(gpu, &args.model, Some(ctx), &capture, false)?;
+    let (mut engine, _) = crate::cli::backend::open_engine(gpu, &args.pair.model, Some(ctx), &capture, false)?;
     let gpu_draft = match &draft {
         Some(d) => crate::cli::gpu_draft_load::gpu_draft_or_note(&engine, d, ctx, false, |n| {
             eprintln!("{n}");
@@ -228,7 +226,7 @@ fn gpu_worker(
             run_jobs(Session::new(tgt, Some(dft)), rx, tk, metrics);
         }
         (Some(model), None) => {
-            let parts = crate::cli::gpu_draft_load::CpuDraftParts::load(&model, &file, &cfg_t, &args.model)?;
+            let parts = crate::cli::gpu_draft_load::CpuDraftParts::load(&model, &file, &cfg_t, &args.pair.model)?;
             let dft = HostDraft::new(parts.draft(), tgt.feature_source()?);
             let _ = ready.send(Ok(ok));
             run_jobs(Session::new(tgt, Some(dft)), rx, tk, metrics);

@@ -37,12 +37,19 @@ pub use load::{load, Loaded};
 
 use crate::cli::serve::ServeArgs;
 
-/// Loads the pair (blocking until the worker is ready) and returns the router to serve.
+/// Checks the pair flags ([`crate::cli::pair_args::PairArgs::resolved`]: the demo draft for the
+/// demo target), loads the pair (blocking until the worker is ready) and returns the router.
 pub fn app(args: &ServeArgs) -> anyhow::Result<axum::Router> {
-    let mode = args.mode.mode();
+    let args = &ServeArgs { pair: args.pair.resolved()?, ..args.clone() };
+    let mode = args.pair.mode.mode();
     let model = load(args, mode)?;
-    let state =
-        routes::AppState { model, mode, budget: args.budget, api_key: args.api_key.clone(), served: AtomicU64::new(0) };
+    let state = routes::AppState {
+        model,
+        mode,
+        budget: args.pair.budget,
+        api_key: args.api_key.clone(),
+        served: AtomicU64::new(0),
+    };
     Ok(routes::router(Arc::new(state), args.max_body_bytes))
 }
 

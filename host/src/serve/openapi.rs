@@ -168,7 +168,7 @@ fn schemas(model_id: &str) -> Value {
         ],
     });
     let sampling = json!({
-        "temperature": { "type": ["number", "null"], "minimum": 0, "maximum": 2, "description": "0 (or absent) = greedy. T > 0 is refused on the GPU backend for now." },
+        "temperature": { "type": ["number", "null"], "minimum": 0, "maximum": 2, "description": "0 (or absent) = greedy. T > 0 samples (top_k, top_p, min_p, seed) on either backend." },
         "top_p": { "type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1 },
         "top_k": { "type": ["integer", "null"], "minimum": 0, "description": "0 = no limit (extension)." },
         "min_p": { "type": ["number", "null"], "minimum": 0, "maximum": 1, "description": "Extension." },

@@ -241,10 +241,8 @@ impl Draft for CpuDraft<'_> {
     }
 
     fn propose(&mut self, new: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
-        for row in new {
-            let kv = self.d.context_kv(row, self.ctx.len()).map_err(SpecError::backend)?;
-            self.ctx.push(kv);
-        }
+        let kv = self.d.context_kv_rows(new, self.ctx.len()).map_err(SpecError::backend)?;
+        self.ctx.extend(kv);
         let hp = &self.d.hparams;
         let start = self.ctx.len();
         let from = start.saturating_sub(self.window);

@@ -90,19 +90,11 @@ pub fn topk_logprobs(logits: &[f32], vocab: usize, k: usize) -> Result<DraftTopK
         if row.iter().any(|v| v.is_nan()) {
             return Err(SpecError::TopKShape { what: "draft logits contain NaN" });
         }
-        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
-        let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
-        let log_z = max + sum.ln();
-        let mut idx: Vec<u32> = (0..vocab as u32).collect();
-        let by_logit_then_id = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
-        if k < vocab {
-            idx.select_nth_unstable_by(k - 1, by_logit_then_id);
-            idx.truncate(k);
-        }
-        idx.sort_by(by_logit_then_id);
-        for t in idx {
+        // The reference's definition (logit descending by `total_cmp`, then id; `x − logsumexp`
+        // in f64), the GPU `topk` kernel's too.
+        for (t, lp) in flashtree_reference::sample::topk_logprobs(row, k) {
             tokens.push(t);
-            logprobs.push((row[t as usize] as f64 - log_z) as f32);
+            logprobs.push(lp as f32);
         }
     }
     DraftTopK::new(rows, k, tokens, logprobs)

@@ -62,13 +62,22 @@ pub struct Projected {
 
 /// Step 1 of the layer: the four projections and the per-head β and decay.
 pub fn project(w: &DeltaNetWeights, x: &[f32]) -> Projected {
-    let mixed = w.qkv.matvec(x);
-    let z = w.gate.matvec(x);
-    let b = w.beta.matvec(x);
-    let a = w.alpha.matvec(x);
-    let g = a.iter().enumerate().map(|(j, &aj)| w.ssm_a[j] * softplus(aj + w.dt_bias[j])).collect();
-    let beta = b.iter().map(|&v| sigmoid(v)).collect();
-    Projected { mixed, z, g, beta }
+    project_rows(w, &[x]).pop().expect("one row")
+}
+
+/// [`project`] of every row of `xs` (the same bits; one pass over each matrix).
+pub fn project_rows<X: AsRef<[f32]>>(w: &DeltaNetWeights, xs: &[X]) -> Vec<Projected> {
+    let (mixed, z, b, a) = (w.qkv.matmul(xs), w.gate.matmul(xs), w.beta.matmul(xs), w.alpha.matmul(xs));
+    mixed
+        .into_iter()
+        .zip(z)
+        .zip(b.iter().zip(&a))
+        .map(|((mixed, z), (b, a))| {
+            let g = a.iter().enumerate().map(|(j, &aj)| w.ssm_a[j] * softplus(aj + w.dt_bias[j])).collect();
+            let beta = b.iter().map(|&v| sigmoid(v)).collect();
+            Projected { mixed, z, g, beta }
+        })
+        .collect()
 }
 
 /// Causal depthwise conv + SiLU for one token. `window` holds the previous `kernel − 1` raw inputs,
@@ -129,22 +138,32 @@ pub fn recurrent_step(dims: GdnDims, state: &mut [f32], x: &DeltaInputs) -> Vec<
         let alpha = (x.g[j] as f64).exp();
         s.iter_mut().for_each(|e| *e = (*e as f64 * alpha) as f32);
         // u = S̃ᵀ k ; δ = β (v − u)
-        let delta: Vec<f64> = (0..dv)
-            .map(|c| {
-                let u: f64 = (0..dk).map(|r| s[r * dv + c] as f64 * k[r] as f64).sum();
-                x.beta[j] as f64 * (v[c] as f64 - u)
-            })
-            .collect();
+        let u = column_sums(s, dv, k);
+        let delta: Vec<f64> = (0..dv).map(|c| x.beta[j] as f64 * (v[c] as f64 - u[c])).collect();
         for r in 0..dk {
             for c in 0..dv {
                 s[r * dv + c] = (s[r * dv + c] as f64 + k[r] as f64 * delta[c]) as f32;
             }
         }
-        for c in 0..dv {
-            out[j * dv + c] = (0..dk).map(|r| s[r * dv + c] as f64 * q[r] as f64).sum::<f64>() as f32;
+        for (o, y) in out[j * dv..(j + 1) * dv].iter_mut().zip(column_sums(s, dv, q)) {
+            *o = y as f32;
         }
     }
     out
+}
+
+/// `Σ_r S[r][c] · w[r]` for every column `c` of the row-major `[w.len(), cols]` matrix `S` (f32
+/// or f64), in f64: each column's sum runs over `r` ascending from `−0.0` (`Iterator::sum`), all
+/// columns side by side (contiguous rows, independent add chains).
+fn column_sums<S: Copy + Into<f64>, W: Copy + Into<f64>>(s: &[S], cols: usize, w: &[W]) -> Vec<f64> {
+    let mut acc = vec![-0.0f64; cols];
+    for (row, &wr) in s.chunks_exact(cols).zip(w) {
+        let wr: f64 = wr.into();
+        for (a, &e) in acc.iter_mut().zip(row) {
+            *a += e.into() * wr;
+        }
+    }
+    acc
 }
 
 /// The chunked (WY/UT) form over `xs.len()` tokens in chunks of `chunk` tokens (last one short),
@@ -192,27 +211,34 @@ pub fn chunked(dims: GdnDims, state: &mut [f32], xs: &[DeltaInputs], chunk: usiz
                 for (e, &ke) in kv(&toks[i], kh, dk).iter().enumerate() {
                     w[i][e] = bg * ke as f64;
                 }
+                let (u_done, u_rest) = u.split_at_mut(i);
+                let (w_done, w_rest) = w.split_at_mut(i);
                 for m in 0..i {
                     let a = beta[i] * dot(kv(&toks[i], kh, dk), kv(&toks[m], kh, dk)) * (gamma[i] - gamma[m]).exp();
-                    let (um, wm) = (u[m].clone(), w[m].clone());
-                    u[i].iter_mut().zip(&um).for_each(|(x, y)| *x -= a * y);
-                    w[i].iter_mut().zip(&wm).for_each(|(x, y)| *x -= a * y);
+                    u_rest[0].iter_mut().zip(&u_done[m]).for_each(|(x, y)| *x -= a * y);
+                    w_rest[0].iter_mut().zip(&w_done[m]).for_each(|(x, y)| *x -= a * y);
                 }
             }
-            // V' = U − W S₀
+            // V' = U − W S₀ (each column's Σ_r over r ascending from −0.0, as `sum()`).
             let vp: Vec<Vec<f64>> = (0..c)
-                .map(|i| (0..dv).map(|e| u[i][e] - (0..dk).map(|r| w[i][r] * s[r * dv + e]).sum::<f64>()).collect())
+                .map(|i| {
+                    let ws = column_sums(&s, dv, &w[i]);
+                    u[i].iter().zip(&ws).map(|(ue, we)| ue - we).collect()
+                })
                 .collect();
             for i in 0..c {
                 let q = qv(&toks[i], kh, dk);
                 let eg = gamma[i].exp();
-                let o = &mut out[start + i][j * dv..(j + 1) * dv];
-                for (e, oe) in o.iter_mut().enumerate() {
-                    let mut v = eg * (0..dk).map(|r| q[r] as f64 * s[r * dv + e]).sum::<f64>();
-                    for m in 0..=i {
-                        v += dot(q, kv(&toks[m], kh, dk)) * (gamma[i] - gamma[m]).exp() * vp[m][e];
-                    }
-                    *oe = v as f32;
+                // O_i[e] = e^{Γ_i} Σ_r q_r S[r][e] + Σ_{m ≤ i} ((q·k_m) e^{Γ_i − Γ_m}) V'_m[e], the terms
+                // added in m order per e; the coefficient of m is the same for every e.
+                let coef: Vec<f64> =
+                    (0..=i).map(|m| dot(q, kv(&toks[m], kh, dk)) * (gamma[i] - gamma[m]).exp()).collect();
+                let mut v: Vec<f64> = column_sums(&s, dv, q).iter().map(|x| eg * x).collect();
+                for (cm, vpm) in coef.iter().zip(&vp) {
+                    v.iter_mut().zip(vpm).for_each(|(ve, pe)| *ve += cm * pe);
+                }
+                for (oe, ve) in out[start + i][j * dv..(j + 1) * dv].iter_mut().zip(&v) {
+                    *oe = *ve as f32;
                 }
             }
             let gc = gamma[c - 1];
@@ -237,17 +263,48 @@ pub fn chunked(dims: GdnDims, state: &mut [f32], xs: &[DeltaInputs], chunk: usiz
 /// Last steps of the layer: per value head gated RMSNorm `rmsnorm(o_j) ⊙ norm ⊙ silu(z_j)`, then
 /// the out projection.
 pub fn finish(w: &DeltaNetWeights, dims: GdnDims, eps: f32, o: &[f32], z: &[f32]) -> Vec<f32> {
-    let mut y = Vec::with_capacity(o.len());
-    for (oh, zh) in o.chunks_exact(dims.d_v).zip(z.chunks_exact(dims.d_v)) {
-        let n = rms_norm(oh, &w.norm, eps);
-        y.extend(n.iter().zip(zh).map(|(&a, &b)| a * silu(b)));
-    }
-    w.out.matvec(&y)
+    finish_rows(w, dims, eps, &[(o, z)]).pop().expect("one row")
+}
+
+/// [`finish`] of every `(o, z)` row (the same bits; one pass over the out projection).
+pub fn finish_rows(w: &DeltaNetWeights, dims: GdnDims, eps: f32, rows: &[(&[f32], &[f32])]) -> Vec<Vec<f32>> {
+    let ys: Vec<Vec<f32>> = rows
+        .iter()
+        .map(|(o, z)| {
+            let mut y = Vec::with_capacity(o.len());
+            for (oh, zh) in o.chunks_exact(dims.d_v).zip(z.chunks_exact(dims.d_v)) {
+                let n = rms_norm(oh, &w.norm, eps);
+                y.extend(n.iter().zip(zh).map(|(&a, &b)| a * silu(b)));
+            }
+            y
+        })
+        .collect();
+    w.out.matmul(&ys)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn column_sums_are_each_columns_sum_bit_for_bit() {
+        let mut seed = 7u64;
+        for (rows, cols) in [(1, 1), (3, 5), (64, 64), (17, 33)] {
+            let mut s = rand_vec(&mut seed, rows * cols);
+            let w = rand_vec(&mut seed, rows);
+            s[..cols].iter_mut().for_each(|v| *v = -0.0); // a column of −0.0 products is −0.0
+            let mut w0 = w.clone();
+            w0[1..].iter_mut().for_each(|v| *v = 0.0);
+            w0[0] = 1.0;
+            for w in [&w, &w0] {
+                let got = column_sums(&s, cols, w);
+                for (c, g) in got.iter().enumerate() {
+                    let want: f64 = (0..rows).map(|r| s[r * cols + c] as f64 * w[r] as f64).sum();
+                    assert_eq!(g.to_bits(), want.to_bits(), "rows {rows} cols {cols} column {c}");
+                }
+            }
+        }
+    }
 
     /// Deterministic pseudo-random numbers in [-1, 1) (xorshift), so the test needs no crate.
     pub(crate) fn rand_vec(seed: &mut u64, n: usize) -> Vec<f32> {

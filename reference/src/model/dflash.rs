@@ -14,7 +14,7 @@
 //! block and see keys at positions `> p − window` (query at `p`). `causal` overrides both.
 
 use super::attention::attend;
-use super::mlp::{swiglu, MlpWeights};
+use super::mlp::{swiglu_rows, MlpWeights};
 use super::ops::{rms_norm, rms_norm_heads_in_place, top_k_log_probs};
 use super::rope::rope_neox_in_place;
 use super::tensor::{expect_len, Matrix};
@@ -142,7 +142,15 @@ impl DFlashWeights {
     /// context row: `RMSNorm_hidden(fc · f)`.
     pub fn fuse_context(&self, features: &[f32]) -> Result<Vec<f32>, ModelError> {
         expect_len("context feature", features, self.fc.cols)?;
-        Ok(rms_norm(&self.fc.matvec(features), &self.hidden_norm, self.hparams.rms_eps))
+        Ok(self.fuse_context_rows(&[features])?.pop().expect("one row"))
+    }
+
+    /// [`DFlashWeights::fuse_context`] of every row (the same bits; one pass over `fc`).
+    pub fn fuse_context_rows<X: AsRef<[f32]>>(&self, features: &[X]) -> Result<Vec<Vec<f32>>, ModelError> {
+        for f in features {
+            expect_len("context feature", f.as_ref(), self.fc.cols)?;
+        }
+        Ok(self.fc.matmul(features).iter().map(|c| rms_norm(c, &self.hidden_norm, self.hparams.rms_eps)).collect())
     }
 
     /// One draft pass. `ctx_features[j]` (raw, `[k·H]`) is the committed token at position
@@ -158,11 +166,7 @@ impl DFlashWeights {
         block_start: usize,
     ) -> Result<DraftOutput, ModelError> {
         self.check_block(target_embd, lm_head, block_tokens)?;
-        let ctx_kv: Vec<ContextKv> = ctx_features
-            .iter()
-            .enumerate()
-            .map(|(j, f)| self.context_kv(f, ctx_start + j))
-            .collect::<Result<_, _>>()?;
+        let ctx_kv = self.context_kv_rows(ctx_features, ctx_start)?;
         self.forward_cached(target_embd, lm_head, &ctx_kv, ctx_start, block_tokens, block_start)
     }
 
@@ -170,18 +174,37 @@ impl DFlashWeights {
     /// target feature row `concat_l h_l`: exactly what [`DFlashWeights::forward`] computes for
     /// that row, so a caller can compute it once per committed token.
     pub fn context_kv(&self, feature: &[f32], pos: usize) -> Result<ContextKv, ModelError> {
-        let c = self.fuse_context(feature)?;
-        Ok(self.layers.iter().map(|l| self.layer_kv(l, &c, pos)).collect())
+        Ok(self.context_kv_rows(&[feature], pos)?.pop().expect("one row"))
     }
 
-    /// One layer's K (`k_norm`, then RoPE at `pos`) and V of the input `x` (a fused context row or
-    /// a block slot's normed input: the layer's K/V projections serve both).
-    fn layer_kv(&self, l: &DFlashLayer, x: &[f32], pos: usize) -> (Vec<f32>, Vec<f32>) {
+    /// [`DFlashWeights::context_kv`] of the rows `features[j]` at positions `start + j` (the
+    /// same bits; one pass over each matrix).
+    pub fn context_kv_rows<X: AsRef<[f32]>>(&self, features: &[X], start: usize) -> Result<Vec<ContextKv>, ModelError> {
+        let c = self.fuse_context_rows(features)?;
+        let pos: Vec<usize> = (0..c.len()).map(|j| start + j).collect();
+        let mut rows: Vec<ContextKv> = vec![Vec::with_capacity(self.layers.len()); c.len()];
+        for l in &self.layers {
+            for (row, kv) in rows.iter_mut().zip(self.layer_kv_rows(l, &c, &pos)) {
+                row.push(kv);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// One layer's K (`k_norm`, then RoPE at `pos[i]`) and V of each input `xs[i]` (fused context
+    /// rows or a block's normed inputs: the layer's K/V projections serve both).
+    fn layer_kv_rows(&self, l: &DFlashLayer, xs: &[Vec<f32>], pos: &[usize]) -> Vec<(Vec<f32>, Vec<f32>)> {
         let hp = &self.hparams;
-        let mut k = l.k.matvec(x);
-        rms_norm_heads_in_place(&mut k, &l.k_norm, hp.rms_eps);
-        rope_neox_in_place(&mut k, hp.head_dim, hp.head_dim, pos, hp.rope_theta);
-        (k, l.v.matvec(x))
+        let (ks, vs) = (l.k.matmul(xs), l.v.matmul(xs));
+        ks.into_iter()
+            .zip(vs)
+            .zip(pos)
+            .map(|((mut k, v), &p)| {
+                rms_norm_heads_in_place(&mut k, &l.k_norm, hp.rms_eps);
+                rope_neox_in_place(&mut k, hp.head_dim, hp.head_dim, p, hp.rope_theta);
+                (k, v)
+            })
+            .collect()
     }
 
     /// The shapes of the target matrices and the block's tokens, checked before any work.
@@ -225,10 +248,10 @@ impl DFlashWeights {
             let window = if sliding { hp.sliding_window } else { None };
             let ckv: Vec<(&[f32], &[f32])> = ctx_kv.iter().map(|r| (&r[li].0[..], &r[li].1[..])).collect();
             let a: Vec<Vec<f32>> = e.iter().map(|x| rms_norm(x, &l.attn_norm, hp.rms_eps)).collect();
-            let bkv: Vec<_> = a.iter().zip(&blk_pos).map(|(x, &p)| self.layer_kv(l, x, p)).collect();
-            for (s, es) in e.iter_mut().enumerate() {
+            let bkv = self.layer_kv_rows(l, &a, &blk_pos);
+            let mut os = Vec::with_capacity(e.len());
+            for (s, mut q) in l.q.matmul(&a).into_iter().enumerate() {
                 let p = blk_pos[s];
-                let mut q = l.q.matvec(&a[s]);
                 rms_norm_heads_in_place(&mut q, &l.q_norm, hp.rms_eps);
                 rope_neox_in_place(&mut q, hp.head_dim, hp.head_dim, p, hp.rope_theta);
                 let visible = |kp: usize| window.is_none_or(|w| kp + w > p);
@@ -246,16 +269,18 @@ impl DFlashWeights {
                         vals.push(v);
                     }
                 }
-                let o = attend(&q, &keys, &vals, hp.n_head, hp.n_head_kv, hp.head_dim);
-                let y = l.o.matvec(&o);
+                os.push(attend(&q, &keys, &vals, hp.n_head, hp.n_head_kv, hp.head_dim));
+            }
+            for (es, y) in e.iter_mut().zip(l.o.matmul(&os)) {
                 es.iter_mut().zip(&y).for_each(|(x, y)| *x += y);
             }
-            for es in e.iter_mut() {
-                let m = swiglu(&l.mlp, &rms_norm(es, &l.post_attention_norm, hp.rms_eps));
+            let normed: Vec<Vec<f32>> = e.iter().map(|es| rms_norm(es, &l.post_attention_norm, hp.rms_eps)).collect();
+            for (es, m) in e.iter_mut().zip(swiglu_rows(&l.mlp, &normed)) {
                 es.iter_mut().zip(&m).for_each(|(x, y)| *x += y);
             }
         }
-        let logits = e[1..].iter().map(|x| lm_head.matvec(&rms_norm(x, &self.output_norm, hp.rms_eps))).collect();
+        let normed: Vec<Vec<f32>> = e[1..].iter().map(|x| rms_norm(x, &self.output_norm, hp.rms_eps)).collect();
+        let logits = lm_head.matmul(&normed);
         Ok(DraftOutput { logits })
     }
 }

@@ -13,8 +13,13 @@ pub struct MlpWeights {
 
 /// `down · (silu(gate·x) ⊙ (up·x))` for one token.
 pub fn swiglu(w: &MlpWeights, x: &[f32]) -> Vec<f32> {
-    let g = w.gate.matvec(x);
-    let u = w.up.matvec(x);
-    let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| silu(g) * u).collect();
-    w.down.matvec(&h)
+    swiglu_rows(w, &[x]).pop().expect("one row")
+}
+
+/// [`swiglu`] of every row of `xs` (the same bits; one pass over each matrix).
+pub fn swiglu_rows<X: AsRef<[f32]>>(w: &MlpWeights, xs: &[X]) -> Vec<Vec<f32>> {
+    let (gs, us) = (w.gate.matmul(xs), w.up.matmul(xs));
+    let hs: Vec<Vec<f32>> =
+        gs.iter().zip(&us).map(|(g, u)| g.iter().zip(u).map(|(&g, &u)| silu(g) * u).collect()).collect();
+    w.down.matmul(&hs)
 }

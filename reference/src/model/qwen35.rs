@@ -11,7 +11,7 @@
 
 use super::attention;
 use super::deltanet::{self, GdnDims};
-use super::mlp::swiglu;
+use super::mlp::swiglu_rows;
 use super::ops::rms_norm;
 use super::state::{LayerState, NodeLayerState, NodeState, Qwen35State};
 use super::weights::{Mixer, Qwen35Weights};
@@ -181,7 +181,7 @@ impl Qwen35Weights {
             let x: Vec<Vec<f32>> = h.iter().map(|r| rms_norm(r, &layer.attn_norm, hp.rms_eps)).collect();
             let mix: Vec<Vec<f32>> = match (&layer.mixer, &state.layers[l]) {
                 (Mixer::Attention(w), LayerState::Attention { k: ck, v: cv }) => {
-                    let mut p: Vec<_> = (0..n).map(|i| attention::project(w, hp, &x[i], pos[i])).collect();
+                    let mut p = attention::project_rows(w, hp, &x, &pos[..n]);
                     if super::tensor::device_rounding() {
                         // The F16 KV cache; and the tensor-core attention kernel (head dims 64,
                         // 128, 256) multiplies f16 queries.
@@ -194,7 +194,7 @@ impl Qwen35Weights {
                             }
                         }
                     }
-                    let ys = (0..n)
+                    let os: Vec<Vec<f32>> = (0..n)
                         .map(|i| {
                             let keys: Vec<&[f32]> = ck
                                 .iter()
@@ -206,10 +206,11 @@ impl Qwen35Weights {
                                 .map(|r| r.as_slice())
                                 .chain(anc[i].iter().map(|&a| p[a].v.as_slice()))
                                 .collect();
-                            let o = attention::attend(&p[i].q, &keys, &vals, hp.n_head, hp.n_head_kv, hp.head_dim);
-                            attention::finish(w, &o, &p[i].gate)
+                            attention::attend(&p[i].q, &keys, &vals, hp.n_head, hp.n_head_kv, hp.head_dim)
                         })
                         .collect();
+                    let rows: Vec<(&[f32], &[f32])> = os.iter().zip(&p).map(|(o, pi)| (&o[..], &pi.gate[..])).collect();
+                    let ys = attention::finish_rows(w, &rows);
                     if let Some(LayerState::Attention { k, v }) = final_state.as_mut().map(|s| &mut s.layers[l]) {
                         for pi in &p {
                             k.push(pi.k.clone());
@@ -223,7 +224,7 @@ impl Qwen35Weights {
                 }
                 (Mixer::DeltaNet(w), LayerState::DeltaNet { conv: c0, s: s0 }) => {
                     let dims = GdnDims::of(hp);
-                    let proj: Vec<_> = x.iter().map(|xi| deltanet::project(w, xi)).collect();
+                    let proj = deltanet::project_rows(w, &x);
                     // Conv windows: node i's window after itself = parent's window pushed with i.
                     let mut windows: Vec<Vec<f32>> = Vec::with_capacity(n);
                     let mut inputs = Vec::with_capacity(n);
@@ -273,15 +274,17 @@ impl Qwen35Weights {
                             os
                         }
                     };
-                    os.iter().zip(&proj).map(|(o, p)| deltanet::finish(w, dims, hp.rms_eps, o, &p.z)).collect()
+                    let rows: Vec<(&[f32], &[f32])> = os.iter().zip(&proj).map(|(o, p)| (&o[..], &p.z[..])).collect();
+                    deltanet::finish_rows(w, dims, hp.rms_eps, &rows)
                 }
                 _ => return Err(ModelError::Batch(format!("state of layer {l} does not match the layer kind"))),
             };
             for (hi, mi) in h.iter_mut().zip(&mix) {
                 hi.iter_mut().zip(mi).for_each(|(a, b)| *a += b);
             }
-            for hi in h.iter_mut() {
-                let m = swiglu(&layer.mlp, &rms_norm(hi, &layer.post_attention_norm, hp.rms_eps));
+            let normed: Vec<Vec<f32>> =
+                h.iter().map(|hi| rms_norm(hi, &layer.post_attention_norm, hp.rms_eps)).collect();
+            for (hi, m) in h.iter_mut().zip(swiglu_rows(&layer.mlp, &normed)) {
                 hi.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
             }
             for (c, &cl) in capture_layers.iter().enumerate() {
@@ -291,7 +294,7 @@ impl Qwen35Weights {
             }
         }
         let head = self.lm_head();
-        let logits = h.iter().map(|hi| head.matvec(&rms_norm(hi, &self.output_norm, hp.rms_eps))).collect();
+        let logits = head.matmul(&h.iter().map(|hi| rms_norm(hi, &self.output_norm, hp.rms_eps)).collect::<Vec<_>>());
         Ok(BatchResult { logits, captured, nodes, final_state })
     }
 }

@@ -28,15 +28,15 @@
 //! is within the recurrence bound of the reference commit, in a two-layer arena.
 
 use flashtree::gpu::deltanet::{
-    commit_path_words, gdn_commit, gdn_forward, gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnShape,
-    GdnWeights,
+    commit_path_words, gdn_commit, gdn_forward, gdn_replay_words, gdn_scratch_len, node_batch_words, GdnIo,
+    GdnLayerState, GdnShape, GdnWeights,
 };
 use flashtree::gpu::{CudaSlice, DevSpan, Gpu};
 use flashtree_reference::deltanet::{self as reference, commit_path, node_batch, path_to, GdnLayer, NodeResult};
 use flashtree_reference::model::deltanet::{DeltaInputs, GdnDims};
 use flashtree_tests::gpu::gpu_or_skip;
 use flashtree_tests::tolerance::{gamma, U32};
-use kernel_abi::{gdn_scratch, CommitPath, NodeBatch, MAX_NODES};
+use kernel_abi::{gdn_scratch, CommitPath, GdnReplay, NodeBatch, MAX_NODES};
 use proptest::prelude::*;
 
 /// A xorshift generator for the DeltaNet tests (also `deltanet_norm_prep`).
@@ -153,11 +153,18 @@ impl DevLayer {
     }
 }
 
-fn upload_batch(gpu: &Gpu, nb: &NodeBatch) -> (CudaSlice<u32>, DevSpan<NodeBatch>) {
-    let d = gpu.upload(&node_batch_words(nb)).unwrap();
-    // Safety: the buffer holds exactly one NodeBatch and lives as long as the span is used.
-    let s = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &d).ptr(), 1) };
-    (d, s)
+/// One buffer holding `nb` then its replay schedule, and the spans of both.
+fn upload_batch(gpu: &Gpu, nb: &NodeBatch) -> (CudaSlice<u32>, DevSpan<NodeBatch>, DevSpan<GdnReplay>) {
+    let mut words = node_batch_words(nb);
+    let at = words.len() as u64 * 4;
+    words.extend(gdn_replay_words(nb).unwrap());
+    let d = gpu.upload(&words).unwrap();
+    // Safety: the buffer holds one NodeBatch then one GdnReplay and lives as long as the spans
+    // are used.
+    let (s, r) = unsafe {
+        (DevSpan::from_raw(DevSpan::of(gpu, &d).ptr(), 1), DevSpan::from_raw(DevSpan::of(gpu, &d).ptr() + at, 1))
+    };
+    (d, s, r)
 }
 
 fn upload_path(gpu: &Gpu, p: &CommitPath) -> (CudaSlice<u32>, DevSpan<CommitPath>) {
@@ -180,7 +187,7 @@ fn forward(
     scratch: DevSpan<f32>,
 ) -> Vec<f32> {
     let n = nb.n as usize;
-    let (_nbd, nbs) = upload_batch(gpu, nb);
+    let (_nbd, nbs, rps) = upload_batch(gpu, nb);
     gpu.fill_bytes(&mut dl.out, 0xff).unwrap();
     let io = GdnIo::dense(
         s,
@@ -191,7 +198,7 @@ fn forward(
         DevSpan::of(gpu, &dl.out),
     );
     let st = GdnLayerState { conv_state: conv, state, scratch };
-    gdn_forward(gpu, s, n, nbs, &dl.weights(gpu), &io, &st).unwrap();
+    gdn_forward(gpu, s, n, nbs, rps, &dl.weights(gpu), &io, &st).unwrap();
     gpu.synchronize().unwrap();
     gpu.download(&dl.out).unwrap()[..n * s.value_len()].to_vec()
 }
@@ -521,8 +528,8 @@ proptest! {
             b_stride: w,
         };
         let st = GdnLayerState { conv_state: span(gpu, &conv), state: span(gpu, &state), scratch: span(gpu, &scratch2) };
-        let (_nbd, nbs) = upload_batch(gpu, &nb);
-        gdn_forward(gpu, &s, n, nbs, &dl.weights(gpu), &io, &st).unwrap();
+        let (_nbd, nbs, rps) = upload_batch(gpu, &nb);
+        gdn_forward(gpu, &s, n, nbs, rps, &dl.weights(gpu), &io, &st).unwrap();
         gpu.synchronize().unwrap();
         let out2 = gpu.download(&out2).unwrap();
         prop_assert_eq!(bits(&scratch_o(gpu, &s, &scratch2, n)), bits(&o), "o (gaps {:?})", gaps);
@@ -620,18 +627,19 @@ fn gdn_launchers_reject_bad_shapes() {
     let err = gdn_commit(gpu, &s, 1, ps, 65, sp, s.conv_ch(), sp, sp, sp).unwrap_err().to_string();
     assert!(err.contains("a path of 65 nodes"), "{err}");
     // Row strides below the widths, and views too short for their strides.
-    let (_nbd, nbs) = upload_batch(gpu, &node_batch(0, &[-1, 0]));
+    let (_nbd, nbs, rps) = upload_batch(gpu, &node_batch(0, &[-1, 0]));
     let w = GdnWeights { conv_w: sp, ssm_a: sp, dt_bias: sp, norm_w: sp };
     let st = GdnLayerState { conv_state: sp, state: sp, scratch: sp };
     let io = GdnIo::dense(&s, sp, sp, sp, sp, sp);
     let vd = s.value_len();
-    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { z_stride: vd - 1, ..io }, &st).unwrap_err().to_string();
+    let err = gdn_forward(gpu, &s, 2, nbs, rps, &w, &GdnIo { z_stride: vd - 1, ..io }, &st).unwrap_err().to_string();
     assert!(err.contains("z row stride"), "{err}");
-    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { a_stride: 1, ..io }, &st).unwrap_err().to_string();
+    let err = gdn_forward(gpu, &s, 2, nbs, rps, &w, &GdnIo { a_stride: 1, ..io }, &st).unwrap_err().to_string();
     assert!(err.contains("a row stride"), "{err}");
-    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { mixed_stride: 8, ..io }, &st).unwrap_err().to_string();
+    let err = gdn_forward(gpu, &s, 2, nbs, rps, &w, &GdnIo { mixed_stride: 8, ..io }, &st).unwrap_err().to_string();
     assert!(err.contains("mixed row stride"), "{err}");
     let short = sp.sub(0, 40, "test").unwrap();
-    let err = gdn_forward(gpu, &s, 2, nbs, &w, &GdnIo { b: short, b_stride: 40, ..io }, &st).unwrap_err().to_string();
+    let err =
+        gdn_forward(gpu, &s, 2, nbs, rps, &w, &GdnIo { b: short, b_stride: 40, ..io }, &st).unwrap_err().to_string();
     assert!(err.contains("b needs 42"), "{err}");
 }

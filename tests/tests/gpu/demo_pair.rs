@@ -5,6 +5,7 @@
 //! --backend gpu --mode ar` with no `--model` runs it.
 
 use flashtree::cli::default_model;
+use flashtree::cli::pair_args::PairArgs;
 use flashtree::convert::gguf_load::load_qwen35;
 use flashtree::engine::Engine;
 use flashtree::gguf::Gguf;
@@ -58,10 +59,13 @@ fn generate_without_model_runs_the_demo_target_on_the_gpu() {
         return;
     }
     let args = flashtree::cli::generate::GenerateArgs {
-        model: default_model::target(),
-        draft: None,
-        mode: flashtree::cli::generate::ModeArg::Ar,
-        budget: 0,
+        pair: PairArgs {
+            model: default_model::target(),
+            draft: None,
+            mode: flashtree::cli::generate::ModeArg::Ar,
+            budget: 0,
+            backend: flashtree::cli::backend::BackendArg::Gpu,
+        },
         max_tokens: 32,
         prompt: Some("def fibonacci(n):\n".into()),
         chat: false,
@@ -69,7 +73,6 @@ fn generate_without_model_runs_the_demo_target_on_the_gpu() {
         no_think: false,
         ctx: None,
         verbose: false,
-        backend: flashtree::cli::backend::BackendArg::Gpu,
         sampling: Default::default(),
         output_format: Default::default(),
     };

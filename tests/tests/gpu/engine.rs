@@ -11,6 +11,7 @@
 //! reference the same logits also carry the roundings' own effect (see docs/perf/engine.md),
 //! checked against a looser sanity bound (1e-2) that still catches any real bug.
 
+use flashtree::cli::pair_args::PairArgs;
 use flashtree::engine::{chain_batch, node_batch, DeviceFeatures, Engine};
 use flashtree::gguf::Gguf;
 use flashtree::model::Qwen35Config;
@@ -61,17 +62,7 @@ pub(crate) fn engine(test: &str, ctx: usize) -> Option<Engine> {
     Some(Engine::load(gpu, &g, cfg, ctx, |_, _| {}).expect("engine loads"))
 }
 
-pub(crate) fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % vocab as u64) as u32
-        })
-        .collect()
-}
+pub(crate) use flashtree::cli::bench::rand_tokens as tokens;
 
 /// max |a − b| / max |b| over one row.
 pub(crate) fn rel_err(a: &[f32], b: &[f32]) -> f64 {
@@ -382,10 +373,13 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
     assert_eq!(stats.generated, n);
     // The CLI path.
     let args = flashtree::cli::generate::GenerateArgs {
-        model: tiny().path.clone(),
-        draft: None,
-        mode: flashtree::cli::generate::ModeArg::Ar,
-        budget: 0,
+        pair: PairArgs {
+            model: tiny().path.clone(),
+            draft: None,
+            mode: flashtree::cli::generate::ModeArg::Ar,
+            budget: 0,
+            backend: flashtree::cli::backend::BackendArg::Gpu,
+        },
         max_tokens: 16,
         prompt: Some("The quick brown fox".into()),
         chat: false,
@@ -393,7 +387,6 @@ fn gpu_target_in_the_spec_loop_equals_the_engine_ar_loop_and_the_cli_runs() {
         no_think: false,
         ctx: None,
         verbose: false,
-        backend: flashtree::cli::backend::BackendArg::Gpu,
         sampling: Default::default(),
         output_format: Default::default(),
     };
@@ -576,10 +569,13 @@ fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
     let t = tiny();
     let run = |mode| {
         let args = GenerateArgs {
-            model: t.path.clone(),
-            draft: Some(t.draft.clone()),
-            mode,
-            budget: 22,
+            pair: PairArgs {
+                model: t.path.clone(),
+                draft: Some(t.draft.clone()),
+                mode,
+                budget: 22,
+                backend: flashtree::cli::backend::BackendArg::Gpu,
+            },
             max_tokens: 64,
             prompt: Some("The quick brown fox".into()),
             chat: false,
@@ -587,7 +583,6 @@ fn generate_cli_runs_speculative_modes_on_the_gpu_and_equals_ar() {
             no_think: false,
             ctx: None,
             verbose: true,
-            backend: flashtree::cli::backend::BackendArg::Gpu,
             sampling: Default::default(),
             output_format: Default::default(),
         };

@@ -6,6 +6,7 @@
 use flashtree::cli::backend::BackendArg;
 use flashtree::cli::default_model;
 use flashtree::cli::generate::{GenerateArgs, ModeArg};
+use flashtree::cli::pair_args::PairArgs;
 use flashtree::cli::serve::ServeArgs;
 use flashtree_tests::gpu::gpu_or_skip;
 use flashtree_tests::serve::{generate_text, start};
@@ -20,10 +21,13 @@ fn serve_on_the_gpu_gives_the_text_of_generate_greedy_and_sampled() {
     let draft = default_model::draft_for(&model);
     let prompt = "def fibonacci(n):";
     let args = GenerateArgs {
-        model: model.clone(),
-        draft: draft.clone(),
-        mode: ModeArg::Tree,
-        budget: 22,
+        pair: PairArgs {
+            model: model.clone(),
+            draft: draft.clone(),
+            mode: ModeArg::Tree,
+            budget: 22,
+            backend: BackendArg::Gpu,
+        },
         max_tokens: 48,
         prompt: Some(prompt.into()),
         chat: true,
@@ -31,7 +35,6 @@ fn serve_on_the_gpu_gives_the_text_of_generate_greedy_and_sampled() {
         no_think: false,
         ctx: None,
         verbose: false,
-        backend: BackendArg::Gpu,
         sampling: Default::default(),
         output_format: Default::default(),
     };
@@ -40,14 +43,10 @@ fn serve_on_the_gpu_gives_the_text_of_generate_greedy_and_sampled() {
         flashtree::cli::sampling::SamplingArgs { temperature: 0.7, top_k: 20, top_p: 0.95, min_p: 0.0, seed: Some(5) };
     let want_sampled = generate_text(&GenerateArgs { sampling, max_tokens: 24, ..args.clone() });
     let url = start(ServeArgs {
-        model,
-        draft,
+        pair: PairArgs { model, draft, backend: BackendArg::Gpu, mode: ModeArg::Tree, budget: 22 },
         host: "127.0.0.1".parse().unwrap(),
         port: 0,
         api_key: None,
-        backend: BackendArg::Gpu,
-        mode: ModeArg::Tree,
-        budget: 22,
         ctx: None,
         queue: 4,
         max_body_bytes: 1 << 20,
