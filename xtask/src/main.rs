@@ -2,6 +2,8 @@
 //!
 //! * `ptx [--arch sm_90a] [--ptxas] [--features F]` — build `gpu-kernels` to PTX with the stock nightly
 //!   NVPTX backend; this same binary is the bitcode linker rustc calls (see [`linker`]).
+//! * `sass [--arch sm_90a] [--features F] [--loops] [KERNEL…]` — the static instruction census of
+//!   the kernels' hot loops (see [`sass`]).
 //! * `gpu-bundle` — release test and bench executables, the PTX and `run.sh` in `.gpu-bundle/`.
 //!
 //! When the environment variable `GPU_XTASK_AS_LINKER=1` is set, the binary behaves as the
@@ -12,6 +14,7 @@ mod irfix;
 mod linker;
 mod ptx;
 mod ptxas;
+mod sass;
 mod synth;
 mod toolchain;
 
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let result = match task.as_str() {
         "ptx" => ptx::PtxOptions::parse(rest).and_then(|o| ptx::build(&o).map(|_| ())),
         "gpu-bundle" => bundle::run(rest),
+        "sass" => sass::run(rest),
         "synth" => synth::run(rest),
         "-h" | "--help" | "help" => {
             println!("{USAGE}");
@@ -54,6 +58,9 @@ tasks:
   ptx [--arch sm_90a] [--ptxas] [--features F]
                                         build gpu-kernels to target/ptx/gpu_kernels.<arch>[+F].ptx;
                                         --ptxas assembles it with ptxas -v and fails on spills
+  sass [--arch sm_90a] [--features F] [--loops] [KERNEL…]
+                                        assemble the PTX, disassemble it (nvdisasm) and print each
+                                        kernel's hot-loop instruction census (target/sass/census.tsv)
   gpu-bundle                            pack release test/bench binaries, PTX and run.sh into .gpu-bundle/";
 
 /// Root of the workspace (the parent of this crate's manifest directory).

@@ -42,8 +42,9 @@ fn find_ptxas() -> Result<PathBuf, String> {
         .into())
 }
 
-/// Assembles `ptx` for `arch`, prints the usage table, fails on spills.
-pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
+/// Assembles `ptx` for `arch` with `ptxas -v -O3` into the `.cubin` beside it; returns the cubin's
+/// path and ptxas's log.
+pub fn assemble(ptx: &Path, arch: &str) -> Result<(PathBuf, String), String> {
     let ptxas = find_ptxas()?;
     let cubin = ptx.with_extension("cubin");
     let out = Command::new(&ptxas)
@@ -57,6 +58,12 @@ pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
     if !out.status.success() {
         return Err(format!("ptxas failed on {}:\n{log}", ptx.display()));
     }
+    Ok((cubin, log))
+}
+
+/// Assembles `ptx` for `arch`, prints the usage table, fails on spills.
+pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
+    let (_, log) = assemble(ptx, arch)?;
     let usage = parse_log(&log);
     println!("ptxas {arch}: {} kernels", usage.len());
     println!("{:<40} {:>5} {:>7} {:>7} {:>7} {:>7}", "kernel", "regs", "stack", "spill-st", "spill-ld", "smem");
