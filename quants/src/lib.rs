@@ -11,7 +11,7 @@
 //! Quantizers are *not* required to match llama.cpp's (the K-quant ones use a simpler min/max fit
 //! than ggml's iterative search); F16, BF16, Q8_0 and Q4_0 do match gguf-py bit for bit, and every
 //! quantizer has a documented round-trip error bound (see each module). The committed gguf-py
-//! fixtures (`tests/tests/quant_fixtures.rs`) check both directions.
+//! fixtures (`tests/tests/cpu/quant_fixtures.rs`) check both directions.
 
 pub mod bf16;
 pub mod f16;

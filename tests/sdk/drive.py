@@ -3,7 +3,7 @@
 Usage: drive.py BASE_URL API_KEY. The server runs a tiny synthetic pair with `--script
 tests/sdk/script.json` (replies picked by trigger text under the real speculative loop),
 `--chat-template qwen35` and `--api-key API_KEY`. Each check prints `ok: …`; the first failure
-raises (non-zero exit). Run by tests/tests/serve_sdk.rs.
+raises (non-zero exit). Run by tests/tests/cpu/serve_sdk.rs.
 """
 
 import http.client

@@ -1,6 +1,6 @@
 """Checks draft_model.py (the training-side DFlash draft, all blocks in one pass) against the
 independent one-block PyTorch draft of tools/fixtures/hf/gen_qwen35.py, whose outputs flashtree's
-reference matches (tests/tests/model_fixtures.rs): same random weights and features, three anchors,
+reference matches (tests/tests/cpu/model_fixtures.rs): same random weights and features, three anchors,
 f64. Run: python tools/train/check_draft_model.py (CPU, the pinned fixture environment)."""
 import os
 import sys

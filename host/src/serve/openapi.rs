@@ -5,7 +5,7 @@
 //! (`/v1/messages`, `/v1/messages/count_tokens`), `/health`, `/metrics` and itself — with the
 //! request fields the server reads (unknown fields are accepted and ignored, hence
 //! `additionalProperties` left open) and the answers' shapes, errors included in each API's own
-//! shape. Schemathesis runs against it in CI (`tests/tests/serve_schemathesis.rs`).
+//! shape. Schemathesis runs against it in CI (`tests/tests/cpu/serve_schemathesis.rs`).
 
 use std::sync::Arc;
 
