@@ -231,6 +231,32 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
                 wgmma::fence_operands(pu);
                 add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
             };
+            // `qmm-q8-pairs` (experiment build): units in pairs — both products issued back to
+            // back into the two buffers, one `wait_group 0`, then both `acc += d·P` in unit order
+            // (the same operations in the same order: the same bits). The shipped order reads one
+            // buffer while the other's product is in flight, which makes ptxas serialize every
+            // product of the kernel (remark C7514: each `HGMMA` followed by `WARPGROUP.DEPBAR.LE
+            // gsb0, 0x0`; docs/perf/qmatmul.md session 16).
+            if cfg!(feature = "qmm-q8-pairs") {
+                unroll_below(
+                    8,
+                    #[inline(always)]
+                    |i| {
+                        let i = i as u32;
+                        if valid(i) {
+                            issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
+                            if i % 2 == 1 || !valid(i + 1) {
+                                wgmma::wait::<0>();
+                                if i % 2 == 1 {
+                                    finish(i - 1, &mut pu0, &mut pu1, &mut acc);
+                                }
+                                finish(i, &mut pu0, &mut pu1, &mut acc);
+                            }
+                        }
+                    },
+                );
+                return;
+            }
             unroll_below(
                 8,
                 #[inline(always)]
@@ -369,10 +395,17 @@ qmm_wg_kernels!(Q6K =>
     qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2,
     qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3,
     qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4);
+#[cfg(not(feature = "qmm-q8-pairs"))]
 qmm_wg_kernels!(Q8_0 =>
     qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2,
     qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3,
     qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4);
+// With unit pairs, two register buffers of stages spill at 3 and 4 tiles.
+#[cfg(feature = "qmm-q8-pairs")]
+qmm_wg_kernels!(Q8_0 =>
+    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2,
+    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3 (one buffer),
+    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4 (one buffer));
 qmm_wg_kernels!(F16 =>
     qmm_f16_nt3 / qmm_f16_swiglu_nt3 = 3,
     qmm_f16_nt4 / qmm_f16_swiglu_nt4 = 4);
