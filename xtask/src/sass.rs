@@ -9,7 +9,7 @@
 //! those on a tie — the loop that streams the operands; where no loop has a tensor instruction,
 //! the one with the most instructions. The loop's instructions are grouped by what they cost: the
 //! tensor products, the ALU work that turns packed weights into operands (`LOP3`, `SHF`, `PRMT`,
-//! packed-half arithmetic, conversions), f32 arithmetic, integer and address arithmetic, uniform
+//! packed-half arithmetic, conversions), f32/f64 arithmetic, integer and address arithmetic, uniform
 //! datapath instructions (descriptors, loop counters), moves, memory, synchronisation and control.
 //! Every class takes issue slots: at one instruction per scheduler per cycle, a loop of `I`
 //! instructions that consumes `B` bytes of weights per warp caps the weight stream at
@@ -122,7 +122,7 @@ impl Class {
         match self {
             Class::Tensor => "tensor",
             Class::Unpack => "unpack",
-            Class::Float => "f32",
+            Class::Float => "fp",
             Class::Integer => "int",
             Class::Uniform => "uniform",
             Class::Move => "move",
@@ -141,20 +141,20 @@ impl Class {
             "HGMMA" | "HMMA" | "IMMA" | "IGMMA" | "QGMMA" | "BGMMA" | "DMMA" => Class::Tensor,
             "LOP3" | "SHF" | "PRMT" | "HFMA2" | "HADD2" | "HMUL2" | "HMNMX2" | "I2F" | "F2I" | "F2F" | "I2FP"
             | "F2FP" | "BMSK" | "BFE" | "BFI" | "SGXT" | "POPC" | "FLO" | "BREV" => Class::Unpack,
-            "FFMA" | "FADD" | "FMUL" | "FMNMX" | "MUFU" | "FSETP" | "FSEL" | "FCHK" | "FMNMX3" => Class::Float,
-            "MOV" | "CS2R" | "S2R" | "SHFL" => Class::Move,
+            "FFMA" | "FADD" | "FMUL" | "FMNMX" | "MUFU" | "FSETP" | "FSEL" | "FCHK" | "FMNMX3" | "FRND" | "DFMA"
+            | "DADD" | "DMUL" | "DSETP" | "DMNMX" => Class::Float,
+            "MOV" | "CS2R" | "S2R" | "SHFL" | "P2R" | "R2P" => Class::Move,
             "IMAD" if op.starts_with("IMAD.MOV") => Class::Move,
             "IMAD" | "IADD3" | "IADD" | "LEA" | "ISETP" | "VIADD" | "VIADDMNMX" | "SEL" | "IMNMX" | "IABS"
-            | "VIMNMX" | "IMUL" => Class::Integer,
+            | "VIMNMX" | "VIMNMX3" | "IMUL" => Class::Integer,
             "LDG" | "STG" | "LDS" | "STS" | "LDSM" | "STSM" | "LD" | "ST" | "LDC" | "LDGSTS" | "LDGDEPBAR"
             | "ATOMG" | "ATOMS" | "ATOM" | "RED" | "UBLKCP" | "UTMALDG" | "UTMASTG" | "UBLKPF" | "CCTL" | "ULDC" => {
                 Class::Memory
             }
-            "BAR" | "WARPGROUP" | "SYNCS" | "DEPBAR" | "WARPSYNC" | "MEMBAR" | "FENCE" | "ERRBAR" | "ARRIVES" => {
-                Class::Sync
-            }
+            "BAR" | "WARPGROUP" | "SYNCS" | "DEPBAR" | "WARPSYNC" | "MEMBAR" | "FENCE" | "ERRBAR" | "CGAERRBAR"
+            | "ARRIVES" | "VOTE" | "VOTEU" | "REDUX" | "MATCH" => Class::Sync,
             "BRA" | "EXIT" | "BSSY" | "BSYNC" | "RET" | "CALL" | "PLOP3" | "ELECT" | "NOP" | "YIELD" | "PREEXIT"
-            | "ACQBULK" | "BMOV" | "JMP" => Class::Control,
+            | "ACQBULK" | "BMOV" | "JMP" | "BREAK" | "BPT" | "ENDCOLLECTIVE" => Class::Control,
             b if b.starts_with('U') || b == "R2UR" || b == "S2UR" => Class::Uniform,
             _ => Class::Other,
         }
