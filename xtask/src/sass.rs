@@ -242,16 +242,6 @@ pub fn hot_loop(f: &Function) -> Option<Loop> {
     }
 }
 
-/// Kernels named in ptxas's C7514 remarks (warpgroup products serialized).
-pub fn serialized_kernels(ptxas_log: &str) -> Vec<String> {
-    ptxas_log
-        .lines()
-        .filter(|l| l.contains("C7514"))
-        .filter_map(|l| l.rsplit("in the function '").next().and_then(|s| s.split('\'').next()))
-        .map(str::to_string)
-        .collect()
-}
-
 fn find_nvdisasm() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("NVDISASM") {
         return Ok(PathBuf::from(p));
@@ -304,7 +294,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err(format!("nvdisasm failed on {}: {}", cubin.display(), String::from_utf8_lossy(&dis.stderr)));
     }
     let functions = parse_disassembly(&String::from_utf8_lossy(&dis.stdout));
-    let serialized = serialized_kernels(&log);
+    let serialized = ptxas::serialized_kernels(&log);
     let selected: Vec<&Function> = functions
         .iter()
         .filter(|f| o.kernels.is_empty() || o.kernels.iter().any(|k| f.name.starts_with(k.as_str())))
@@ -414,14 +404,6 @@ qmm_demo:\n\
         );
         assert_eq!((get(Class::Memory), get(Class::Control), get(Class::Float)), (1, 3, 1));
         assert_eq!(c.values().sum::<u32>(), 11);
-    }
-
-    #[test]
-    fn lists_serialized_kernels_from_ptxas_remarks() {
-        let log = "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are \
-serialized due to non wgmma instructions reading accumulator registers of  a wgmma between start and end \
-of the pipeline stage in the function 'qmm_q8_0_nt3'\nptxas info    : Used 40 registers";
-        assert_eq!(serialized_kernels(log), vec!["qmm_q8_0_nt3".to_string()]);
     }
 
     #[test]
