@@ -10,9 +10,10 @@
 #   4. the chain trace of the AR step, tree forward and draft step (trace-512.txt);
 #   5. with `ncu` on the machine and NCU=1: Q4_K and Q8_0 warpgroup kernels on 5120→17408 at
 #      n = 22 side by side (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16);
-#   6. when .gpu-bundle/q8-pairs.ptx.xz is there: the `qmm-q8-pairs` experiment — the GPU tests
-#      under it (gpu-tests-q8-pairs.log) and its Q8_0 matmuls and Q8_0 draft step against the
-#      shipped kernels, two interleaved rounds (ab-q8-pairs.txt).
+#   6. each experiment build packed as .gpu-bundle/exp-<feature>.ptx.xz: the GPU tests of the
+#      matmul, draft and engine under it (gpu-tests-exp.log) and an A/B against the shipped kernels
+#      in two interleaved rounds — the matmuls of the formats it changes (bench-qmm, matmul only)
+#      and the engine (AR step, 22-node verify, Q8_0 draft step) (ab-exp.txt).
 set -u
 B=.gpu-bundle/bin
 [ -d $B ] || tar -xJf .gpu-bundle/bin.tar.xz -C .gpu-bundle
@@ -52,24 +53,28 @@ if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
   grep -E "^== |Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |DRAM Throughput|Stall" "$OUT/ncu-qmm.txt" | head -40
 fi
 date
-if [ -f .gpu-bundle/q8-pairs.ptx.xz ]; then
-  xz -dc .gpu-bundle/q8-pairs.ptx.xz > /tmp/q8-pairs.ptx
-  FLASHTREE_PTX=/tmp/q8-pairs.ptx FLASHTREE_REQUIRE_GPU=1 timeout 400 $B/gpu-tests --test-threads=4 > "$OUT/gpu-tests-q8-pairs.log" 2>&1
-  echo "== gpu-tests under q8-pairs: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-q8-pairs.log" | head -8
-  COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"
-  : > "$OUT/ab-q8-pairs.txt"
+: > "$OUT/gpu-tests-exp.log"; : > "$OUT/ab-exp.txt"
+COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"
+for x in .gpu-bundle/exp-*.ptx.xz; do
+  [ -f "$x" ] || continue
+  f="$(basename "$x" .ptx.xz)"; f="${f#exp-}"; ptx="/tmp/exp-$f.ptx"
+  xz -dc "$x" > "$ptx"
+  case "$f" in qmm-q8-pairs) filter="Q8_0 5120->17408" ;; *) filter="Q4_K 5120->17408" ;; esac
+  echo "=== $f" >> "$OUT/gpu-tests-exp.log"
+  FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 400 $B/gpu-tests --test-threads=4 qmm draft engine >> "$OUT/gpu-tests-exp.log" 2>&1
+  echo "== gpu-tests (qmm, draft, engine) under $f: exit $?"; sed -n "/^=== $f/,\$p" "$OUT/gpu-tests-exp.log" | grep -E "^test result|FAILED|panicked" | head -6
   for r in 1 2; do
-    for v in shipped pairs; do
-      ptx=(); [ $v = pairs ] && ptx=(FLASHTREE_PTX=/tmp/q8-pairs.ptx)
-      env "${ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="Q8_0" FLASHTREE_BENCH_SUMMARY="/tmp/ab-$v-$r.tsv" \
+    for v in shipped "$f"; do
+      env_ptx=(); [ "$v" = "$f" ] && env_ptx=(FLASHTREE_PTX="$ptx")
+      env "${env_ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="/tmp/ab-$f-$v-$r.tsv" \
         timeout 200 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
-      echo "== round $r $v: Q8_0 matmul only (us, fraction of copy)" >> "$OUT/ab-q8-pairs.txt"
-      awk -F'\t' '$1=="qmm-mm" {printf "%-34s %9s %6s\n", $2, $3, $5}' "/tmp/ab-$v-$r.tsv" >> "$OUT/ab-q8-pairs.txt"
-      env "${ptx[@]}" timeout 100 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
-      echo "== round $r $v: engine" >> "$OUT/ab-q8-pairs.txt"
-      grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$OUT/ab-q8-pairs.txt"
+      echo "== $f round $r, $v: $filter matmul only (us, fraction of copy)" >> "$OUT/ab-exp.txt"
+      awk -F'\t' '$1=="qmm-mm" {printf "%-34s %9s %6s\n", $2, $3, $5}' "/tmp/ab-$f-$v-$r.tsv" >> "$OUT/ab-exp.txt"
+      env "${env_ptx[@]}" timeout 100 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
+      echo "== $f round $r, $v: engine" >> "$OUT/ab-exp.txt"
+      grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$OUT/ab-exp.txt"
     done
   done
-  grep -E "^==|n=16 |n=22 |draft step" "$OUT/ab-q8-pairs.txt" | head -60
-fi
+done
+grep -E "^==|n=16 |n=22 |draft step|forward of a 2" "$OUT/ab-exp.txt" | head -80
 date

