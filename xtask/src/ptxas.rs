@@ -20,26 +20,28 @@ pub struct KernelUsage {
     pub shared_bytes: u32,
 }
 
-fn find_ptxas() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("PTXAS") {
+/// A CUDA tool from the PyPI wheels: `$<env>`, else `.venv`'s `nvidia/cu13/bin/<name>` (as
+/// `.ci/run` installs it), else `<name>` on `PATH`; `install` says how to get it when none is there.
+pub fn find_cuda_tool(env: &str, name: &str, install: &str) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(env) {
         return Ok(PathBuf::from(p));
     }
-    let venv = workspace_root().join(".venv/lib");
-    if let Ok(entries) = std::fs::read_dir(&venv) {
+    if let Ok(entries) = std::fs::read_dir(workspace_root().join(".venv/lib")) {
         for e in entries.flatten() {
-            let p = e.path().join("site-packages/nvidia/cu13/bin/ptxas");
+            let p = e.path().join("site-packages/nvidia/cu13/bin").join(name);
             if p.exists() {
                 return Ok(p);
             }
         }
     }
-    let on_path = Command::new("ptxas").arg("--version").output();
-    if on_path.is_ok_and(|o| o.status.success()) {
-        return Ok(PathBuf::from("ptxas"));
+    if Command::new(name).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Ok(PathBuf::from(name));
     }
-    Err("ptxas not found: set PTXAS, or `python3 -m venv .venv && .venv/bin/pip install \
-         'nvidia-cuda-nvcc==13.0.*'`"
-        .into())
+    Err(format!("{name} not found: set {env}, or {install}"))
+}
+
+fn find_ptxas() -> Result<PathBuf, String> {
+    find_cuda_tool("PTXAS", "ptxas", "`python3 -m venv .venv && .venv/bin/pip install 'nvidia-cuda-nvcc==13.0.*'`")
 }
 
 /// Assembles `ptx` for `arch` with `ptxas -v -O3` into the `.cubin` beside it; returns the cubin's

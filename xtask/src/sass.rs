@@ -23,7 +23,6 @@
 //! is also written to `target/sass/census<+features>.tsv`, to diff two builds.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 
 use crate::{ptx, ptxas, workspace_root};
@@ -242,24 +241,6 @@ pub fn hot_loop(f: &Function) -> Option<Loop> {
     }
 }
 
-fn find_nvdisasm() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("NVDISASM") {
-        return Ok(PathBuf::from(p));
-    }
-    if let Ok(entries) = std::fs::read_dir(workspace_root().join(".venv/lib")) {
-        for e in entries.flatten() {
-            let p = e.path().join("site-packages/nvidia/cu13/bin/nvdisasm");
-            if p.exists() {
-                return Ok(p);
-            }
-        }
-    }
-    if Command::new("nvdisasm").arg("--version").output().is_ok_and(|o| o.status.success()) {
-        return Ok(PathBuf::from("nvdisasm"));
-    }
-    Err("nvdisasm not found: set NVDISASM, or `.venv/bin/pip install 'nvidia-cuda-nvdisasm==13.2.86'`".into())
-}
-
 fn row(name: &str, total: usize, l: Option<Loop>, f: &Function, serialized: bool) -> String {
     let mut cols = vec![name.to_string(), total.to_string()];
     match l {
@@ -284,7 +265,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let o = SassOptions::parse(args)?;
     let ptx_path = ptx::build(&ptx::PtxOptions { arch: o.arch.clone(), ptxas: false, features: o.features.clone() })?;
     let (cubin, log) = ptxas::assemble(&ptx_path, &o.arch)?;
-    let nvdisasm = find_nvdisasm()?;
+    let nvdisasm =
+        ptxas::find_cuda_tool("NVDISASM", "nvdisasm", "`.venv/bin/pip install 'nvidia-cuda-nvdisasm==13.2.86'`")?;
     let dis = Command::new(&nvdisasm)
         .arg("-c")
         .arg(&cubin)
