@@ -4,20 +4,21 @@
 # 10 minutes, so the work comes in phases, one call each, back to back (the machine and its /tmp
 # stay while calls follow each other; a phase that needs the 27B pair synthesises it when missing,
 # ≈ 2–3 min). Results under $OUT (≤ 8 files come back per call).
-#   tests        the GPU tests (gpu-tests.log)                                                  ≈ 5 min
+#   tests        the GPU tests (gpu-tests.log)                                                  85 s
 #   bench        the synthetic 27B Q4_K_M pair and its Q8_0 draft; bench: AR, 22-node verify,
 #                draft step, projections, oracle depth 7 (bench-tree-512.txt); tree 32 / 4,
-#                chain 15, anchor-tree 22 (bench-modes.txt)                                     ≈ 8 min
+#                chain 15, anchor-tree 22 (bench-modes.txt)                                     169 s
 #   long         8K context (bench-tree-8k.txt); the chain trace of the AR step, tree forward
-#                and draft step (trace-512.txt)                                                 ≈ 4 min
+#                and draft step (trace-512.txt)                                                 51 s
 #   ncu          `qmm_q4k_nt3` and `qmm_q8_0_nt3` on 5120→17408 at n = 22 side by side
-#                (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16)                 ≈ 3 min
+#                (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16)                 16 s
 #   exp FEATURE  the experiment build packed as .gpu-bundle/exp-FEATURE.ptx.xz: the qmm, draft and
 #                engine GPU tests under it (gpu-tests-FEATURE.log) and an A/B against the shipped
-#                kernels in two interleaved rounds — its matmul shape at every n (bench-qmm,
+#                kernels in two interleaved rounds — its matmul shape (EXP_FILTER) at every n (bench-qmm,
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
-#                (ab-FEATURE.txt)                                                               ≈ 8 min
-# Times are estimates from the eighth session's runs of the same commands, not measured as phases.
+#                (ab-FEATURE.txt)                                                               ≈ 2 min
+# Measured on nvidia-h200 (eleventh session, machine warm, 27B pair made by `bench`): tests 85 s,
+# bench 169 s (pair ≈ 90 s of it), exp 110–124 s, ncu 16 s, long 51 s.
 set -u
 phase="${1:-}"
 B=.gpu-bundle/bin
@@ -73,7 +74,7 @@ exp)
   f="${2:-}"; x=".gpu-bundle/exp-$f.ptx.xz"
   [ -f "$x" ] || { echo "usage: engine_check.sh exp FEATURE (packed: $(ls .gpu-bundle/exp-*.ptx.xz 2> /dev/null))"; exit 2; }
   ptx="/tmp/exp-$f.ptx"; xz -dc "$x" > "$ptx"
-  case "$f" in qmm-q8-pairs) filter="Q8_0 5120->17408" ;; *) filter="Q4_K 5120->17408" ;; esac
+  filter="${EXP_FILTER:-Q4_K 5120->17408}"   # the bench-qmm case to A/B (e.g. "Q8_0 5120->17408")
   FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 qmm draft engine > "$OUT/gpu-tests-$f.log" 2>&1
   echo "== gpu-tests (qmm, draft, engine) under $f: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-$f.log" | head -6
   pair; date

@@ -13,8 +13,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 cargo xtask gpu-bundle
 cargo xtask ptx --features chain-trace
 xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+chain-trace.ptx > .gpu-bundle/trace.ptx.xz
-# The prepared experiments (gpu-kernels features; each keeps the shipped bits).
-EXPERIMENTS="${EXPERIMENTS:-qmm-q8-pairs qmm-ksums-smem}"
+# The prepared experiments (gpu-kernels features; each keeps the shipped bits). None pending:
+# session 17 shipped `qmm-q8-pairs` and rejected `qmm-ksums-smem` (docs/perf/qmatmul.md).
+EXPERIMENTS="${EXPERIMENTS:-}"
 for f in $EXPERIMENTS; do
   cargo xtask ptx --ptxas --features "$f" > /dev/null
   xz -9 -T0 -c "target/ptx/gpu_kernels.sm_90a+$f.ptx" > ".gpu-bundle/exp-$f.ptx.xz"

@@ -58,7 +58,7 @@ tasks:
   ptx [--arch sm_90a] [--ptxas] [--features F]
                                         build gpu-kernels to target/ptx/gpu_kernels.<arch>[+F].ptx;
                                         --ptxas assembles it with ptxas -v and fails on spills
-                                        and on newly serialized warpgroup products
+                                        and on serialized warpgroup products
   sass [--arch sm_90a] [--features F] [--loops] [KERNEL…]
                                         assemble the PTX, disassemble it (nvdisasm) and print each
                                         kernel's hot-loop instruction census (target/sass/census.tsv)

@@ -132,19 +132,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
         let cb0 = b0 + kc * chunk_blocks;
         let (s0, nsteps) = (2 * cb0 * units, 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units);
         let bar = bars + 8 * (kc % 2);
-        #[cfg(not(feature = "qmm-ksums-smem"))]
         mbarrier::arrive_expect_tx(bar, T as u32 * nsteps * 256);
-        #[cfg(feature = "qmm-ksums-smem")]
-        ksums_smem::expect_and_copy::<F, T>(
-            bar,
-            T as u32 * nsteps * 256,
-            xsum,
-            k,
-            cb0,
-            chunk_blocks,
-            b1,
-            xs + (kc % 2) * buf_bytes,
-        );
         let mut tile = 0;
         while tile < T as u32 {
             let src = (xcm as *const u8).add(((tile * steps_total + s0) * 256) as usize);
@@ -233,8 +221,12 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
             );
             return;
         }
-        // Per-unit formats (Q8_0): unit `i`'s product from zero into buffer `i % 2`, and while it
-        // runs, unit `i − 1`'s `acc += d·P` from the other buffer — the order of `super::tile`.
+        // Per-unit formats (Q8_0): units in pairs — unit `i`'s product from zero into buffer
+        // `i % 2`, both products of a pair issued back to back, one `wait_group 0`, then both
+        // `acc += d·P` in unit order (the order of `super::tile`: the same bits). Scaling one
+        // unit while the next one's product runs instead reads a buffer under an asynchronous
+        // product, which makes ptxas serialize every product of the kernel (remark C7514: each
+        // `HGMMA` followed by a full wait; docs/perf/qmatmul.md sessions 16–17).
         if !F::SUPER {
             // Ends unit `i` from its buffer (`i % 2`: a compile-time choice at each call).
             let finish = #[inline(always)]
@@ -243,32 +235,6 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
                 wgmma::fence_operands(pu);
                 add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
             };
-            // `qmm-q8-pairs` (experiment build): units in pairs — both products issued back to
-            // back into the two buffers, one `wait_group 0`, then both `acc += d·P` in unit order
-            // (the same operations in the same order: the same bits). The shipped order reads one
-            // buffer while the other's product is in flight, which makes ptxas serialize every
-            // product of the kernel (remark C7514: each `HGMMA` followed by `WARPGROUP.DEPBAR.LE
-            // gsb0, 0x0`; docs/perf/qmatmul.md session 16).
-            if cfg!(feature = "qmm-q8-pairs") {
-                unroll_below(
-                    8,
-                    #[inline(always)]
-                    |i| {
-                        let i = i as u32;
-                        if valid(i) {
-                            issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
-                            if i % 2 == 1 || !valid(i + 1) {
-                                wgmma::wait::<0>();
-                                if i % 2 == 1 {
-                                    finish(i - 1, &mut pu0, &mut pu1, &mut acc);
-                                }
-                                finish(i, &mut pu0, &mut pu1, &mut acc);
-                            }
-                        }
-                    },
-                );
-                return;
-            }
             unroll_below(
                 8,
                 #[inline(always)]
@@ -276,22 +242,13 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
                     let i = i as u32;
                     if valid(i) {
                         issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
-                        if i >= 1 {
-                            wgmma::wait::<1>();
-                            finish(i - 1, &mut pu0, &mut pu1, &mut acc);
+                        if i % 2 == 1 || !valid(i + 1) {
+                            wgmma::wait::<0>();
+                            if i % 2 == 1 {
+                                finish(i - 1, &mut pu0, &mut pu1, &mut acc);
+                            }
+                            finish(i, &mut pu0, &mut pu1, &mut acc);
                         }
-                    }
-                },
-            );
-            wgmma::wait::<0>();
-            // The stage's last unit (each `i` a compile-time constant: `cur` stays in registers).
-            unroll_below(
-                8,
-                #[inline(always)]
-                |i| {
-                    let i = i as u32;
-                    if valid(i) && !valid(i + 1) {
-                        finish(i, &mut pu0, &mut pu1, &mut acc);
                     }
                 },
             );
@@ -305,10 +262,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
         while tile < T {
             let col = (8 * tile + g as usize).min(n - 1);
             let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-            #[cfg(not(feature = "qmm-ksums-smem"))]
             let v = ld_v2_f32(sums_h.add(at) as *const f32);
-            #[cfg(feature = "qmm-ksums-smem")]
-            let v = ksums_smem::load::<F, T>(sums_h.add(at), xs + buf * buf_bytes, su0 / units, col as u32, t);
             bs[tile] = [v[0].to_bits(), v[1].to_bits()];
             tile += 1;
         }
@@ -372,74 +326,6 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
-/// `qmm-ksums-smem` (experiment build): each chunk's group sums `S_u/64` (hi, lo; the K-quant
-/// mins correction's B fragments, `QMM_MAX_N` columns × 16 halves = 1 KB per block after the f32
-/// unit sums, `prep::group_sum_slot`) are bulk-copied with its x into the unused tail of tile 0's
-/// slab — a K-quant chunk fills 16 of its 20 units, bytes `SUMS_AT .. TILE_SLAB` — so a block's
-/// correction reads them from shared memory instead of a global load that ptxas sinks to just
-/// before its use (docs/perf/qmatmul.md session 16). Not for Q5_K nt4: the address arithmetic
-/// spills it at 128 registers. Same bits: the same 8 bytes reach the same fragment.
-#[cfg(feature = "qmm-ksums-smem")]
-mod ksums_smem {
-    use super::{Format, CHUNK_UNITS, TILE_SLAB};
-    use crate::device::load::ld_v2_f32;
-    use crate::device::mbarrier;
-    use crate::device::shared::ld_shared_v2;
-    use kernel_abi::QMM_MAX_N;
-
-    /// Blocks per K-quant chunk and where their sums start in tile 0's slab.
-    const BLOCKS: u32 = CHUNK_UNITS * 32 / 256;
-    const SUMS_AT: u32 = 2 * BLOCKS * 8 * 256;
-    const BLOCK_BYTES: u32 = QMM_MAX_N * 32;
-    const _: () = assert!(SUMS_AT + BLOCKS * BLOCK_BYTES <= TILE_SLAB);
-
-    /// Whether kernel `F`, `T` takes its sums from shared memory.
-    const fn on<F: Format, const T: usize>() -> bool {
-        F::SUPER && !(F::BYTES == kernel_abi::qmm_format::Q5_K.1 && T == 4)
-    }
-
-    /// The chunk's `arrive_expect_tx` (`x_bytes` of x plus its sums) and the sums' bulk copy into
-    /// the buffer at `buf_addr` (chunk blocks `cb0 .. min(cb0 + chunk_blocks, b1)`).
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub unsafe fn expect_and_copy<F: Format, const T: usize>(
-        bar: u32,
-        x_bytes: u32,
-        xsum: *const f32,
-        k: usize,
-        cb0: u32,
-        chunk_blocks: u32,
-        b1: u32,
-        buf_addr: u32,
-    ) {
-        if !on::<F, T>() {
-            mbarrier::arrive_expect_tx(bar, x_bytes);
-            return;
-        }
-        let bytes = ((cb0 + chunk_blocks).min(b1) - cb0) * BLOCK_BYTES;
-        mbarrier::arrive_expect_tx(bar, x_bytes + bytes);
-        let sums = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u8;
-        mbarrier::bulk_copy_g2s(buf_addr + SUMS_AT, sums.add((cb0 * BLOCK_BYTES) as usize), bytes, bar);
-    }
-
-    /// Lane `t`'s two words of column `col`'s sums of the chunk's block `blk` (the 8 bytes at
-    /// `global`, which is read instead when the kernel keeps them there).
-    #[inline(always)]
-    pub unsafe fn load<F: Format, const T: usize>(
-        global: *const u16,
-        buf_addr: u32,
-        blk: u32,
-        col: u32,
-        t: u32,
-    ) -> [f32; 2] {
-        if !on::<F, T>() {
-            return ld_v2_f32(global as *const f32);
-        }
-        let w = ld_shared_v2(buf_addr + SUMS_AT + (blk * QMM_MAX_N + col) * 32 + 8 * t);
-        [f32::from_bits(w[0]), f32::from_bits(w[1])]
-    }
-}
-
 /// Every kernel here has blocks of 256 threads and a budget of 128 registers (two blocks per
 /// SM; `minctasm=2`), spill-free (`cargo xtask ptx --ptxas`). `(one buffer)`: the stage loop keeps
 /// one register buffer (two would spill).
@@ -478,13 +364,7 @@ qmm_wg_kernels!(Q6K =>
     qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2,
     qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3,
     qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4);
-#[cfg(not(feature = "qmm-q8-pairs"))]
-qmm_wg_kernels!(Q8_0 =>
-    qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2,
-    qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3,
-    qmm_q8_0_nt4 / qmm_q8_0_swiglu_nt4 = 4);
-// With unit pairs, two register buffers of stages spill at 3 and 4 tiles.
-#[cfg(feature = "qmm-q8-pairs")]
+// Q8_0 takes its units in pairs: two register buffers of stages would spill at 3 and 4 tiles.
 qmm_wg_kernels!(Q8_0 =>
     qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2,
     qmm_q8_0_nt3 / qmm_q8_0_swiglu_nt3 = 3 (one buffer),
