@@ -16,7 +16,7 @@
 #                engine GPU tests under it (gpu-tests-FEATURE.log) and an A/B against the shipped
 #                kernels in two interleaved rounds — its matmul shape (EXP_FILTER) at every n (bench-qmm,
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
-#                (ab-FEATURE.txt)                                                               ≈ 2 min
+#                (ab-FEATURE.txt); EXP_ENV: host variables the build needs      ≈ 2 min
 # Measured on nvidia-h200 (eleventh session, machine warm, 27B pair made by `bench`): tests 85 s,
 # bench 169 s (pair ≈ 90 s of it), exp 110–124 s, ncu 16 s, long 51 s.
 set -u
@@ -75,14 +75,16 @@ exp)
   [ -f "$x" ] || { echo "usage: engine_check.sh exp FEATURE (packed: $(ls .gpu-bundle/exp-*.ptx.xz 2> /dev/null))"; exit 2; }
   ptx="/tmp/exp-$f.ptx"; xz -dc "$x" > "$ptx"
   filter="${EXP_FILTER:-Q4_K 5120->17408}"   # the bench-qmm case to A/B (e.g. "Q8_0 5120->17408")
-  FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 qmm draft engine > "$OUT/gpu-tests-$f.log" 2>&1
+  # EXP_ENV: variables the experiment build needs from the host too (e.g. FLASHTREE_QMM_WRING=1).
+  read -r -a exp_env <<< "${EXP_ENV:-}"
+  env "${exp_env[@]}" FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 qmm draft engine > "$OUT/gpu-tests-$f.log" 2>&1
   echo "== gpu-tests (qmm, draft, engine) under $f: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-$f.log" | head -6
   pair; date
   COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"
   : > "$OUT/ab-$f.txt"
   for r in 1 2; do
     for v in shipped "$f"; do
-      env_ptx=(); [ "$v" = "$f" ] && env_ptx=(FLASHTREE_PTX="$ptx")
+      env_ptx=(); [ "$v" = "$f" ] && env_ptx=(FLASHTREE_PTX="$ptx" "${exp_env[@]}")
       env "${env_ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="/tmp/ab-$f-$v-$r.tsv" \
         timeout 100 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
       echo "== round $r, $v: $filter matmul only (us, fraction of copy)" >> "$OUT/ab-$f.txt"
