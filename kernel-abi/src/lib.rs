@@ -879,6 +879,21 @@ pub const GDN_COLS_PER_BLOCK: u32 = GDN_RECUR_WARPS * GDN_COLS_PER_WARP;
 /// need their state. Only speed depends on it: every node's state is the same chain of
 /// per-token updates from the root whatever the schedule.
 pub const GDN_SLOTS: u32 = 4;
+/// Saved-state slots a forward of `n` nodes gets ([`gdn_replay`] uses no more, and
+/// [`gdn_recur_smem_words`] sizes no more): none below 3 nodes (no branch point is possible),
+/// else `GDN_SLOTS`. A slot is `d_k/4 · 64` floats of shared memory per block (8 KB at
+/// `d_k = 128`), which the kernels chained after the replay can use instead: on nvidia-h200 the
+/// 27B's AR step went from 135.9/135.6 to 140.9/141.5 tok/s without the five slots it had
+/// reserved at one node. Fewer slots would do for small trees too (below `2^(s+2) − 1` nodes no
+/// branch point nests deeper than `s` pending ones, see [`gdn_replay_max_ops`]), but 3 slots at
+/// 22 nodes chained 0.15–0.18 ms slower (docs/perf/deltanet.md v1.4), so trees keep all of them.
+pub const fn gdn_slots(n: u32) -> u32 {
+    if n < 3 {
+        0
+    } else {
+        GDN_SLOTS
+    }
+}
 /// Most operations of a [`GdnReplay`] (any node count; [`gdn_replay_max_ops`] per count).
 pub const GDN_REPLAY_MAX_OPS: usize = 768;
 
@@ -963,6 +978,7 @@ pub fn gdn_replay(nb: &NodeBatch) -> Option<GdnReplay> {
             s[0] = ROOT;
             s
         },
+        slots: gdn_slots(n as u32) as usize,
         cur: ROOT,
         ok: true,
     };
@@ -983,6 +999,8 @@ struct ReplayBuilder {
     /// Node whose state a slot holds: slot 0 the root (`ROOT`, the committed state), slots
     /// `1..=GDN_SLOTS` a saved branch point or `FREE`.
     slot_node: [usize; GDN_SLOTS as usize + 1],
+    /// Slots `1..=slots` may be used ([`gdn_slots`] of the node count).
+    slots: usize,
     /// Node whose state the registers hold.
     cur: usize,
     ok: bool,
@@ -1060,7 +1078,7 @@ impl ReplayBuilder {
         // A branch point keeps its state for its later children in a free slot, if any.
         if v != ROOT && k >= 2 {
             let mut s = 1;
-            while s <= GDN_SLOTS as usize {
+            while s <= self.slots {
                 if self.slot_node[s] == Self::FREE {
                     self.slot_node[s] = v;
                     self.emit(GDN_OP_SAVE | s as u16);
@@ -1175,13 +1193,13 @@ const _: () = assert!(MAX_NODES <= GDN_RECUR_THREADS && MAX_NODES <= 64 && MAX_N
 /// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` and `n` node rows
 /// ([`GdnParams::smem_nodes`], the launch's node count) (4-byte words): `k [n][d_k]`,
 /// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, the replay schedule's operations
-/// ([`gdn_replay_max_ops`]`(n)` u16), then `1 + GDN_SLOTS` state slots of `d_k/4 · 64` floats
-/// (the root and the saved branch points; word `r·64 + t` of a slot is row `r` of thread `t`'s
-/// slice). At `d_k = 128`: 76 KB for 32 nodes, 110 KB for 64.
+/// ([`gdn_replay_max_ops`]`(n)` u16), then `1 + `[`gdn_slots`]`(n)` state slots of `d_k/4 · 64`
+/// floats (the root and the saved branch points; word `r·64 + t` of a slot is row `r` of thread
+/// `t`'s slice). At `d_k = 128`: 9 KB for one node, 65 KB for 22, 76 KB for 32, 110 KB for 64.
 pub const fn gdn_recur_smem_words(d_k: u32, n: u32) -> u32 {
     n * (2 * d_k + GDN_COLS_PER_BLOCK + 2)
         + gdn_replay_max_ops(n).div_ceil(2)
-        + (1 + GDN_SLOTS) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
+        + (1 + gdn_slots(n)) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
 pub const fn gdn_commit_smem_words(d_k: u32, n: u32) -> u32 {
     n * (d_k + GDN_COLS_PER_BLOCK + 2)
@@ -1446,10 +1464,10 @@ mod attn_tests {
                 assert!(gdn_commit_smem_words(d_k, n) * 4 <= block_max);
             }
         }
-        // The 27B's d_k = 128 keeps 3 replay blocks per SM up to 32 nodes (as when every launch
-        // took 32 nodes' worth), 2 at 64.
+        // The 27B's d_k = 128: one node reserves no saved-state slots (22 blocks' worth of the
+        // SM's shared memory, was 5), trees keep 3 blocks per SM up to 32 nodes, 2 at 64.
         let blocks = |n: u32| sm / (gdn_recur_smem_words(128, n) * 4 + 1024);
-        assert_eq!((blocks(1), blocks(22), blocks(32), blocks(64)), (5, 3, 3, 2));
+        assert_eq!((blocks(1), blocks(2), blocks(3), blocks(22), blocks(32), blocks(64)), (22, 20, 5, 3, 3, 2));
         assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_224);
         assert_eq!((gdn_replay_max_ops(31), gdn_replay_max_ops(62), gdn_replay_max_ops(64)), (93, 186, 704));
     }
@@ -1570,6 +1588,16 @@ mod replay_tests {
                     assert_eq!(updates, n, "{:?}", &parents[..n]);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn one_or_two_nodes_need_no_slot() {
+        assert_eq!([1, 2, 3, 22, 64].map(gdn_slots), [0, 0, GDN_SLOTS, GDN_SLOTS, GDN_SLOTS]);
+        for parents in [&[-1][..], &[-1, 0], &[-1, -1]] {
+            let r = gdn_replay(&batch(parents)).unwrap();
+            assert!(r.ops[..r.len as usize].iter().all(|&op| op & (3 << 6) != GDN_OP_SAVE));
+            assert_eq!(check(parents), parents.len());
         }
     }
 

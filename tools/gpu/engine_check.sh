@@ -17,6 +17,9 @@
 #                kernels in two interleaved rounds — its matmul shape (EXP_FILTER) at every n (bench-qmm,
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
 #                (ab-FEATURE.txt); EXP_ENV: host variables the build needs      ≈ 2 min
+#   ab           this bundle's `flashtree` against .gpu-bundle/old-flashtree.xz (the build
+#                before a host-side change), tree bench at oracle AL 8, two interleaved rounds
+#                (ab-old-new.txt)                                                               ≈ 4 min
 # Measured on nvidia-h200 (eleventh session, machine warm, 27B pair made by `bench`): tests 85 s,
 # bench 169 s (pair ≈ 90 s of it), exp 110–124 s, ncu 16 s, long 51 s.
 set -u
@@ -96,8 +99,26 @@ exp)
   done
   grep -E "^==|n=16 |n=22 |draft step|forward of a 2" "$OUT/ab-$f.txt" | head -60
   ;;
+ab)
+  # A host-side change against the build before it: .gpu-bundle/old-flashtree.xz (that build's
+  # `flashtree`, xz-compressed, carried beside this bundle), two interleaved rounds of the tree
+  # bench with the oracle at AL 8 (ab-old-new.txt).
+  [ -f .gpu-bundle/old-flashtree.xz ] || { echo "no .gpu-bundle/old-flashtree.xz"; exit 2; }
+  xz -dc .gpu-bundle/old-flashtree.xz > /tmp/flashtree-old; chmod +x /tmp/flashtree-old
+  pair; date
+  : > "$OUT/ab-old-new.txt"
+  for r in 1 2; do
+    for v in old new; do
+      bin=$B/flashtree; [ "$v" = old ] && bin=/tmp/flashtree-old
+      timeout 120 $bin bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 128 > /tmp/x.txt 2>&1
+      echo "== round $r, $v" >> "$OUT/ab-old-new.txt"
+      grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|^  (dn |qmm|attention|norm)" /tmp/x.txt >> "$OUT/ab-old-new.txt"
+    done
+  done
+  grep -E "^==|AR decode|forward of a 2|oracle depth 7|dn recur" "$OUT/ab-old-new.txt"
+  ;;
 *)
-  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE"; exit 2
+  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE | ab"; exit 2
   ;;
 esac
 date
