@@ -4,20 +4,24 @@
 # 10 minutes, so the work comes in phases, one call each, back to back (the machine and its /tmp
 # stay while calls follow each other; a phase that needs the 27B pair synthesises it when missing,
 # ≈ 2–3 min). Results under $OUT (≤ 8 files come back per call).
-#   tests        the GPU tests (gpu-tests.log)                                                  ≈ 5 min
+#   tests        the GPU tests (gpu-tests.log)                                                  85 s
 #   bench        the synthetic 27B Q4_K_M pair and its Q8_0 draft; bench: AR, 22-node verify,
 #                draft step, projections, oracle depth 7 (bench-tree-512.txt); tree 32 / 4,
-#                chain 15, anchor-tree 22 (bench-modes.txt)                                     ≈ 8 min
+#                chain 15, anchor-tree 22 (bench-modes.txt)                                     169 s
 #   long         8K context (bench-tree-8k.txt); the chain trace of the AR step, tree forward
-#                and draft step (trace-512.txt)                                                 ≈ 4 min
+#                and draft step (trace-512.txt)                                                 51 s
 #   ncu          `qmm_q4k_nt3` and `qmm_q8_0_nt3` on 5120→17408 at n = 22 side by side
-#                (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16)                 ≈ 3 min
+#                (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16)                 16 s
 #   exp FEATURE  the experiment build packed as .gpu-bundle/exp-FEATURE.ptx.xz: the qmm, draft and
 #                engine GPU tests under it (gpu-tests-FEATURE.log) and an A/B against the shipped
-#                kernels in two interleaved rounds — its matmul shape at every n (bench-qmm,
+#                kernels in two interleaved rounds — its matmul shape (EXP_FILTER) at every n (bench-qmm,
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
-#                (ab-FEATURE.txt)                                                               ≈ 8 min
-# Times are estimates from the eighth session's runs of the same commands, not measured as phases.
+#                (ab-FEATURE.txt); EXP_ENV: host variables the build needs      ≈ 2 min
+#   ab           this bundle's `flashtree` against .gpu-bundle/old-flashtree.xz (the build
+#                before a host-side change), tree bench at oracle AL 8, two interleaved rounds
+#                (ab-old-new.txt)                                                               ≈ 4 min
+# Measured on nvidia-h200 (eleventh session, machine warm, 27B pair made by `bench`): tests 85 s,
+# bench 169 s (pair ≈ 90 s of it), exp 110–124 s, ncu 16 s, long 51 s.
 set -u
 phase="${1:-}"
 B=.gpu-bundle/bin
@@ -73,15 +77,17 @@ exp)
   f="${2:-}"; x=".gpu-bundle/exp-$f.ptx.xz"
   [ -f "$x" ] || { echo "usage: engine_check.sh exp FEATURE (packed: $(ls .gpu-bundle/exp-*.ptx.xz 2> /dev/null))"; exit 2; }
   ptx="/tmp/exp-$f.ptx"; xz -dc "$x" > "$ptx"
-  case "$f" in qmm-q8-pairs) filter="Q8_0 5120->17408" ;; *) filter="Q4_K 5120->17408" ;; esac
-  FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 qmm draft engine > "$OUT/gpu-tests-$f.log" 2>&1
+  filter="${EXP_FILTER:-Q4_K 5120->17408}"   # the bench-qmm case to A/B (e.g. "Q8_0 5120->17408")
+  # EXP_ENV: variables the experiment build needs from the host too (e.g. FLASHTREE_QMM_WRING=1).
+  read -r -a exp_env <<< "${EXP_ENV:-}"
+  env "${exp_env[@]}" FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 qmm draft engine > "$OUT/gpu-tests-$f.log" 2>&1
   echo "== gpu-tests (qmm, draft, engine) under $f: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-$f.log" | head -6
   pair; date
   COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"
   : > "$OUT/ab-$f.txt"
   for r in 1 2; do
     for v in shipped "$f"; do
-      env_ptx=(); [ "$v" = "$f" ] && env_ptx=(FLASHTREE_PTX="$ptx")
+      env_ptx=(); [ "$v" = "$f" ] && env_ptx=(FLASHTREE_PTX="$ptx" "${exp_env[@]}")
       env "${env_ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="/tmp/ab-$f-$v-$r.tsv" \
         timeout 100 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
       echo "== round $r, $v: $filter matmul only (us, fraction of copy)" >> "$OUT/ab-$f.txt"
@@ -93,8 +99,26 @@ exp)
   done
   grep -E "^==|n=16 |n=22 |draft step|forward of a 2" "$OUT/ab-$f.txt" | head -60
   ;;
+ab)
+  # A host-side change against the build before it: .gpu-bundle/old-flashtree.xz (that build's
+  # `flashtree`, xz-compressed, carried beside this bundle), two interleaved rounds of the tree
+  # bench with the oracle at AL 8 (ab-old-new.txt).
+  [ -f .gpu-bundle/old-flashtree.xz ] || { echo "no .gpu-bundle/old-flashtree.xz"; exit 2; }
+  xz -dc .gpu-bundle/old-flashtree.xz > /tmp/flashtree-old; chmod +x /tmp/flashtree-old
+  pair; date
+  : > "$OUT/ab-old-new.txt"
+  for r in 1 2; do
+    for v in old new; do
+      bin=$B/flashtree; [ "$v" = old ] && bin=/tmp/flashtree-old
+      timeout 120 $bin bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 128 > /tmp/x.txt 2>&1
+      echo "== round $r, $v" >> "$OUT/ab-old-new.txt"
+      grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|^  (dn |qmm|attention|norm)" /tmp/x.txt >> "$OUT/ab-old-new.txt"
+    done
+  done
+  grep -E "^==|AR decode|forward of a 2|oracle depth 7|dn recur" "$OUT/ab-old-new.txt"
+  ;;
 *)
-  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE"; exit 2
+  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE | ab"; exit 2
   ;;
 esac
 date
