@@ -166,8 +166,11 @@ unsafe fn slot_load<const RPL: usize>(slot: *const f32, t: usize, s: &mut [f32; 
 /// `i`'s row at `i·p.a_stride`, `i·p.b_stride` (`n_v` values each), of `mixed` at
 /// `i·p.mixed_stride` (`conv_ch` values).
 /// Traffic: `n·conv_ch·(K + 1)·4` bytes read (mostly L2), `n·(conv_ch + 2·n_v)·4` written.
+/// Registers capped at 48 (`minctasm=10`, no spills; 90 uncapped): the 27B's 80 blocks per node
+/// are short and latency-bound, so what counts is how many are resident — 10 per SM instead of
+/// 5, a 22-node forward's 1,760 blocks in two waves instead of three.
 #[no_mangle]
-#[link_section = "nvvm:maxntid=128;minctasm=1"]
+#[link_section = "nvvm:maxntid=128;minctasm=10"]
 pub unsafe extern "ptx-kernel" fn gdn_prep(
     nb: *const NodeBatch,
     mixed: *const f32,
