@@ -2,8 +2,26 @@
 //! text `generate` gives for the same prompt (the reference the server's text must equal).
 
 use flashtree::cli::generate::{run_to, GenerateArgs};
+use flashtree::cli::pair_args::PairArgs;
 use flashtree::cli::sampling::OutputFormat;
 use flashtree::cli::serve::ServeArgs;
+
+/// Serve arguments for `pair` on 127.0.0.1 (any free port), as the tests use them unless they set a
+/// field: no API key, the model's context, a queue of 16, 1 MiB bodies, the file's chat template,
+/// no script.
+pub fn local(pair: PairArgs) -> ServeArgs {
+    ServeArgs {
+        pair,
+        host: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        api_key: None,
+        ctx: None,
+        queue: 16,
+        max_body_bytes: 1 << 20,
+        chat_template: None,
+        script: None,
+    }
+}
 
 /// Loads the pair of `args` and serves it on 127.0.0.1 (any free port) on its own runtime
 /// thread for the rest of the process; returns the base URL (`http://127.0.0.1:PORT`).

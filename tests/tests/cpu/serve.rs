@@ -9,24 +9,14 @@ use std::sync::OnceLock;
 use flashtree::cli::backend::BackendArg;
 use flashtree::cli::generate::{GenerateArgs, ModeArg};
 use flashtree::cli::serve::ServeArgs;
-use flashtree_tests::serve::start;
+use flashtree_tests::serve::{local, start};
 use serde_json::{json, Value};
 
 use flashtree_tests::tiny::tiny_pair as tiny;
 
 fn serve_args() -> ServeArgs {
     let (model, draft) = tiny().clone();
-    ServeArgs {
-        pair: PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 },
-        host: "127.0.0.1".parse().unwrap(),
-        port: 0,
-        api_key: None,
-        ctx: None,
-        queue: 16,
-        max_body_bytes: 1 << 20,
-        chat_template: None,
-        script: None,
-    }
+    local(PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 })
 }
 
 /// The shared server of the tests that need no special flags.

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use flashtree::cli::backend::BackendArg;
 use flashtree::cli::generate::ModeArg;
 use flashtree::cli::serve::ServeArgs;
-use flashtree_tests::serve::start;
+use flashtree_tests::serve::{local, start};
 use serde_json::{json, Value};
 
 /// The tiny pair and the scripted replies (shared with the SDK test: `tests/sdk/script.json`).
@@ -30,15 +30,9 @@ fn server() -> &'static str {
     URL.get_or_init(|| {
         let (model, draft, script) = tiny().clone();
         start(ServeArgs {
-            pair: PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 },
-            host: "127.0.0.1".parse().unwrap(),
-            port: 0,
-            api_key: None,
-            ctx: None,
-            queue: 16,
-            max_body_bytes: 1 << 20,
             chat_template: Some("qwen35".into()),
             script: Some(script),
+            ..local(PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 })
         })
     })
 }
@@ -51,15 +45,9 @@ fn ar_server() -> &'static str {
     URL.get_or_init(|| {
         let (model, _, script) = tiny().clone();
         start(ServeArgs {
-            pair: PairArgs { model, draft: None, backend: BackendArg::Cpu, mode: ModeArg::Ar, budget: 0 },
-            host: "127.0.0.1".parse().unwrap(),
-            port: 0,
-            api_key: None,
-            ctx: None,
-            queue: 16,
-            max_body_bytes: 1 << 20,
             chat_template: Some("qwen35".into()),
             script: Some(script),
+            ..local(PairArgs { model, draft: None, backend: BackendArg::Cpu, mode: ModeArg::Ar, budget: 0 })
         })
     })
 }

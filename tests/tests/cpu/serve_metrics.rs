@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use flashtree::cli::backend::BackendArg;
 use flashtree::cli::generate::ModeArg;
 use flashtree::cli::serve::ServeArgs;
-use flashtree_tests::serve::start;
+use flashtree_tests::serve::{local, start};
 use serde_json::{json, Value};
 
 /// The samples of an exposition text: `name{labels}` → value.
@@ -27,15 +27,14 @@ fn samples(text: &str) -> HashMap<String, f64> {
 fn metrics_count_requests_tokens_reuse_and_speed() {
     let (target, draft) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        pair: PairArgs { model: target, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 8 },
-        host: "127.0.0.1".parse().unwrap(),
-        port: 0,
-        api_key: None,
-        ctx: None,
         queue: 4,
-        max_body_bytes: 1 << 20,
-        chat_template: None,
-        script: None,
+        ..local(PairArgs {
+            model: target,
+            draft: Some(draft),
+            backend: BackendArg::Cpu,
+            mode: ModeArg::Tree,
+            budget: 8,
+        })
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {

@@ -31,7 +31,7 @@ use flashtree::cli::pair::{with_pair, PairInfo, PairRunner, PairSpec};
 use flashtree::cli::serve::ServeArgs;
 use flashtree::spec::{DecodingRule, Draft, GenerateConfig, Mode, Session, Target};
 use flashtree::tokenizer::gguf::{from_gguf, GgufTokenizer};
-use flashtree_tests::serve::start;
+use flashtree_tests::serve::{local, start};
 use serde_json::{json, Value};
 
 const BUDGET: usize = 22;
@@ -47,15 +47,8 @@ fn new_server() -> String {
 fn new_server_with(template: Option<&str>) -> String {
     let (model, draft) = tiny().clone();
     start(ServeArgs {
-        pair: PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: BUDGET },
-        host: "127.0.0.1".parse().unwrap(),
-        port: 0,
-        api_key: None,
-        ctx: None,
-        queue: 16,
-        max_body_bytes: 1 << 20,
         chat_template: template.map(PathBuf::from),
-        script: None,
+        ..local(PairArgs { model, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: BUDGET })
     })
 }
 

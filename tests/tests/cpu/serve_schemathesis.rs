@@ -16,7 +16,7 @@ use std::process::Command;
 use flashtree::cli::backend::BackendArg;
 use flashtree::cli::generate::ModeArg;
 use flashtree::cli::serve::ServeArgs;
-use flashtree_tests::serve::start;
+use flashtree_tests::serve::{local, start};
 
 /// Examples per operation and phase (`--max-examples`).
 const MAX_EXAMPLES: &str = "10";
@@ -42,15 +42,8 @@ fn schemathesis_finds_no_server_error_and_the_server_keeps_serving() {
     };
     let (target, _) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        pair: PairArgs { model: target, draft: None, backend: BackendArg::Cpu, mode: ModeArg::Ar, budget: 22 },
-        host: "127.0.0.1".parse().unwrap(),
-        port: 0,
-        api_key: None,
         ctx: Some(96),
-        queue: 16,
-        max_body_bytes: 1 << 20,
-        chat_template: None,
-        script: None,
+        ..local(PairArgs { model: target, draft: None, backend: BackendArg::Cpu, mode: ModeArg::Ar, budget: 22 })
     });
     // Schemathesis keeps a `.schemathesis/` folder in its working directory: a temporary one.
     let work = std::env::temp_dir().join(format!("flashtree-schemathesis-{}", std::process::id()));

@@ -17,7 +17,7 @@ use std::process::Command;
 use flashtree::cli::backend::BackendArg;
 use flashtree::cli::generate::ModeArg;
 use flashtree::cli::serve::ServeArgs;
-use flashtree_tests::serve::start;
+use flashtree_tests::serve::{local, start};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
@@ -47,15 +47,16 @@ fn the_openai_and_anthropic_sdks_and_curl_drive_every_route() {
     };
     let (target, draft) = flashtree_tests::tiny::tiny_pair().clone();
     let url = start(ServeArgs {
-        pair: PairArgs { model: target, draft: Some(draft), backend: BackendArg::Cpu, mode: ModeArg::Tree, budget: 22 },
-        host: "127.0.0.1".parse().unwrap(),
-        port: 0,
         api_key: Some("sdk-test-key".into()),
-        ctx: None,
-        queue: 16,
-        max_body_bytes: 1 << 20,
         chat_template: Some("qwen35".into()),
         script: Some(repo().join("tests/sdk/script.json")),
+        ..local(PairArgs {
+            model: target,
+            draft: Some(draft),
+            backend: BackendArg::Cpu,
+            mode: ModeArg::Tree,
+            budget: 22,
+        })
     });
     let run = Command::new(&py)
         .arg(repo().join("tests/sdk/drive.py"))

@@ -9,7 +9,7 @@ use flashtree::cli::generate::{GenerateArgs, ModeArg};
 use flashtree::cli::pair_args::PairArgs;
 use flashtree::cli::serve::ServeArgs;
 use flashtree_tests::gpu::gpu_or_skip;
-use flashtree_tests::serve::{generate_text, start};
+use flashtree_tests::serve::{generate_text, local, start};
 use serde_json::{json, Value};
 
 #[test]
@@ -43,15 +43,8 @@ fn serve_on_the_gpu_gives_the_text_of_generate_greedy_and_sampled() {
         flashtree::cli::sampling::SamplingArgs { temperature: 0.7, top_k: 20, top_p: 0.95, min_p: 0.0, seed: Some(5) };
     let want_sampled = generate_text(&GenerateArgs { sampling, max_tokens: 24, ..args.clone() });
     let url = start(ServeArgs {
-        pair: PairArgs { model, draft, backend: BackendArg::Gpu, mode: ModeArg::Tree, budget: 22 },
-        host: "127.0.0.1".parse().unwrap(),
-        port: 0,
-        api_key: None,
-        ctx: None,
         queue: 4,
-        max_body_bytes: 1 << 20,
-        chat_template: None,
-        script: None,
+        ..local(PairArgs { model, draft, backend: BackendArg::Gpu, mode: ModeArg::Tree, budget: 22 })
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
