@@ -615,10 +615,9 @@ attn_tree_split_kernels!(
 /// correctly rounded division). Traffic: reads `S·(hd + 2)` f32 per (node, head), writes `hd`.
 /// Launch: grid `(n_head, n)`, 256 threads.
 #[no_mangle]
-#[cfg_attr(not(feature = "verify-waves"), link_section = "nvvm:maxntid=256;minctasm=1")]
-// `verify-waves` (experiment build): 48 registers (56 uncapped, no spills), five blocks per SM, so
-// a 23-node forward's 24 × 23 blocks run in one wave (four per SM: 528 slots).
-#[cfg_attr(feature = "verify-waves", link_section = "nvvm:maxntid=256;minctasm=5")]
+// 48 registers (56 uncapped, no spills): five blocks per SM, so a 23-node forward's 24 × 23
+// blocks run in one wave (four per SM would be 528 slots).
+#[link_section = "nvvm:maxntid=256;minctasm=5"]
 pub unsafe extern "ptx-kernel" fn attn_tree_combine(
     batch: *const NodeBatch,
     gate: *const f32,

@@ -166,11 +166,10 @@ fn each_slot(mut f: impl FnMut(usize)) {
 macro_rules! norm_prep_kernel {
     ($name:ident, $cpl:literal) => {
         #[no_mangle]
-        #[cfg_attr(not(feature = "verify-waves"), link_section = "nvvm:maxntid=256;minctasm=1")]
-        // `verify-waves` (experiment build): ≤ 128 registers (104 at `dv128`, no spills), two
-        // blocks per SM, so a 23-node forward's 23 × 6 blocks run in one wave (130 registers: one
-        // block per SM, 132 slots).
-        #[cfg_attr(feature = "verify-waves", link_section = "nvvm:maxntid=256;minctasm=2")]
+        // ≤ 128 registers (104 at `dv128`, no spills): two blocks per SM, so a 23-node
+        // forward's 23 × 6 blocks run in one wave (uncapped, 130 registers: one block per SM,
+        // 132 slots).
+        #[link_section = "nvvm:maxntid=256;minctasm=2"]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "ptx-kernel" fn $name(
             o: *const f32,
