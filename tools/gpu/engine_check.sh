@@ -18,8 +18,8 @@
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
 #                (ab-FEATURE.txt); EXP_ENV: host variables the build needs      ≈ 2 min
 #   ab           this bundle's `flashtree` against .gpu-bundle/old-flashtree.xz (the build
-#                before a host-side change), tree bench at oracle AL 8, two interleaved rounds
-#                (ab-old-new.txt)                                                               ≈ 4 min
+#                before a host-side change) or, with AB_OLD_ENV, against itself under those
+#                variables; tree bench at oracle AL 8, two interleaved rounds (ab-old-new.txt)  ≈ 4 min
 # Measured on nvidia-h200 (eleventh session, machine warm, 27B pair made by `bench`): tests 85 s,
 # bench 169 s (pair ≈ 90 s of it), exp 110–124 s, ncu 16 s, long 51 s.
 set -u
@@ -103,19 +103,31 @@ ab)
   # A host-side change against the build before it: .gpu-bundle/old-flashtree.xz (that build's
   # `flashtree`, xz-compressed, carried beside this bundle), two interleaved rounds of the tree
   # bench with the oracle at AL 8 (ab-old-new.txt).
-  [ -f .gpu-bundle/old-flashtree.xz ] || { echo "no .gpu-bundle/old-flashtree.xz"; exit 2; }
-  xz -dc .gpu-bundle/old-flashtree.xz > /tmp/flashtree-old; chmod +x /tmp/flashtree-old
+  # AB_OLD_ENV="VAR=value …": the "old" side is this bundle's `flashtree` under those variables
+  # instead (a host change behind a switch, no second binary to carry).
+  read -r -a old_env <<< "${AB_OLD_ENV:-}"
+  if [ ${#old_env[@]} -gt 0 ]; then
+    cp $B/flashtree /tmp/flashtree-old
+  else
+    [ -f .gpu-bundle/old-flashtree.xz ] || { echo "no .gpu-bundle/old-flashtree.xz (or set AB_OLD_ENV)"; exit 2; }
+    xz -dc .gpu-bundle/old-flashtree.xz > /tmp/flashtree-old; chmod +x /tmp/flashtree-old
+  fi
+  # AB_MID_ENV="VAR=value …": a third side, this bundle's `flashtree` under those variables.
+  read -r -a mid_env <<< "${AB_MID_ENV:-}"
+  sides="old new"; [ ${#mid_env[@]} -gt 0 ] && sides="old mid new"
   pair; date
   : > "$OUT/ab-old-new.txt"
   for r in 1 2; do
-    for v in old new; do
-      bin=$B/flashtree; [ "$v" = old ] && bin=/tmp/flashtree-old
-      timeout 120 $bin bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 128 > /tmp/x.txt 2>&1
+    for v in $sides; do
+      bin=$B/flashtree; envv=()
+      [ "$v" = old ] && { bin=/tmp/flashtree-old; envv=("${old_env[@]}"); }
+      [ "$v" = mid ] && envv=("${mid_env[@]}")
+      env "${envv[@]}" timeout 120 $bin bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 128 > /tmp/x.txt 2>&1
       echo "== round $r, $v" >> "$OUT/ab-old-new.txt"
-      grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|^  (dn |qmm|attention|norm)" /tmp/x.txt >> "$OUT/ab-old-new.txt"
+      grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|device time|^  (dn |qmm|attention|norm)" /tmp/x.txt >> "$OUT/ab-old-new.txt"
     done
   done
-  grep -E "^==|AR decode|forward of a 2|oracle depth 7|dn recur" "$OUT/ab-old-new.txt"
+  grep -E "^==|AR decode|forward of a 2|oracle depth 7|dn recur|device time" "$OUT/ab-old-new.txt"
   ;;
 *)
   echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE | ab"; exit 2

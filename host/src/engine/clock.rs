@@ -1,6 +1,8 @@
-//! Device time of the spec loop's target phases: CUDA events recorded on the engine's stream
-//! around each prefill (extend), verify forward and commit, read only after a host sync the
-//! loop makes anyway (the verify's argmax download), so timing adds no sync to a round.
+//! Device time of the spec loop's target phases: CUDA events recorded around each prefill
+//! (extend) and verify forward on the engine's main stream and around each commit's KV
+//! compaction and DeltaNet replay on the stream they run on (the side stream, beside the draft
+//! step, when a draft reads the feature store: `Engine::commit_timed`), read only after a host
+//! sync the loop makes anyway (the verify's argmax download), so timing adds no sync to a round.
 
 use crate::gpu::{Gpu, GpuError, GpuTimer};
 use crate::spec::PhaseTimes;
@@ -12,7 +14,8 @@ pub enum Phase {
     Prefill = 0,
     /// The verify forward (up to its argmax).
     Verify = 1,
-    /// The commit of the accepted path (KV compaction, state replay, feature rows).
+    /// The commit of the accepted path: KV compaction and DeltaNet replay (the feature rows'
+    /// copies, a few microseconds on the main stream, are not in it).
     Commit = 2,
 }
 

@@ -7,6 +7,7 @@ use kernel_abi::sampling::SampleRule;
 use kernel_abi::{gdn_replay, CommitPath, GdnReplay, NodeBatch, MAX_NODES, SAMPLE_MAX_ROWS};
 
 use super::batch::bytes_of;
+use super::clock::{Phase, PhaseClock};
 use super::features::{enqueue_copy, feature_copies, EngineFeatures, FeatureStore};
 use super::plan::MemoryPlan;
 use super::weights::{self, AttnProj, GdnProj, MixerWeights, TargetWeights};
@@ -47,6 +48,9 @@ pub struct Engine {
     /// schedule), kept so a forward allocates nothing.
     batch_host: Vec<u8>,
     commit_dev: CudaSlice<u8>,
+    /// The commit's KV compaction and DeltaNet replay on the side stream while a draft reads
+    /// the committed feature rows ([`Engine::commit`]); `None`: all on the main stream.
+    side: Option<SideCommit>,
     /// A deliberately wrong commit for tests ([`Engine::set_commit_fault`]) and its path buffer.
     fault: Option<CommitFault>,
     fault_dev: CudaSlice<u8>,
@@ -182,6 +186,22 @@ fn rejected_sibling_path(batch: &NodeBatch, path: &[usize]) -> Option<Vec<usize>
     let &parent = rest.last()?;
     let sib = (0..batch.n as usize).find(|&j| j != last && batch.parent[j] == parent as i32)?;
     Some(rest.iter().copied().chain([sib]).collect())
+}
+
+/// Whether a commit with capture on runs its KV compaction and DeltaNet replay on the side
+/// stream, beside the draft step that follows (default; `FLASHTREE_COMMIT_STREAM=0` off).
+pub fn side_commit_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FLASHTREE_COMMIT_STREAM").map(|v| v.trim() != "0").unwrap_or(true))
+}
+
+/// The events that order a commit's side-stream work ([`Gpu::on_side_stream`]): `start` after
+/// the main stream's work before it, `done` after it; `pending` while the main stream has not
+/// waited for `done` yet.
+struct SideCommit {
+    start: CudaEvent,
+    done: CudaEvent,
+    pending: std::sync::atomic::AtomicBool,
 }
 
 /// Whether forwards are captured and replayed as graphs (default; `FLASHTREE_GRAPH=0` off).
@@ -327,6 +347,11 @@ impl Engine {
             batch_dev: gpu.zeros::<u8>(std::mem::size_of::<NodeBatch>() + std::mem::size_of::<GdnReplay>())?,
             batch_host: Vec::with_capacity(std::mem::size_of::<NodeBatch>() + std::mem::size_of::<GdnReplay>()),
             commit_dev: gpu.zeros::<u8>(std::mem::size_of::<CommitPath>())?,
+            side: if side_commit_enabled() {
+                Some(SideCommit { start: gpu.new_sync_event()?, done: gpu.new_sync_event()?, pending: false.into() })
+            } else {
+                None
+            },
             fault: None,
             fault_dev: gpu.zeros::<u8>(1)?,
             last: None,
@@ -464,6 +489,7 @@ impl Engine {
     /// Forgets every committed token (the caches are overwritten as the next prompt runs; the
     /// recurrent state and conv windows are zeroed).
     pub fn reset(&mut self) -> Result<(), EngineError> {
+        self.join_side()?;
         self.gpu.fill_bytes(&mut self.state, 0)?;
         self.gpu.fill_bytes(&mut self.conv, 0)?;
         self.n_past = 0;
@@ -511,6 +537,7 @@ impl Engine {
     /// buffer lays them out (`[gdn layers · state_len | gdn layers · conv_len]`, waits): what a
     /// test compares before a save and after a restore.
     pub fn recurrent_state(&self) -> Result<Vec<f32>, EngineError> {
+        self.join_side()?;
         let (sn, cn) = self.recurrent_lens();
         let (state, conv) = (self.gpu.download(&self.state)?, self.gpu.download(&self.conv)?);
         match (state.get(..sn), conv.get(..cn)) {
@@ -530,6 +557,7 @@ impl Engine {
 
     /// `state` and `conv` → the snapshot buffer (`to_snapshot`), or back.
     fn copy_recurrent(&mut self, to_snapshot: bool) -> Result<(), EngineError> {
+        self.join_side()?;
         let (sn, cn) = self.recurrent_lens();
         let gpu = &self.gpu;
         let snap = DevSpan::of(gpu, &self.snapshot);
@@ -568,6 +596,8 @@ impl Engine {
         if need > self.ctx() {
             return Err(EngineError::Context { need, ctx: self.ctx() });
         }
+        // The last commit's side-stream work wrote the caches and read the buffers this overwrites.
+        self.join_side()?;
         self.attn_groups = match self.head_groups_override {
             Some(r) => r,
             None if self.n_attn > 0 => attn::attn_head_groups(&self.gpu, self.attn, n, self.n_past, attn_split_keys())?,
@@ -917,14 +947,69 @@ impl Engine {
     }
 
     /// Keeps the nodes `path` of the last forward (root first, each the parent of the next):
-    /// KV rows compacted, recurrent state and conv windows advanced along the path.
+    /// KV rows compacted, recurrent state and conv windows advanced along the path, the path's
+    /// captured rows appended to the feature store.
     pub fn commit(&mut self, path: &[usize]) -> Result<(), EngineError> {
+        self.commit_timed(path, None)
+    }
+
+    /// [`Engine::commit`] with `clock`'s commit phase around the KV compaction and the DeltaNet
+    /// replay. With capture on (a draft reads the store) and [`side_commit_enabled`], those two
+    /// run on the side stream after the feature rows are copied on the main stream: the draft
+    /// step that follows reads only the store, so it runs beside them, and the next forward (or
+    /// anything else that touches the caches) waits for them ([`Engine::join_side`]).
+    pub fn commit_timed(&mut self, path: &[usize], clock: Option<&mut PhaseClock>) -> Result<(), EngineError> {
+        // `commit_dev` is about to be overwritten: the last commit's side work reads it.
+        self.join_side()?;
         let batch = self.last.take().ok_or_else(|| EngineError::Batch("commit without a forward".into()))?;
         let c = super::batch::commit_path(&batch, path)?;
         if path.is_empty() {
             return Ok(());
         }
         self.gpu.write(bytes_of(&c), &mut self.commit_dev)?;
+        let faulty = match self.fault {
+            Some(CommitFault::DeltaNetFromRejectedSibling) => rejected_sibling_path(&batch, path),
+            None => None,
+        };
+        if let Some(p) = &faulty {
+            let c = super::batch::commit_path(&batch, p)?;
+            self.gpu.write(bytes_of(&c), &mut self.fault_dev)?;
+        }
+        let gpu = &self.gpu;
+        if let Some(store) = &self.store {
+            // The path's captured rows → store rows n_past.. (device to device, main stream).
+            let (src, dst) = (DevSpan::of(gpu, &self.features), store.span(gpu));
+            for c in feature_copies(path, self.n_past, self.capture.len(), N, self.cfg.embedding_length) {
+                enqueue_copy(gpu, &c, src, dst)?;
+            }
+        }
+        let gdn_len = faulty.as_ref().map_or(path.len(), Vec::len);
+        let caches = |clock: Option<&mut PhaseClock>| -> Result<(), EngineError> {
+            let mut clock = clock;
+            if let Some(c) = clock.as_deref_mut() {
+                c.start(gpu, Phase::Commit)?;
+            }
+            self.commit_caches(faulty.is_some(), gdn_len)?;
+            if let Some(c) = clock {
+                c.stop(gpu, Phase::Commit)?;
+            }
+            Ok(())
+        };
+        match self.side.as_ref().filter(|_| self.store.is_some()) {
+            Some(side) => {
+                side.pending.store(true, std::sync::atomic::Ordering::Relaxed);
+                gpu.on_side_stream(&side.start, &side.done, || caches(clock))?;
+            }
+            None => caches(clock)?,
+        }
+        self.n_past += path.len();
+        Ok(())
+    }
+
+    /// The commit's cache work on [`Gpu::stream`] (`commit_dev` / `fault_dev` written): KV rows
+    /// of the path to their committed positions, the DeltaNet replay along the path (the
+    /// deliberately wrong one of `gdn_len` nodes from `fault_dev` when `faulty`).
+    fn commit_caches(&self, faulty: bool, gdn_len: usize) -> Result<(), EngineError> {
         let gpu = &self.gpu;
         // Safety: `commit_dev` holds one `CommitPath` for the engine's life.
         let commit: DevSpan<CommitPath> = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.commit_dev).ptr(), 1) };
@@ -940,18 +1025,11 @@ impl Engine {
                 self.ctx(),
             )?;
         }
-        let faulty = match self.fault {
-            Some(CommitFault::DeltaNetFromRejectedSibling) => rejected_sibling_path(&batch, path),
-            None => None,
-        };
-        let gdn_commit_dev = match &faulty {
-            Some(p) => {
-                let c = super::batch::commit_path(&batch, p)?;
-                self.gpu.write(bytes_of(&c), &mut self.fault_dev)?;
-                // Safety: `fault_dev` holds one `CommitPath`.
-                unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.fault_dev).ptr(), 1) }
-            }
-            None => commit,
+        let gdn_commit_dev = if faulty {
+            // Safety: `fault_dev` holds one `CommitPath` once a fault is set.
+            unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.fault_dev).ptr(), 1) }
+        } else {
+            commit
         };
         if self.n_gdn > 0 {
             gdn::gdn_commit(
@@ -959,7 +1037,7 @@ impl Engine {
                 &self.gdn,
                 self.n_gdn,
                 gdn_commit_dev,
-                faulty.as_ref().map_or(path.len(), Vec::len),
+                gdn_len,
                 DevSpan::of(gpu, &self.mixed),
                 self.mixed_stride,
                 DevSpan::of(gpu, &self.gdn_scratch),
@@ -967,14 +1045,18 @@ impl Engine {
                 DevSpan::of(gpu, &self.conv),
             )?;
         }
-        if let Some(store) = &self.store {
-            // The path's captured rows → store rows n_past.. (device to device).
-            let (src, dst) = (DevSpan::of(gpu, &self.features), store.span(gpu));
-            for c in feature_copies(path, self.n_past, self.capture.len(), N, self.cfg.embedding_length) {
-                enqueue_copy(gpu, &c, src, dst)?;
+        Ok(())
+    }
+
+    /// Makes the main stream wait for the last commit's side-stream work (nothing when none is
+    /// pending): before anything that reads or writes the caches, `mixed`, the DeltaNet
+    /// scratch or the commit path buffers.
+    fn join_side(&self) -> Result<(), EngineError> {
+        if let Some(side) = &self.side {
+            if side.pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                self.gpu.wait_on_main(&side.done)?;
             }
         }
-        self.n_past += path.len();
         Ok(())
     }
 
@@ -1013,6 +1095,13 @@ impl Engine {
             self.commit(&path)?;
         }
         last.ok_or_else(|| EngineError::Batch("empty prompt".into()))
+    }
+}
+
+impl Drop for Engine {
+    /// The buffers are freed in order on the main stream: after the last commit's side work.
+    fn drop(&mut self) {
+        let _ = self.join_side();
     }
 }
 

@@ -129,9 +129,7 @@ impl Target for GpuTarget<'_> {
 
     fn commit(&mut self, _batch: &VerifyBatch, path: &[usize]) -> Result<DeviceFeatures, SpecError> {
         let first_row = self.engine.n_past();
-        self.clock.start(&self.engine.gpu, Phase::Commit).map_err(SpecError::backend)?;
-        self.engine.commit(path).map_err(SpecError::backend)?;
-        self.clock.stop(&self.engine.gpu, Phase::Commit).map_err(SpecError::backend)?;
+        self.engine.commit_timed(path, Some(&mut self.clock)).map_err(SpecError::backend)?;
         Ok(DeviceFeatures { first_row, rows: path.len() })
     }
 

@@ -1,9 +1,12 @@
 //! The GPU handle: context, stream, module and kernel lookup.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{
+    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
+};
 use cudarc::nvrtc::Ptx;
 
 use super::error::{DriverContext, GpuError};
@@ -13,10 +16,16 @@ use super::error::{DriverContext, GpuError};
 /// variants with the same test and bench binaries).
 pub const KERNELS_PTX: &str = include_str!(env!("FLASHTREE_KERNELS_PTX"));
 
-/// One GPU: a context, one stream and the kernel module. All work is ordered on the stream.
+/// One GPU: a context, its main stream and the kernel module. All work is ordered on the main
+/// stream, except what [`Gpu::on_side_stream`] enqueues on the side stream (work the next
+/// kernels on the main stream do not need, run beside them).
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// The second stream ([`Gpu::on_side_stream`]).
+    side: Arc<CudaStream>,
+    /// [`Gpu::stream`] is the side stream (only inside [`Gpu::on_side_stream`]).
+    on_side: AtomicBool,
     module: Arc<CudaModule>,
     functions: Mutex<HashMap<&'static str, CudaFunction>>,
     /// Dynamic shared memory each kernel has been allowed beyond the default 48 KiB.
@@ -35,6 +44,12 @@ impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gpu").field("ordinal", &self.ctx.ordinal()).finish()
     }
+}
+
+/// Whether the main stream has the device's highest priority and the side stream its lowest
+/// (`FLASHTREE_STREAM_PRIORITY=1`; default: both at the default priority).
+fn main_stream_first() -> bool {
+    std::env::var("FLASHTREE_STREAM_PRIORITY").is_ok_and(|v| v.trim() == "1")
 }
 
 /// Whether libcuda can be loaded at all (never panics).
@@ -58,7 +73,21 @@ impl Gpu {
             .map_err(|e| GpuError::NoDevice(format!("opening device {ordinal}: {e}")))?;
         // One stream: cudarc's cross-stream event tracking would only add work per launch.
         unsafe { ctx.disable_event_tracking() };
-        let stream = ctx.new_stream().while_(|| "creating a stream".into())?;
+        let (stream, side) = if main_stream_first() {
+            // The block scheduler places the main stream's pending blocks before the side
+            // stream's: side work fills what the main stream leaves idle.
+            let (least, greatest) = cudarc::driver::result::stream::get_priority_range()
+                .while_(|| "reading the stream priority range".into())?;
+            (
+                ctx.new_stream_with_priority(greatest).while_(|| "creating a stream".into())?,
+                ctx.new_stream_with_priority(least).while_(|| "creating the side stream".into())?,
+            )
+        } else {
+            (
+                ctx.new_stream().while_(|| "creating a stream".into())?,
+                ctx.new_stream().while_(|| "creating the side stream".into())?,
+            )
+        };
         let module = match std::env::var_os("FLASHTREE_PTX") {
             // Kernel development: run the same binary against another build of the kernels.
             Some(path) => {
@@ -75,6 +104,8 @@ impl Gpu {
         Ok(Gpu {
             ctx,
             stream,
+            side,
+            on_side: AtomicBool::new(false),
             module,
             functions: Mutex::new(HashMap::new()),
             smem_allowed: Mutex::new(HashMap::new()),
@@ -89,8 +120,47 @@ impl Gpu {
         &self.ctx
     }
 
+    /// The stream launches and copies go to: the main stream, or the side stream inside
+    /// [`Gpu::on_side_stream`].
     pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
+        if self.on_side.load(Ordering::Relaxed) {
+            &self.side
+        } else {
+            &self.stream
+        }
+    }
+
+    /// Enqueues `f`'s launches and copies (everything it sends through [`Gpu::stream`]) on the
+    /// side stream, after all the work enqueued on the main stream so far (`start` is recorded
+    /// there and waited for), and records `done` on the side stream after them. The main stream
+    /// keeps going: whatever it enqueues next runs beside `f`'s work, so it must neither read
+    /// nor write what `f`'s work writes, nor write what it reads, until it has waited for `done`
+    /// ([`Gpu::wait_on_main`]). Not reentrant; one thread enqueues at a time (as on the main
+    /// stream).
+    pub fn on_side_stream<R, E: From<GpuError>>(
+        &self,
+        start: &CudaEvent,
+        done: &CudaEvent,
+        f: impl FnOnce() -> Result<R, E>,
+    ) -> Result<R, E> {
+        start.record(&self.stream).while_(|| "recording the side stream's start".into())?;
+        self.side.wait(start).while_(|| "ordering the side stream after the main stream".into())?;
+        self.on_side.store(true, Ordering::Relaxed);
+        let r = f();
+        self.on_side.store(false, Ordering::Relaxed);
+        let r = r?;
+        done.record(&self.side).while_(|| "recording the side stream's end".into())?;
+        Ok(r)
+    }
+
+    /// Makes the main stream's later work wait for `event` (a [`Gpu::on_side_stream`] end).
+    pub fn wait_on_main(&self, event: &CudaEvent) -> Result<(), GpuError> {
+        self.stream.wait(event).while_(|| "waiting for the side stream".into())
+    }
+
+    /// A reusable event without timing (for [`Gpu::on_side_stream`]).
+    pub fn new_sync_event(&self) -> Result<CudaEvent, GpuError> {
+        self.ctx.new_event(None).while_(|| "creating an event".into())
     }
 
     pub(crate) fn module(&self) -> &Arc<CudaModule> {
@@ -279,8 +349,9 @@ impl Gpu {
             .while_(|| "memset".into())
     }
 
-    /// Waits for all work on the stream and reports any asynchronous error.
+    /// Waits for all work on both streams and reports any asynchronous error.
     pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.side.synchronize().while_(|| "synchronizing the side stream".into())?;
         self.stream.synchronize().while_(|| "synchronizing the stream".into())
     }
 }
