@@ -15,7 +15,7 @@ cargo xtask ptx --features chain-trace
 xz -9 -T0 -c target/ptx/gpu_kernels.sm_90a+chain-trace.ptx > .gpu-bundle/trace.ptx.xz
 # The prepared experiments (gpu-kernels features; each keeps the shipped bits): tools/gpu/experiments
 # unless EXPERIMENTS is set.
-EXPERIMENTS="${EXPERIMENTS-$(grep -v '^#' tools/gpu/experiments)}"
+EXPERIMENTS="${EXPERIMENTS-$(grep -v '^#' tools/gpu/experiments || true)}"
 for f in $EXPERIMENTS; do
   cargo xtask ptx --ptxas --features "$f" > /dev/null
   xz -9 -T0 -c "target/ptx/gpu_kernels.sm_90a+$f.ptx" > ".gpu-bundle/exp-$f.ptx.xz"

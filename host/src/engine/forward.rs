@@ -996,6 +996,9 @@ impl Engine {
             Ok(())
         };
         match self.side.as_ref().filter(|_| self.store.is_some()) {
+            // Measured on nvidia-h200 (oracle AL 8, 22-node trees): 656 → 663 tok/s with the main
+            // stream at the higher priority, unchanged at equal priorities (the replay's blocks
+            // then took the SMs ahead of the draft's): `docs/perf/engine.md`, twelfth session.
             Some(side) => {
                 side.pending.store(true, std::sync::atomic::Ordering::Relaxed);
                 gpu.on_side_stream(&side.start, &side.done, || caches(clock))?;
@@ -1046,6 +1049,12 @@ impl Engine {
             )?;
         }
         Ok(())
+    }
+
+    /// Whether commits run their cache work on the side stream (capture on and
+    /// [`side_commit_enabled`]).
+    pub fn commits_on_side_stream(&self) -> bool {
+        self.side.is_some() && self.store.is_some()
     }
 
     /// Makes the main stream wait for the last commit's side-stream work (nothing when none is

@@ -135,7 +135,9 @@ impl Target for GpuTarget<'_> {
 
     /// The device time since the last call (waits for the last commit's events).
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
-        self.clock.take().map(Some).map_err(SpecError::backend)
+        let mut t = self.clock.take().map_err(SpecError::backend)?;
+        t.commit_beside_draft = self.engine.commits_on_side_stream();
+        Ok(Some(t))
     }
 
     fn supports_snapshots(&self) -> bool {

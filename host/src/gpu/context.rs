@@ -47,9 +47,9 @@ impl std::fmt::Debug for Gpu {
 }
 
 /// Whether the main stream has the device's highest priority and the side stream its lowest
-/// (`FLASHTREE_STREAM_PRIORITY=1`; default: both at the default priority).
+/// (default; `FLASHTREE_STREAM_PRIORITY=0`: both at the default priority).
 fn main_stream_first() -> bool {
-    std::env::var("FLASHTREE_STREAM_PRIORITY").is_ok_and(|v| v.trim() == "1")
+    std::env::var("FLASHTREE_STREAM_PRIORITY").map(|v| v.trim() != "0").unwrap_or(true)
 }
 
 /// Whether libcuda can be loaded at all (never panics).

@@ -17,6 +17,9 @@ pub struct PhaseTimes {
     pub walk: Duration,
     /// Target commit (compaction / state adoption).
     pub commit: Duration,
+    /// The commits ran beside the draft steps (on another stream), so `commit` overlaps
+    /// `draft` and includes the time the commit's work waited for the draft's.
+    pub commit_beside_draft: bool,
 }
 
 impl PhaseTimes {
@@ -30,6 +33,7 @@ impl PhaseTimes {
                 verify: a.verify + b.verify,
                 walk: a.walk + b.walk,
                 commit: a.commit + b.commit,
+                commit_beside_draft: a.commit_beside_draft || b.commit_beside_draft,
             }),
             (a, b) => a.or(b),
         }
@@ -152,12 +156,13 @@ impl Stats {
             let ms = |x: std::time::Duration| x.as_secs_f64() * 1e3;
             let per_round = |x| if self.steps > 0 { ms(x) / self.steps as f64 } else { 0.0 };
             s.push_str(&format!(
-                "\ndevice time: prefill {:.3}s draft {:.3}s verify {:.3}s commit {:.3}s \
+                "\ndevice time: prefill {:.3}s draft {:.3}s verify {:.3}s commit {:.3}s{} \
                  (per round: verify {:.3} ms, commit {:.3} ms; host: verify {:.3} ms, commit {:.3} ms)",
                 d.prefill.as_secs_f64(),
                 d.draft.as_secs_f64(),
                 d.verify.as_secs_f64(),
                 d.commit.as_secs_f64(),
+                if d.commit_beside_draft { " (beside the draft)" } else { "" },
                 per_round(d.verify),
                 per_round(d.commit),
                 per_round(t.verify),
