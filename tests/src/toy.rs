@@ -337,6 +337,12 @@ impl<T> Draft for OracleDraft<T> {
         self.ctx_len = 0;
         Ok(())
     }
+    /// Takes a prompt's rows before the first round (the toy [`ToyDraft`] does not: both paths
+    /// of the session are exercised).
+    fn extend_context(&mut self, new: &Vec<T>) -> Result<bool, SpecError> {
+        self.ctx_len += new.len();
+        Ok(true)
+    }
     fn propose(&mut self, new: &Vec<T>, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         self.ctx_len += new.len();
         let start = self.ctx_len;

@@ -240,9 +240,14 @@ impl Draft for CpuDraft<'_> {
         Ok(())
     }
 
-    fn propose(&mut self, new: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
+    fn extend_context(&mut self, new: &FeatureRows) -> Result<bool, SpecError> {
         let kv = self.d.context_kv_rows(new, self.ctx.len()).map_err(SpecError::backend)?;
         self.ctx.extend(kv);
+        Ok(true)
+    }
+
+    fn propose(&mut self, new: &FeatureRows, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
+        self.extend_context(new)?;
         let hp = &self.d.hparams;
         let start = self.ctx.len();
         let from = start.saturating_sub(self.window);

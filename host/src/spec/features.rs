@@ -59,6 +59,11 @@ where
         self.draft.propose(&rows, bonus, k)
     }
 
+    fn extend_context(&mut self, new_context: &S::Handle) -> Result<bool, SpecError> {
+        let rows = self.source.host_rows(new_context)?;
+        self.draft.extend_context(&rows)
+    }
+
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         self.draft.device_times()
     }

@@ -213,6 +213,21 @@ where
         }
     }
 
+    /// Hands the unread feature rows to the draft's context ([`Draft::extend_context`]) when it
+    /// takes them outside a propose.
+    fn draft_reads_unread(&mut self) -> Result<(), SpecError> {
+        if let (Some(d), Some(u)) = (self.draft.as_mut(), self.unread.as_mut()) {
+            // A failed append may have read part of the rows: the next turn starts over.
+            self.known = false;
+            if d.extend_context(u)? {
+                // Read: the first propose gets no rows, then the rows its round commits.
+                u.truncate(0);
+            }
+            self.known = true;
+        }
+        Ok(())
+    }
+
     /// Brings the caches to `prompt` and returns the pending token: extends them when they hold
     /// a proper prefix of it; else goes back to the snapshot when the prompt starts with the
     /// tokens before it and extends from there; else resets target and draft and runs it all.
@@ -369,6 +384,9 @@ where
         self.device_times()?;
         let t = Instant::now();
         let r = self.start_turn(prompt, snapshot_at, cfg.rule, &mut stats);
+        // The prompt's rows go into the draft's context now: part of the prompt's cost (time to
+        // first token), not of the first round's.
+        let r = r.and_then(|b| if opts.budget > 0 { self.draft_reads_unread().map(|()| b) } else { Ok(b) });
         stats.time.prefill += t.elapsed();
         let mut bonus = r?;
         // `emit` pushes one token and says why generation ends there, if it does.

@@ -86,6 +86,14 @@ where
         DraftTopK::new(depths, k, tokens, logprobs)
     }
 
+    fn extend_context(&mut self, new_context: &D::Features) -> Result<bool, SpecError> {
+        let appended = self.inner.extend_context(new_context)?;
+        if appended {
+            self.pos += new_context.rows();
+        }
+        Ok(appended)
+    }
+
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         self.inner.device_times()
     }

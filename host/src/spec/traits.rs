@@ -140,8 +140,17 @@ pub trait Draft {
     /// per position (`k` is clamped to the vocabulary).
     fn propose(&mut self, new_context: &Self::Features, bonus: u32, k: usize) -> Result<DraftTopK, SpecError>;
 
-    /// Device time of its passes since the last call (reported as the `draft` phase); `None`
-    /// for a host draft.
+    /// Appends `new_context` to the draft's context without drafting (what `propose` does
+    /// first): the loop hands it a prompt's rows right after the target's prefill, so their
+    /// cost is the prompt's, not the first round's. Returns `false`, having done nothing, when
+    /// the draft appends rows only inside `propose` (the rows then go with the next one).
+    fn extend_context(&mut self, new_context: &Self::Features) -> Result<bool, SpecError> {
+        let _ = new_context;
+        Ok(false)
+    }
+
+    /// Device time of its passes since the last call (block passes as the `draft` phase,
+    /// [`Draft::extend_context`]'s as `prefill`); `None` for a host draft.
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         Ok(None)
     }
@@ -209,6 +218,9 @@ impl<D: Draft + ?Sized> Draft for &mut D {
     }
     fn propose(&mut self, new_context: &Self::Features, bonus: u32, k: usize) -> Result<DraftTopK, SpecError> {
         (**self).propose(new_context, bonus, k)
+    }
+    fn extend_context(&mut self, new_context: &Self::Features) -> Result<bool, SpecError> {
+        (**self).extend_context(new_context)
     }
     fn device_times(&mut self) -> Result<Option<PhaseTimes>, SpecError> {
         (**self).device_times()
