@@ -168,7 +168,32 @@ impl Stats {
                 per_round(t.verify),
                 per_round(t.commit)
             ));
+            if self.steps > 0 {
+                s.push_str(&self.round_breakdown(d));
+            }
         }
         s
+    }
+
+    /// One round's decode time split by the device events `d`: the device's busy phases (the
+    /// commit not counted when it ran beside the draft, whose time it lengthens) and the rest,
+    /// where the device waits for the host (syncs, launches, the tree build and the walk).
+    fn round_breakdown(&self, d: &PhaseTimes) -> String {
+        let per_round = |x: Duration| x.as_secs_f64() * 1e3 / self.steps as f64;
+        let t = &self.time;
+        let wall = per_round(t.total() - t.prefill);
+        let commit = if d.commit_beside_draft { 0.0 } else { per_round(d.commit) };
+        let busy = per_round(d.draft) + per_round(d.verify) + commit;
+        let commit_text =
+            if d.commit_beside_draft { "commit beside the draft".to_string() } else { format!("commit {commit:.3}") };
+        format!(
+            "\nround: {wall:.3} ms = device draft {:.3} + verify {:.3} + {commit_text} + {:.3} waiting for the host \
+             (syncs, launches, tree build {:.3}, walk {:.3})",
+            per_round(d.draft),
+            per_round(d.verify),
+            wall - busy,
+            per_round(t.build),
+            per_round(t.walk)
+        )
     }
 }

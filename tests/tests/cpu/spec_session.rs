@@ -203,6 +203,11 @@ fn device_times_of_target_and_draft_reach_the_stats() {
     let rounds = st.steps as u32;
     assert_eq!((d.prefill, d.verify, d.commit, d.draft), (5 * MS, rounds * MS, 2 * rounds * MS, 3 * rounds * MS));
     assert!(st.summary().contains("device time: prefill 0.005s"), "{}", st.summary());
+    // The round's breakdown: the device phases per round, the rest is the device waiting.
+    assert!(st.summary().contains("= device draft 3.000 + verify 1.000 + commit 2.000 + "), "{}", st.summary());
+    let mut beside = st.clone();
+    beside.device = Some(PhaseTimes { commit_beside_draft: true, ..d });
+    assert!(beside.summary().contains("+ commit beside the draft + "), "{}", beside.summary());
     let (_, st) = s.generate(&[1, 2, 3], &cfg(Mode::Ar, 5), |_| ControlFlow::Continue(())).unwrap();
     assert_eq!(st.device.unwrap().verify, st.steps as u32 * MS);
 }
