@@ -148,8 +148,10 @@ impl Gpu {
         self.on_side.store(true, Ordering::Relaxed);
         let r = f();
         self.on_side.store(false, Ordering::Relaxed);
+        // Recorded on failure too: what `f` enqueued before failing is still waited for.
+        let recorded = done.record(&self.side).while_(|| "recording the side stream's end".into());
         let r = r?;
-        done.record(&self.side).while_(|| "recording the side stream's end".into())?;
+        recorded?;
         Ok(r)
     }
 
