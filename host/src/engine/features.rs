@@ -213,6 +213,9 @@ mod tests {
         let (nodes, d, rows) = (32, 3, 80);
         let scratch: Vec<f32> = (0..layers * nodes * d).map(|i| i as f32).collect();
         let mut store = vec![-1f32; rows * layers * d];
+        // The reference of `copy_path_rows` (one launch for the whole path) writes the same store.
+        let mut gathered = store.clone();
+        flashtree_reference::copy::copy_path_rows(path, first_row, &scratch, layers, nodes, d, &mut gathered);
         let copies = feature_copies(path, first_row, layers, nodes, d);
         for c in &copies {
             for r in 0..c.height {
@@ -221,6 +224,7 @@ mod tests {
                 }
             }
         }
+        assert_eq!(store, gathered, "the strided copies and the gather reference differ on {path:?}");
         let w = layers * d;
         for row in 0..rows {
             let got = &store[row * w..(row + 1) * w];

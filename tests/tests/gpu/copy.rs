@@ -1,5 +1,8 @@
-use flashtree::gpu::copy::copy_v4;
+use flashtree::gpu::copy::{copy_path_rows, copy_v4};
+use flashtree::gpu::deltanet::commit_path_words;
+use flashtree::gpu::DevSpan;
 use flashtree_tests::gpu::gpu_or_skip;
+use kernel_abi::{CommitPath, MAX_NODES};
 use proptest::prelude::*;
 
 proptest! {
@@ -19,6 +22,66 @@ proptest! {
         prop_assert_eq!(&got[..bytes], &flashtree_reference::copy::copy(&src[..bytes])[..]);
         prop_assert!(got[bytes..].iter().all(|&b| b == 0xee), "wrote past the end");
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// `copy_path_rows` writes exactly the reference's store rows (a path of distinct nodes in
+    /// any order, any layer count and row width) and nothing outside them.
+    #[test]
+    fn copy_path_rows_equals_reference_and_touches_only_the_path_rows(
+        layers in 1usize..7,
+        nodes in 1usize..=MAX_NODES as usize,
+        d4 in 1usize..400,
+        n_past in 0usize..40,
+        seed in any::<u64>(),
+        len_frac in 0.0f64..1.0,
+    ) {
+        let Some(gpu) = gpu_or_skip("copy_path_rows_equals_reference_and_touches_only_the_path_rows") else { return Ok(()) };
+        let d = 4 * d4;
+        // A path: `len` distinct nodes in a seeded order.
+        let mut order: Vec<usize> = (0..nodes).collect();
+        let mut x = seed | 1;
+        for i in (1..nodes).rev() {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            order.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let len = 1 + ((nodes - 1) as f64 * len_frac) as usize;
+        let path = &order[..len];
+        let src: Vec<f32> = (0..layers * nodes * d).map(|i| i as f32 + 0.5).collect();
+        let rows = n_past + len + 3;
+        let mut want = vec![-7.0f32; rows * layers * d];
+        flashtree_reference::copy::copy_path_rows(path, n_past, &src, layers, nodes, d, &mut want);
+        let mut cp = CommitPath { n_past: n_past as u32, len: len as u32, nodes: [0; MAX_NODES as usize] };
+        for (p, &node) in path.iter().enumerate() {
+            cp.nodes[p] = node as u32;
+        }
+        let d_path = gpu.upload(&commit_path_words(&cp)).unwrap();
+        let d_src = gpu.upload(&src).unwrap();
+        let d_dst = gpu.upload(&vec![-7.0f32; rows * layers * d]).unwrap();
+        // Safety: `d_path` holds one `CommitPath`.
+        let on_device = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &d_path).ptr(), 1) };
+        let (s, t) = (DevSpan::of(gpu, &d_src), DevSpan::of(gpu, &d_dst));
+        copy_path_rows(gpu, on_device, len, n_past, s, t, layers, nodes, d).unwrap();
+        prop_assert_eq!(gpu.download(&d_dst).unwrap(), want);
+    }
+}
+
+#[test]
+fn copy_path_rows_rejects_bad_shapes() {
+    let Some(gpu) = gpu_or_skip("copy_path_rows_rejects_bad_shapes") else { return };
+    let d_path = gpu.zeros::<u32>(std::mem::size_of::<CommitPath>() / 4).unwrap();
+    // Safety: `d_path` holds one `CommitPath`.
+    let path = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &d_path).ptr(), 1) };
+    let (src, dst) = (gpu.zeros::<f32>(2 * 4 * 8).unwrap(), gpu.zeros::<f32>(6 * 2 * 8).unwrap());
+    let (s, t) = (DevSpan::of(gpu, &src), DevSpan::of(gpu, &dst));
+    assert!(copy_path_rows(gpu, path, 2, 0, s, t, 2, 4, 8).is_ok());
+    assert!(copy_path_rows(gpu, path, 2, 0, s, t, 2, 4, 6).is_err(), "rows of 6 f32 are not whole vectors");
+    assert!(copy_path_rows(gpu, path, 2, 5, s, t, 2, 4, 8).is_err(), "rows 5..7 lie past a store of 6");
+    assert!(copy_path_rows(gpu, path, 2, 0, s, t, 2, 5, 8).is_err(), "5 nodes of captured rows are not there");
+    assert!(copy_path_rows(gpu, path, MAX_NODES as usize + 1, 0, s, t, 2, 4, 8).is_err());
+    gpu.synchronize().unwrap();
 }
 
 #[test]
