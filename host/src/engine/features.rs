@@ -5,8 +5,9 @@
 //! position `r` — the row-major `[rows, k·H]` a draft's context projection reads. Every forward
 //! copies the captured layer outputs of its nodes into a per-forward scratch `[layers][MAX_NODES][d]`
 //! (inside the step's graph); [`super::Engine::commit`] appends the accepted path's rows to the
-//! store with strided device-to-device copies planned by [`feature_copies`] (no host copy).
-//! Memory traffic per commit: `|path| · layers · d · 4` bytes read and written.
+//! store with one `copy_path_rows` launch that reads the path from the device
+//! (`crate::gpu::copy::copy_path_rows`; no host copy). Memory traffic per commit:
+//! `|path| · layers · d · 4` bytes read and written.
 //!
 //! The spec loop sees a [`DeviceFeatures`] handle (a row range); a host draft reads the rows
 //! through [`EngineFeatures`], a [`FeatureSource`] that downloads them (the explicit copy a CPU
@@ -14,7 +15,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaSlice};
+use cudarc::driver::CudaSlice;
 
 use super::EngineError;
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -126,105 +127,18 @@ impl FeatureSource for EngineFeatures {
     }
 }
 
-/// One strided copy, in f32 units: `height` rows of `width` values from `src` (row pitch
-/// `src_pitch`) to `dst` (row pitch `dst_pitch`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RowCopy {
-    pub src: usize,
-    pub src_pitch: usize,
-    pub dst: usize,
-    pub dst_pitch: usize,
-    pub width: usize,
-    pub height: usize,
-}
-
-/// The copies that append the captured rows of `path` (node indices of the last forward, in
-/// path order) to store rows `first_row..first_row + path.len()`, from the scratch
-/// `[layers][nodes][d]` (`nodes` = its rows per layer) into the store `[rows][layers·d]`.
-/// Each run of consecutive node indices is copied per layer (height = the run) when it is at
-/// least as long as `layers`, else per node (height = `layers`): `min(run, layers)` copies.
-pub fn feature_copies(path: &[usize], first_row: usize, layers: usize, nodes: usize, d: usize) -> Vec<RowCopy> {
-    let w = layers * d;
-    let mut out = Vec::new();
-    let mut p = 0;
-    while p < path.len() {
-        let mut len = 1;
-        while p + len < path.len() && path[p + len] == path[p] + len {
-            len += 1;
-        }
-        let (node, row) = (path[p], first_row + p);
-        if len >= layers {
-            for c in 0..layers {
-                let src = (c * nodes + node) * d;
-                out.push(RowCopy { src, src_pitch: d, dst: row * w + c * d, dst_pitch: w, width: d, height: len });
-            }
-        } else {
-            for k in 0..len {
-                let src = (node + k) * d;
-                let dst = (row + k) * w;
-                out.push(RowCopy { src, src_pitch: nodes * d, dst, dst_pitch: d, width: d, height: layers });
-            }
-        }
-        p += len;
-    }
-    out
-}
-
-/// Enqueues `c` on the stream: `src` and `dst` hold the values it addresses.
-pub fn enqueue_copy(gpu: &Gpu, c: &RowCopy, src: DevSpan<f32>, dst: DevSpan<f32>) -> Result<(), GpuError> {
-    let last = |off: usize, pitch: usize| off + (c.height.max(1) - 1) * pitch + c.width;
-    src.need(last(c.src, c.src_pitch), "feature copy", "source")?;
-    dst.need(last(c.dst, c.dst_pitch), "feature copy", "destination")?;
-    if c.width == 0 || c.height == 0 {
-        return Ok(());
-    }
-    let desc = sys::CUDA_MEMCPY2D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        srcHost: std::ptr::null(),
-        srcDevice: src.ptr() + 4 * c.src as u64,
-        srcArray: std::ptr::null_mut(),
-        srcPitch: 4 * c.src_pitch,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst.ptr() + 4 * c.dst as u64,
-        dstArray: std::ptr::null_mut(),
-        dstPitch: 4 * c.dst_pitch,
-        WidthInBytes: 4 * c.width,
-        Height: c.height,
-    };
-    gpu.context().bind_to_thread().map_err(|e| GpuError::from_driver("binding the context", e))?;
-    // Safety: both ranges were checked against their spans above; the copy is ordered on the
-    // engine's stream after the forward that wrote the source.
-    unsafe { sys::cuMemcpy2DAsync_v2(&desc, gpu.stream().cu_stream()) }
-        .result()
-        .map_err(|e| GpuError::from_driver("copying feature rows", e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Applies the copies on host arrays and checks every store row against the scratch.
-    fn check(path: &[usize], first_row: usize, layers: usize) -> usize {
+    /// The commit's gather (`reference::copy::copy_path_rows`, what `copy_path_rows` computes
+    /// on the device) writes each path row from its node's captured rows, layer after layer, and
+    /// no other row.
+    fn check(path: &[usize], first_row: usize, layers: usize) {
         let (nodes, d, rows) = (32, 3, 80);
         let scratch: Vec<f32> = (0..layers * nodes * d).map(|i| i as f32).collect();
         let mut store = vec![-1f32; rows * layers * d];
-        // The reference of `copy_path_rows` (one launch for the whole path) writes the same store.
-        let mut gathered = store.clone();
-        flashtree_reference::copy::copy_path_rows(path, first_row, &scratch, layers, nodes, d, &mut gathered);
-        let copies = feature_copies(path, first_row, layers, nodes, d);
-        for c in &copies {
-            for r in 0..c.height {
-                for x in 0..c.width {
-                    store[c.dst + r * c.dst_pitch + x] = scratch[c.src + r * c.src_pitch + x];
-                }
-            }
-        }
-        assert_eq!(store, gathered, "the strided copies and the gather reference differ on {path:?}");
+        flashtree_reference::copy::copy_path_rows(path, first_row, &scratch, layers, nodes, d, &mut store);
         let w = layers * d;
         for row in 0..rows {
             let got = &store[row * w..(row + 1) * w];
@@ -237,16 +151,15 @@ mod tests {
                 None => assert!(got.iter().all(|&v| v == -1.0), "row {row} written outside the path"),
             }
         }
-        copies.len()
     }
 
     #[test]
-    fn copies_append_exactly_the_path_rows_in_path_order() {
-        assert_eq!(check(&(0..32).collect::<Vec<_>>(), 5, 3), 3, "a chain is one copy per layer");
-        assert_eq!(check(&[0], 40, 5), 1, "an AR row is one copy");
+    fn the_gather_appends_exactly_the_path_rows_in_path_order() {
+        check(&(0..32).collect::<Vec<_>>(), 5, 3);
+        check(&[0], 40, 5);
         check(&[0, 2, 3, 7, 8, 9, 10, 11, 12, 20], 11, 2);
         check(&[0, 1, 4, 5, 6, 13], 0, 4);
-        assert_eq!(check(&[], 3, 2), 0);
+        check(&[], 3, 2);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use kernel_abi::{gdn_replay, CommitPath, GdnReplay, NodeBatch, MAX_NODES, SAMPLE
 
 use super::batch::bytes_of;
 use super::clock::{Phase, PhaseClock};
-use super::features::{enqueue_copy, feature_copies, EngineFeatures, FeatureStore};
+use super::features::{EngineFeatures, FeatureStore};
 use super::plan::MemoryPlan;
 use super::weights::{self, AttnProj, GdnProj, MixerWeights, TargetWeights};
 use super::EngineError;
@@ -194,13 +194,6 @@ fn rejected_sibling_path(batch: &NodeBatch, path: &[usize]) -> Option<Vec<usize>
 pub fn side_commit_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("FLASHTREE_COMMIT_STREAM").map(|v| v.trim() != "0").unwrap_or(true))
-}
-
-/// Whether a commit appends its feature rows with one `copy_path_rows` launch (default) or
-/// with a strided copy per run of the path (`FLASHTREE_PATH_GATHER=0`, for A/B runs; same rows).
-pub fn path_gather_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FLASHTREE_PATH_GATHER").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
 /// The events that order a commit's side-stream work ([`Gpu::on_side_stream`]): `start` after
@@ -988,15 +981,9 @@ impl Engine {
             // The path's captured rows → store rows n_past.. (device to device, main stream).
             let (src, dst) = (DevSpan::of(gpu, &self.features), store.span(gpu));
             let (layers, d) = (self.capture.len(), self.cfg.embedding_length);
-            if path_gather_enabled() {
-                // Safety: `commit_dev` holds one `CommitPath` (this path, at `n_past`).
-                let on_device = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.commit_dev).ptr(), 1) };
-                copy_path_rows(gpu, on_device, path.len(), self.n_past, src, dst, layers, N, d)?;
-            } else {
-                for c in feature_copies(path, self.n_past, layers, N, d) {
-                    enqueue_copy(gpu, &c, src, dst)?;
-                }
-            }
+            // Safety: `commit_dev` holds one `CommitPath` (this path, at `n_past`).
+            let on_device = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.commit_dev).ptr(), 1) };
+            copy_path_rows(gpu, on_device, path.len(), self.n_past, src, dst, layers, N, d)?;
         }
         let gdn_len = faulty.as_ref().map_or(path.len(), Vec::len);
         let caches = |clock: Option<&mut PhaseClock>| -> Result<(), EngineError> {

@@ -26,7 +26,7 @@ mod weights;
 pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
 pub use clock::{Phase, PhaseClock};
 pub use draft::{DraftEngine, DRAFT_MAX_K};
-pub use features::{feature_copies, DeviceFeatures, EngineFeatures, FeatureStore, RowCopy};
+pub use features::{DeviceFeatures, EngineFeatures, FeatureStore};
 pub use forward::{CommitFault, Engine, Profile};
 pub use gpu_draft::GpuDraft;
 pub use plan::MemoryPlan;
