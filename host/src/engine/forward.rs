@@ -955,10 +955,10 @@ impl Engine {
     }
 
     /// [`Engine::commit`] with `clock`'s commit phase around the KV compaction and the DeltaNet
-    /// replay. With capture on (a draft reads the store) and [`side_commit_enabled`], those two
+    /// replay. With capture on (a draft reads the store) and `side_commit_enabled()`, those two
     /// run on the side stream after the feature rows are copied on the main stream: the draft
     /// step that follows reads only the store, so it runs beside them, and the next forward (or
-    /// anything else that touches the caches) waits for them ([`Engine::join_side`]).
+    /// anything else that touches the caches) waits for them (`Engine::join_side`).
     pub fn commit_timed(&mut self, path: &[usize], clock: Option<&mut PhaseClock>) -> Result<(), EngineError> {
         // `commit_dev` is about to be overwritten: the last commit's side work reads it.
         self.join_side()?;
@@ -1054,7 +1054,7 @@ impl Engine {
     }
 
     /// Whether commits run their cache work on the side stream (capture on and
-    /// [`side_commit_enabled`]).
+    /// `side_commit_enabled()`).
     pub fn commits_on_side_stream(&self) -> bool {
         self.side.is_some() && self.store.is_some()
     }
