@@ -125,7 +125,7 @@ ab)
       [ "$v" = mid ] && envv=("${mid_env[@]}")
       env "${envv[@]}" timeout 120 $bin bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 128 > /tmp/x.txt 2>&1
       echo "== round $r, $v" >> "$OUT/ab-old-new.txt"
-      grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|device time|^  (dn |qmm|attention|norm)" /tmp/x.txt >> "$OUT/ab-old-new.txt"
+      grep -E "AR decode|forward of|draft step|8.31|oracle depth 7|rror|device time|^  round:|^  (dn |qmm|attention|norm)" /tmp/x.txt >> "$OUT/ab-old-new.txt"
     done
   done
   grep -E "^==|AR decode|forward of a 2|oracle depth 7|dn recur|device time" "$OUT/ab-old-new.txt"
