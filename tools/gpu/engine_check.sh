@@ -17,7 +17,6 @@
 #                kernels in two interleaved rounds — its matmul shape (EXP_FILTER) at every n (bench-qmm,
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
 #                (ab-FEATURE.txt); EXP_ENV: host variables the build needs      ≈ 2 min
-#   nsys         the spec loop's device idle gaps under Nsight Systems (gaps.txt)               ≈ 1 min
 #   ab           this bundle's `flashtree` against .gpu-bundle/old-flashtree.xz (the build
 #                before a host-side change) or, with AB_OLD_ENV, against itself under those
 #                variables; tree bench at oracle AL 8, two interleaved rounds (ab-old-new.txt)  ≈ 4 min
@@ -130,21 +129,8 @@ ab)
   done
   grep -E "^==|AR decode|forward of a 2|oracle depth 7|dn recur|device time" "$OUT/ab-old-new.txt"
   ;;
-nsys)
-  # The device's idle gaps in the spec loop: the tree bench under Nsight Systems (CUDA trace,
-  # graphs as one activity each), the last 300 ms of device activity (the oracle loop's rounds)
-  # through tools/gpu/gaps.py (gaps.txt).
-  nsys=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
-  [ -n "$nsys" ] || { echo "no nsys on this machine"; exit 1; }
-  pair; date
-  timeout 200 "$nsys" profile --trace=cuda --sample=none --cpuctxsw=none -f true -o /tmp/spec \
-    $B/flashtree bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 256 > "$OUT/nsys-bench.txt" 2>&1
-  "$nsys" export --type sqlite -f true -o /tmp/spec.sqlite /tmp/spec.nsys-rep > /dev/null 2>&1
-  python3 tools/gpu/gaps.py /tmp/spec.sqlite 300 > "$OUT/gaps.txt" 2>&1
-  grep -E "oracle depth 7" "$OUT/nsys-bench.txt"; cat "$OUT/gaps.txt"
-  ;;
 *)
-  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE | ab | nsys"; exit 2
+  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE | ab"; exit 2
   ;;
 esac
 date

@@ -986,26 +986,15 @@ impl Engine {
             copy_path_rows(gpu, on_device, path.len(), self.n_past, src, dst, layers, N, d)?;
         }
         let gdn_len = faulty.as_ref().map_or(path.len(), Vec::len);
-        let caches = |clock: Option<&mut PhaseClock>| -> Result<(), EngineError> {
-            let mut clock = clock;
-            if let Some(c) = clock.as_deref_mut() {
-                c.start(gpu, Phase::Commit)?;
-            }
-            self.commit_caches(faulty.is_some(), gdn_len)?;
-            if let Some(c) = clock {
-                c.stop(gpu, Phase::Commit)?;
-            }
-            Ok(())
-        };
-        match self.side.as_ref().filter(|_| self.store.is_some()) {
+        match self.side_commit() {
             // Measured on nvidia-h200 (oracle AL 8, 22-node trees): 656 → 663 tok/s with the main
             // stream at the higher priority, unchanged at equal priorities (the replay's blocks
             // then took the SMs ahead of the draft's): `docs/perf/engine.md`, twelfth session.
             Some(side) => {
                 side.pending.store(true, std::sync::atomic::Ordering::Relaxed);
-                gpu.on_side_stream(&side.start, &side.done, || caches(clock))?;
+                gpu.on_side_stream(&side.start, &side.done, || self.commit_caches(faulty.is_some(), gdn_len, clock))?;
             }
-            None => caches(clock)?,
+            None => self.commit_caches(faulty.is_some(), gdn_len, clock)?,
         }
         self.n_past += path.len();
         Ok(())
@@ -1013,9 +1002,14 @@ impl Engine {
 
     /// The commit's cache work on [`Gpu::stream`] (`commit_dev` / `fault_dev` written): KV rows
     /// of the path to their committed positions, the DeltaNet replay along the path (the
-    /// deliberately wrong one of `gdn_len` nodes from `fault_dev` when `faulty`).
-    fn commit_caches(&self, faulty: bool, gdn_len: usize) -> Result<(), EngineError> {
+    /// deliberately wrong one of `gdn_len` nodes from `fault_dev` when `faulty`), inside
+    /// `clock`'s commit phase.
+    fn commit_caches(&self, faulty: bool, gdn_len: usize, clock: Option<&mut PhaseClock>) -> Result<(), EngineError> {
         let gpu = &self.gpu;
+        let mut clock = clock;
+        if let Some(c) = clock.as_deref_mut() {
+            c.start(gpu, Phase::Commit)?;
+        }
         // Safety: `commit_dev` holds one `CommitPath` for the engine's life.
         let commit: DevSpan<CommitPath> = unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.commit_dev).ptr(), 1) };
         if self.n_attn > 0 {
@@ -1050,13 +1044,21 @@ impl Engine {
                 DevSpan::of(gpu, &self.conv),
             )?;
         }
+        if let Some(c) = clock {
+            c.stop(gpu, Phase::Commit)?;
+        }
         Ok(())
     }
 
     /// Whether commits run their cache work on the side stream (capture on and
     /// `side_commit_enabled()`).
     pub fn commits_on_side_stream(&self) -> bool {
-        self.side.is_some() && self.store.is_some()
+        self.side_commit().is_some()
+    }
+
+    /// The side stream's events when commits use it (capture on: a draft reads the store).
+    fn side_commit(&self) -> Option<&SideCommit> {
+        self.side.as_ref().filter(|_| self.store.is_some())
     }
 
     /// Makes the main stream wait for the last commit's side-stream work (nothing when none is

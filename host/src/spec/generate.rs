@@ -383,10 +383,14 @@ where
         // Device time left from an earlier turn (one that failed) is not this turn's.
         self.device_times()?;
         let t = Instant::now();
-        let r = self.start_turn(prompt, snapshot_at, cfg.rule, &mut stats);
         // The prompt's rows go into the draft's context now: part of the prompt's cost (time to
         // first token), not of the first round's.
-        let r = r.and_then(|b| if opts.budget > 0 { self.draft_reads_unread().map(|()| b) } else { Ok(b) });
+        let r = self.start_turn(prompt, snapshot_at, cfg.rule, &mut stats).and_then(|b| {
+            if opts.budget > 0 {
+                self.draft_reads_unread()?;
+            }
+            Ok(b)
+        });
         stats.time.prefill += t.elapsed();
         let mut bonus = r?;
         // `emit` pushes one token and says why generation ends there, if it does.

@@ -31,23 +31,16 @@ proptest! {
     /// any order, any layer count and row width) and nothing outside them.
     #[test]
     fn copy_path_rows_equals_reference_and_touches_only_the_path_rows(
+        (nodes, order, len) in (1usize..=MAX_NODES as usize).prop_flat_map(|nodes| {
+            (Just(nodes), Just((0..nodes).collect::<Vec<usize>>()).prop_shuffle(), 1..=nodes)
+        }),
         layers in 1usize..7,
-        nodes in 1usize..=MAX_NODES as usize,
         d4 in 1usize..400,
         n_past in 0usize..40,
-        seed in any::<u64>(),
-        len_frac in 0.0f64..1.0,
     ) {
         let Some(gpu) = gpu_or_skip("copy_path_rows_equals_reference_and_touches_only_the_path_rows") else { return Ok(()) };
         let d = 4 * d4;
-        // A path: `len` distinct nodes in a seeded order.
-        let mut order: Vec<usize> = (0..nodes).collect();
-        let mut x = seed | 1;
-        for i in (1..nodes).rev() {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            order.swap(i, (x % (i as u64 + 1)) as usize);
-        }
-        let len = 1 + ((nodes - 1) as f64 * len_frac) as usize;
+        // A path: `len` distinct nodes in a shuffled order.
         let path = &order[..len];
         let src: Vec<f32> = (0..layers * nodes * d).map(|i| i as f32 + 0.5).collect();
         let rows = n_past + len + 3;
