@@ -32,6 +32,23 @@ impl GpuDraft {
         engine.reset();
         Ok(GpuDraft { engine, store, context_ms: 0.0 })
     }
+
+    /// Enqueues the context pass over the store rows `new` (which must follow the rows held).
+    fn append(&mut self, new: &DeviceFeatures) -> Result<(), SpecError> {
+        if new.rows > 0 && new.first_row != self.engine.context_len() {
+            return Err(SpecError::Config(format!(
+                "feature rows {}..+{}: the draft holds {} context rows (rows must follow them)",
+                new.first_row,
+                new.rows,
+                self.engine.context_len()
+            )));
+        }
+        let w = self.store.0.width();
+        let gpu = self.engine.gpu();
+        let rows =
+            self.store.0.span(&gpu).sub(new.first_row * w, new.rows * w, "feature rows").map_err(SpecError::backend)?;
+        self.engine.extend_context_device(rows, new.rows).map_err(SpecError::backend)
+    }
 }
 
 impl Draft for GpuDraft {
@@ -82,24 +99,5 @@ impl Draft for GpuDraft {
         let draft = ms(self.engine.take_device_ms());
         let prefill = ms(std::mem::take(&mut self.context_ms));
         Ok(Some(PhaseTimes { draft, prefill, ..Default::default() }))
-    }
-}
-
-impl GpuDraft {
-    /// Enqueues the context pass over the store rows `new` (which must follow the rows held).
-    fn append(&mut self, new: &DeviceFeatures) -> Result<(), SpecError> {
-        if new.rows > 0 && new.first_row != self.engine.context_len() {
-            return Err(SpecError::Config(format!(
-                "feature rows {}..+{}: the draft holds {} context rows (rows must follow them)",
-                new.first_row,
-                new.rows,
-                self.engine.context_len()
-            )));
-        }
-        let w = self.store.0.width();
-        let gpu = self.engine.gpu();
-        let rows =
-            self.store.0.span(&gpu).sub(new.first_row * w, new.rows * w, "feature rows").map_err(SpecError::backend)?;
-        self.engine.extend_context_device(rows, new.rows).map_err(SpecError::backend)
     }
 }
