@@ -21,7 +21,8 @@
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
     gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK,
-    GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_THREADS, GDN_RECUR_THREADS, MAX_NODES,
+    GDN_COMMIT_THREADS, GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS,
+    GDN_RECUR_THREADS, MAX_NODES,
 };
 
 use super::qmatmul::QmmWorkspace;
@@ -344,7 +345,7 @@ pub fn gdn_recurrence_marked(
     let n32 = n as u32;
 
     let cfg = LaunchConfig {
-        grid_dim: (n32, p.n_k * 2 + p.n_v, 1),
+        grid_dim: (n32.div_ceil(GDN_PREP_NODES_PER_BLOCK), p.n_k * 2 + p.n_v, 1),
         block_dim: (GDN_PREP_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
@@ -527,7 +528,7 @@ pub fn gdn_commit(
     gpu.allow_dynamic_smem(commit, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (p.n_v * p.d_v.div_ceil(GDN_COLS_PER_BLOCK), p.layers, 1),
-        block_dim: (GDN_RECUR_THREADS, 1, 1),
+        block_dim: (GDN_COMMIT_THREADS, 1, 1),
         shared_mem_bytes: smem,
     };
     // Safety: arguments match `gdn_commit_dk*`; lengths checked above; the kernel waits before
