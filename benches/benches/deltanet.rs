@@ -1,5 +1,6 @@
 //! `deltanet` benches at Qwen3.5-27B shapes (n_k 16, n_v 48, d_k = d_v 128, conv kernel 4):
-//! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree), the gated
+//! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree), its conv/norm
+//! step alone at n = 22 and 23 with one and with two nodes per block, the gated
 //! norm + out-projection prep (`gdn_norm_prep` against `gdn_gated_norm` + `qmm_prep_x`) at the
 //! same n, and `gdn_commit` of a 4-node path over all 48 layers.
 //!
@@ -10,8 +11,8 @@
 //! (`2·48·3.1 MB`). Reported as state bytes per second and their fraction of copy bandwidth.
 
 use flashtree::gpu::deltanet::{
-    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep, gdn_replay_words, gdn_scratch_len,
-    node_batch_words, GdnIo, GdnLayerState, GdnShape, GdnWeights,
+    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep, gdn_prep, gdn_replay_words,
+    gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnPrepKernel, GdnShape, GdnWeights,
 };
 use flashtree::gpu::qmatmul::QmmWorkspace;
 use flashtree::gpu::{DevSpan, Gpu};
@@ -99,6 +100,25 @@ fn main() {
             (n * (ch + 3 * vd + 2 * nv) * 4 + n * (ch + 2 * vd + 2 * nv) * 4) as f64 / 1e6
         );
         report("deltanet", &format!("gdn_forward 27B n={n}"), state_bytes, secs, ceiling, &note);
+    }
+
+    // The conv/norm step alone, one node per block (`gdn_prep`) and two (`gdn_prep_pairs`), at
+    // 22 nodes and at 23 (the tree plus a leaf: what budget 22 verifies). Bytes: the conv inputs (`K + 1` rows of `conv_ch` per node, mostly L2) read and
+    // q, k, v, α, β written; latency-bound — what differs is the waves (80 blocks per node).
+    let mut tree23 = TREE22.to_vec();
+    tree23.push(21);
+    for parents in [&TREE22[..], &tree23[..]] {
+        let n = parents.len();
+        let nb = node_batch(1000, parents);
+        let (_bufs, nbs, _rps) = upload_nodes(&gpu, &nb);
+        let bytes = (n * ch * (s.conv_kernel + 2) * 4 + n * 2 * nv * 4) as f64;
+        for (name, which) in [("gdn_prep", GdnPrepKernel::OneNode), ("gdn_prep_pairs", GdnPrepKernel::Pairs)] {
+            let secs = median_secs(&gpu, 200, |i| {
+                let (io, st) = layer(i % LAYERS);
+                gdn_prep(&gpu, &s, n, nbs, &w, &io, &st, which)
+            });
+            report("deltanet", &format!("{name} 27B n={n}"), bytes, secs, ceiling, "latency-bound: 80 blocks per node");
+        }
     }
 
     // The gated norm + the out projection's prep of one layer's forward output: fused

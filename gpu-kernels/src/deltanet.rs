@@ -31,23 +31,21 @@
 //!
 //! Invariant (batch invariance): a node's result depends only on its own ancestors' inputs and
 //! the committed state/window. Every reduction has a fixed order chosen from the head dims: the
-//! per-column dot products `Σ_r S[r][c]·x[r]` are 4 row slices × `d_k/4` rows (4 interleaved
-//! accumulators per slice, summed `(a0+a1)+(a2+a3)`, then the butterfly over the slices xor 8,
-//! 16 — the commit holds a slice in one lane, the replay in two lanes of two accumulators each,
-//! the same sums in the same order), the L2 and RMS norms are butterfly sums in warp order. The replay schedule (the order, and
+//! per-column dot products `Σ_r S[r][c]·x[r]` are 4 lanes × `d_k/4` rows (4 interleaved
+//! accumulators per lane, summed `(a0+a1)+(a2+a3)`, then the butterfly over the lanes xor 8, 16),
+//! the L2 and RMS norms are butterfly sums in warp order. The replay schedule (the order, and
 //! which saved state a node restarts from) changes which work is done, never the bits: every
 //! state is the same chain of [`delta_step`]s from the root.
 
 use kernel_abi::{
-    gdn_replay_max_ops, gdn_scratch, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK,
-    GDN_COMMIT_COLS_PER_WARP, GDN_COMMIT_THREADS, GDN_OP_LOAD, GDN_OP_OUT, GDN_OP_SAVE, GDN_PREP_NODES_PER_BLOCK,
-    GDN_PREP_THREADS, GDN_RECUR_COLS_PER_WARP, GDN_RECUR_THREADS, GDN_SLOTS, MAX_NODES,
+    gdn_replay_max_ops, gdn_scratch, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK, GDN_OP_LOAD,
+    GDN_OP_OUT, GDN_OP_SAVE, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS, GDN_SLOTS, MAX_NODES,
 };
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{cp_async_16, cp_async_commit, cp_async_wait_all};
 use crate::device::math::{div_rn, ex2, exp_fast, fma, lg2, rcp_approx, silu, sqrt_rn};
-use crate::device::shared::{dynamic_smem, ld_shared_v2, ld_shared_v4, smem_addr, Shared};
+use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, Shared};
 use crate::device::sync::sync_threads;
 use crate::device::unroll::unroll_below;
 use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
@@ -56,10 +54,7 @@ use crate::device::*;
 pub mod norm_prep;
 
 const COLS: usize = GDN_COLS_PER_BLOCK as usize;
-/// Threads per block of `gdn_recur_*` (4 warps: 4 columns × 8 lanes each).
-const RECUR_THREADS: usize = GDN_RECUR_THREADS as usize;
-/// Threads per block of `gdn_commit_*` (2 warps: 8 columns × 4 lanes each).
-const COMMIT_THREADS: usize = GDN_COMMIT_THREADS as usize;
+const THREADS: usize = GDN_RECUR_THREADS as usize;
 const SLOTS: usize = GDN_SLOTS as usize;
 
 #[link_section = ".shared"]
@@ -127,83 +122,6 @@ fn readout<const RPL: usize>(s: &[f32; RPL], q: &[f32; RPL]) -> f32 {
     column_sum(lane_dot(s, q))
 }
 
-// The replay's lane layout (`gdn_recur_*`): 8 lanes per column — each row slice of the commit's
-// layout split in two halves, half `h` holding the slice's rows `4m + 2h + e` (`e` = 0, 1) as
-// `s[2m + e]`, i.e. exactly the rows of [`lane_dot`]'s accumulators `2h` and `2h + 1`. Each
-// accumulator chains the same rows in the same order, a half adds its two as `lane_dot` does, the
-// halves are added next (lanes xor 4: `(a0 + a1) + (a2 + a3)`, commutative), then the slices as
-// in [`column_sum`] — so [`half_delta_step`] gives bitwise [`delta_step`]'s state and
-// [`half_readout`] [`readout`]'s `o`, with half the rows per lane.
-
-/// This half's part of [`lane_dot`]: accumulators `2h` and `2h + 1` (rows `2m`, `2m + 1` of the
-/// lane), each from its first product then an `fma` chain in row order, summed.
-#[inline(always)]
-fn half_dot<const HR: usize>(s: &[f32; HR], x: &[f32; HR]) -> f32 {
-    const { assert!(HR >= 2 && HR % 2 == 0) };
-    let mut a0 = s[0] * x[0];
-    let mut a1 = s[1] * x[1];
-    let mut m = 1;
-    while m < HR / 2 {
-        a0 = fma(s[2 * m], x[2 * m], a0);
-        a1 = fma(s[2 * m + 1], x[2 * m + 1], a1);
-        m += 1;
-    }
-    a0 + a1
-}
-
-/// Sum over the 8 lanes of a column: the two halves (xor 4), then the slices (xor 8, 16) as
-/// [`column_sum`]; all eight get the same bits.
-#[inline(always)]
-fn half_column_sum(v: f32) -> f32 {
-    column_sum(v + shfl_xor_f32(v, 4))
-}
-
-/// [`delta_step`] on this lane's `HR` rows of the replay layout: bitwise the same state.
-#[inline(always)]
-fn half_delta_step<const HR: usize>(s: &mut [f32; HR], k: &[f32; HR], alpha: f32, beta: f32, v: f32) {
-    for e in s.iter_mut() {
-        *e *= alpha;
-    }
-    let u = half_column_sum(half_dot(s, k));
-    let delta = beta * (v - u);
-    for r in 0..HR {
-        s[r] = fma(k[r], delta, s[r]);
-    }
-}
-
-/// [`readout`] in the replay layout: bitwise the same `o`.
-#[inline(always)]
-fn half_readout<const HR: usize>(s: &[f32; HR], q: &[f32; HR]) -> f32 {
-    half_column_sum(half_dot(s, q))
-}
-
-/// Shared-memory word of row `r` of a staged k or q vector of `dk` rows in the replay's layout:
-/// row `sl·dk/4 + 4m + i` (slice `sl`, `i < 4`) at `16m + 4·sl + i`, so the two rows a lane reads
-/// per `m` are one 8-byte load and the 16 lanes of a half warp (two slices, both halves) read 8
-/// distinct words: no bank conflict. Whole 4-row pieces stay together (16-byte copies).
-#[inline(always)]
-const fn replay_row_word(r: usize, dk: usize) -> usize {
-    let (sl, w) = (r / (dk / 4), r % (dk / 4));
-    16 * (w / 4) + 4 * sl + w % 4
-}
-
-/// This lane's `HR` rows of a staged k or q vector (`v`: the node's vector, [`replay_row_word`]
-/// layout; `sl`, `h`: the lane's slice and half): rows `4m + 2h + e` of slice `sl` as `x[2m + e]`,
-/// one 8-byte load per `m`.
-#[inline(always)]
-unsafe fn load_half_rows<const HR: usize>(v: *const f32, sl: usize, h: usize) -> [f32; HR] {
-    let mut x = [0.0f32; HR];
-    let a = smem_addr(v.add(4 * sl + 2 * h));
-    let mut m = 0;
-    while m < HR / 2 {
-        let w = ld_shared_v2(a + 64 * m as u32);
-        x[2 * m] = f32::from_bits(w[0]);
-        x[2 * m + 1] = f32::from_bits(w[1]);
-        m += 1;
-    }
-    x
-}
-
 /// This lane's `RPL` consecutive rows of a staged k or q vector in shared memory, as
 /// `RPL / 4` 16-byte loads (`p` is 16-byte aligned: row offsets are multiples of 4). The 8 lanes
 /// of a quarter warp read the same rows (one broadcast wavefront per load); scalar loads hit
@@ -224,39 +142,181 @@ unsafe fn load_rows<const RPL: usize>(p: *const f32) -> [f32; RPL] {
     x
 }
 
-/// Thread `t`'s part of a replay state slot: its row `r` at `slot + r·RECUR_THREADS + t`
-/// (conflict-free).
+/// Thread `t`'s slice of a state slot: row `r` at `slot + r·THREADS + t` (conflict-free).
 #[inline(always)]
-unsafe fn slot_store<const HR: usize>(slot: *mut f32, t: usize, s: &[f32; HR]) {
+unsafe fn slot_store<const RPL: usize>(slot: *mut f32, t: usize, s: &[f32; RPL]) {
     for (r, e) in s.iter().enumerate() {
-        *slot.add(r * RECUR_THREADS + t) = *e;
+        *slot.add(r * THREADS + t) = *e;
     }
 }
 
 #[inline(always)]
-unsafe fn slot_load<const HR: usize>(slot: *const f32, t: usize, s: &mut [f32; HR]) {
+unsafe fn slot_load<const RPL: usize>(slot: *const f32, t: usize, s: &mut [f32; RPL]) {
     for (r, e) in s.iter_mut().enumerate() {
-        *e = *slot.add(r * RECUR_THREADS + t);
+        *e = *slot.add(r * THREADS + t);
     }
 }
 
-/// Per-node conv + SiLU + norms, α and β. Grid `(⌈n / 2⌉, 2·n_k + n_v)`, 128 threads: block
-/// `(b, g)` does nodes `2b` and `2b + 1` (when present) for q head `g` (`g < n_k`), k head
-/// `g − n_k` (`g < 2·n_k`) or v head `g − 2·n_k` (whose thread 0 also computes α, β). Thread `t`
-/// owns channels `t, t + 128, …` of the head, for both nodes; the two nodes' loads are issued
-/// together (each node's arithmetic is exactly the one-node kernel's, so the same bits). Window
-/// tap `t < K−1` of node `i` is the raw input `K−1−t` steps back along `i`'s ancestors, then the
-/// committed window rows (newest last). q/k: `x / √(Σx² + 1e-6)` (sum: per-thread fma chain,
-/// butterfly, warps in order), q also `· 1/√d_k`. `a`, `b`: node `i`'s row at `i·p.a_stride`,
-/// `i·p.b_stride` (`n_v` values each), of `mixed` at `i·p.mixed_stride` (`conv_ch` values).
+/// Per-node conv + SiLU + norms, α and β. Grid `(n, 2·n_k + n_v)`, 128 threads: block `(i, g)`
+/// does node `i`'s q head `g` (`g < n_k`), k head `g − n_k` (`g < 2·n_k`) or v head
+/// `g − 2·n_k` (whose thread 0 also computes α, β). Thread `t` owns channels `t, t + 128, …` of
+/// the head. Window tap `t < K−1` of node `i` is the raw input `K−1−t` steps back along
+/// `i`'s ancestors, then the committed window rows (newest last). q/k: `x / √(Σx² + 1e-6)`
+/// (sum: per-thread fma chain, butterfly, warps in order), q also `· 1/√d_k`. `a`, `b`: node
+/// `i`'s row at `i·p.a_stride`, `i·p.b_stride` (`n_v` values each), of `mixed` at
+/// `i·p.mixed_stride` (`conv_ch` values).
 /// Traffic: `n·conv_ch·(K + 1)·4` bytes read (mostly L2), `n·(conv_ch + 2·n_v)·4` written.
-/// Registers capped at 64 (`minctasm=8`; 56 spill, 114 uncapped): the 27B's 80 blocks per node
-/// pair are short and latency-bound, so what counts is how many are resident — 8 per SM, so a
-/// 23-node forward's 960 blocks run in one wave (one node per block at 10 per SM took two:
-/// 1,760 blocks at 22 nodes).
+/// Registers capped at 48 (`minctasm=10`, no spills; 90 uncapped): the 27B's 80 blocks per node
+/// are short and latency-bound, so what counts is how many are resident — 10 per SM instead of
+/// 5, a 22-node forward's 1,760 blocks in two waves instead of three.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=128;minctasm=10"]
+pub unsafe extern "ptx-kernel" fn gdn_prep(
+    nb: *const NodeBatch,
+    mixed: *const f32,
+    conv_state: *const f32,
+    conv_w: *const f32,
+    a: *const f32,
+    b: *const f32,
+    ssm_a: *const f32,
+    dt_bias: *const f32,
+    scratch: *mut f32,
+    p: GdnParams,
+) {
+    launch_dependents();
+    // Everything up to the wait reads data no kernel of the forward writes (the node batch,
+    // uploaded before the forward; the conv weights; the committed conv window, written only
+    // by the commit): it overlaps the previous kernel's tail in a chained launch.
+    let i = block_x() as usize;
+    if i >= node_count(nb) {
+        return;
+    }
+    let (n_k, n_v, d_k, d_v) = (p.n_k as usize, p.n_v as usize, p.d_k as usize, p.d_v as usize);
+    let (kk, ch, ms) = (p.conv_kernel as usize, p.conv_ch as usize, p.mixed_stride as usize);
+    let sc = gdn_scratch(n_k, n_v, d_k, d_v);
+    let g = block_y() as usize;
+    // (first channel, channels, destination, kind: 0 = q, 1 = k, 2 = v)
+    let (base, d, dst, kind) = if g < n_k {
+        (g * d_k, d_k, scratch.add(sc.q + i * n_k * d_k + g * d_k), 0)
+    } else if g < 2 * n_k {
+        (g * d_k, d_k, scratch.add(sc.k + i * n_k * d_k + (g - n_k) * d_k), 1)
+    } else {
+        let jv = g - 2 * n_k;
+        (2 * n_k * d_k + jv * d_v, d_v, scratch.add(sc.v + i * n_v * d_v + jv * d_v), 2)
+    };
+    // In-batch ancestors, nearest first (6 bits each), at most K − 1 of them.
+    let mut up: u64 = 0;
+    let mut m = 0usize;
+    let mut x = parent_of(nb, i);
+    while m + 1 < kk && x >= 0 && (x as usize) < MAX_NODES as usize {
+        up |= (x as u64) << (6 * m);
+        x = parent_of(nb, x as usize);
+        m += 1;
+    }
+    let t = thread_x() as usize;
+    // The first channel's taps and committed-window inputs (kernels of up to `PRE` taps).
+    const PRE: usize = 4;
+    let (mut w0, mut x0) = ([0.0f32; PRE], [0.0f32; PRE]);
+    if t < d && kk <= PRE {
+        let chn = base + t;
+        unroll_below(PRE, |tap| {
+            if tap < kk {
+                w0[tap] = *conv_w.add(chn * kk + tap);
+                let back = kk - 1 - tap;
+                if back > m {
+                    x0[tap] = *conv_state.add((kk - 1 - (back - m)) * ch + chn);
+                }
+            }
+        });
+    }
+    grid_dependency_wait();
+    let mut ss = 0.0f32;
+    let mut c = t;
+    while c < d {
+        let chn = base + c;
+        let taps = conv_w.add(chn * kk);
+        // Tap `tap`'s input: in-batch ancestor `back` steps up, else the committed window.
+        let input = |tap: usize| {
+            let back = kk - 1 - tap;
+            if back <= m {
+                let node = ((up >> (6 * (back - 1))) & 63) as usize;
+                *mixed.add(node * ms + chn)
+            } else {
+                *conv_state.add((kk - 1 - (back - m)) * ch + chn)
+            }
+        };
+        let mut acc;
+        if c == t && kk <= PRE {
+            // The preloaded first channel (constant indices: the arrays stay in registers).
+            let mut w_last = 0.0f32;
+            unroll_below(PRE, |u| {
+                if u + 1 == kk {
+                    w_last = w0[u];
+                }
+            });
+            acc = w_last * *mixed.add(i * ms + chn);
+            unroll_below(PRE, |tap| {
+                if tap + 1 < kk {
+                    let back = kk - 1 - tap;
+                    let xv = if back <= m { input(tap) } else { x0[tap] };
+                    acc = fma(w0[tap], xv, acc);
+                }
+            });
+        } else {
+            acc = *taps.add(kk - 1) * *mixed.add(i * ms + chn);
+            for tap in 0..kk - 1 {
+                acc = fma(*taps.add(tap), input(tap), acc);
+            }
+        }
+        let y = silu(acc);
+        *dst.add(c) = y;
+        ss = fma(y, y, ss);
+        c += GDN_PREP_THREADS as usize;
+    }
+    if kind < 2 {
+        let parts = PREP_PARTIALS.as_mut_ptr() as *mut f32;
+        let w = warp_sum_f32(ss);
+        if lane_id() == 0 {
+            *parts.add(warp_id() as usize) = w;
+        }
+        sync_threads();
+        let mut total = 0.0f32;
+        for wi in 0..(GDN_PREP_THREADS / 32) as usize {
+            total += *parts.add(wi);
+        }
+        let inv = div_rn(1.0, sqrt_rn(total + 1e-6));
+        let scale = if kind == 0 { div_rn(1.0, sqrt_rn(d_k as f32)) } else { 1.0 };
+        let mut c = t;
+        while c < d {
+            let y = *dst.add(c) * inv;
+            *dst.add(c) = if kind == 0 { y * scale } else { y };
+            c += GDN_PREP_THREADS as usize;
+        }
+    } else if t == 0 {
+        let jv = g - 2 * n_k;
+        let u = *a.add(i * p.a_stride as usize + jv) + *dt_bias.add(jv);
+        // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
+        let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
+        let gl = *ssm_a.add(jv) * sp;
+        *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
+        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * p.b_stride as usize + jv)));
+    }
+}
+
+/// [`gdn_prep`] for two nodes per block: grid `(⌈n / 2⌉, 2·n_k + n_v)`, 128 threads; block
+/// `(b, g)` does nodes `2b` and `2b + 1` (when present) of head group `g`, thread `t` channels
+/// `t, t + 128, …` of both, and the first threads of a v-head block α and β (one node each). Both
+/// nodes' inputs are loaded before either's arithmetic, which is exactly `gdn_prep`'s (the same
+/// operations in the same order, so the same bits); the committed-window inputs are loaded after
+/// the wait (preloading both nodes' would spill at 64 registers). Why: the blocks are short and
+/// latency-bound, so what counts is how many are resident — `gdn_prep` keeps 10 per SM, one wave
+/// up to 16 nodes of the 27B (80 blocks per node), two waves at 22; this kernel 8 per SM (≤ 64
+/// registers, `minctasm=8`; 56 spill), one wave of 960 blocks at 23 nodes. The host takes it past
+/// one `gdn_prep` wave.
 #[no_mangle]
 #[link_section = "nvvm:maxntid=128;minctasm=8"]
-pub unsafe extern "ptx-kernel" fn gdn_prep(
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
     nb: *const NodeBatch,
     mixed: *const f32,
     conv_state: *const f32,
@@ -421,23 +481,22 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
     }
 }
 
-/// The tree replay for key head dim `DK` (`HR = DK / 8` rows per lane). Grid
-/// `(n_v, ⌈d_v / 16⌉)`, 128 threads, `gdn_recur_smem_words(DK, p.smem_nodes)·4` bytes of dynamic
-/// shared memory (arrays of `p.smem_nodes` rows, the launch's node count; nodes past it are not
-/// computed). Block `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp
-/// `w` column `16y + 4w + l mod 4`, slice `sl = l / 8` and half `h = (l / 4) mod 2`: the key
-/// rows `sl·DK/4 + 4m + 2h + e` (`e` = 0, 1; the replay layout above, bitwise the commit's sums
-/// with half the rows per lane and twice the warps per column group). It stages the nodes' k, q
-/// (key head `j mod n_k`, rows in [`replay_row_word`] order), v, α, β and the forward's replay
-/// schedule (`kernel_abi::GdnReplay`, the same for every block) in shared memory, loads its slice
-/// of the committed state once (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized
-/// traffic) into the registers and slot 0, and runs the schedule: load or save the registers from
-/// or to a slot (`1 + GDN_SLOTS` slots: the committed state and saved branch points), apply a
-/// node's update ([`half_delta_step`]), and for each node once, its update and `o_i` (written to
-/// scratch). The host's depth-first schedule (`kernel_abi::gdn_replay`) computes every node once
-/// from its parent's state below 63 nodes. The committed state is only read.
+/// The tree replay for key head dim `DK` (`RPL = DK / 4` rows per lane). Grid
+/// `(n_v, ⌈d_v / 16⌉)`, 64 threads (one per node for α and β: `n ≤ MAX_NODES ≤ 64`),
+/// `gdn_recur_smem_words(DK, p.smem_nodes)·4` bytes of dynamic shared memory (arrays of
+/// `p.smem_nodes` rows, the launch's node count; nodes past it are not computed). Block
+/// `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp `w` column
+/// `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. It stages the nodes' k, q (key head
+/// `j mod n_k`), v, α, β and the forward's replay schedule (`kernel_abi::GdnReplay`, the same
+/// for every block) in shared memory, loads its slice of the committed state once
+/// (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic) into the registers
+/// and slot 0, and runs the schedule: load or save the registers from or to a slot
+/// (`1 + GDN_SLOTS` slots: the committed state and saved branch points), apply a node's update
+/// (`delta_step`), and for each node once, its update and `o_i` (written to scratch). The
+/// host's depth-first schedule (`kernel_abi::gdn_replay`) computes every node once from its
+/// parent's state below 63 nodes. The committed state is only read.
 #[inline(always)]
-unsafe fn recur<const DK: usize, const HR: usize>(
+unsafe fn recur<const DK: usize, const RPL: usize>(
     nb: *const NodeBatch,
     replay: *const GdnReplay,
     state: *const f32,
@@ -455,19 +514,18 @@ unsafe fn recur<const DK: usize, const HR: usize>(
     let col0 = block_y() as usize * COLS;
     let t = thread_x() as usize;
     let lane = lane_id() as usize;
-    let cw = warp_id() as usize * GDN_RECUR_COLS_PER_WARP as usize + lane % 4;
+    let cw = warp_id() as usize * 8 + lane % 8;
     let col = col0 + cw;
-    let (sl, h) = (lane / 8, (lane / 4) % 2);
-    let r0 = sl * (DK / 4) + 2 * h;
+    let r0 = (lane / 8) * RPL;
     // The committed state is written only by the commit, never inside a forward, and every
     // forward starts behind the upload of its node batch and schedule, which the stream orders
     // after all earlier kernels (the commit included). So the state and the schedule are loaded
     // before the wait on the previous kernel: in a chained launch they overlap that kernel's tail.
-    let mut s = [0.0f32; HR];
+    let mut s = [0.0f32; RPL];
     if col < dv {
         let src = state.add(j * DK * dv + r0 * dv + col);
         for (r, x) in s.iter_mut().enumerate() {
-            *x = *src.add((4 * (r / 2) + r % 2) * dv);
+            *x = *src.add(r * dv);
         }
     }
     let n = node_count(nb).min(m);
@@ -484,24 +542,22 @@ unsafe fn recur<const DK: usize, const HR: usize>(
     let mut w = t;
     while w < len.div_ceil(2) {
         *sops.add(w) = *ops.add(w);
-        w += RECUR_THREADS;
+        w += THREADS;
     }
     grid_dependency_wait();
-    // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`; in shared memory in
-    // `replay_row_word` order, whole 4-row pieces) and the block's 16 columns of v, copied by
-    // `cp.async` (16 bytes, all of a thread's copies in flight at once: no round trip through
-    // registers per element); α and β are strided (one load per node). Every offset is a multiple
-    // of 4 floats (`gdn_scratch`) and the host checks that the scratch starts 16-byte aligned; a
-    // column group that passes `d_v` takes the element loop.
+    // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`) and the block's 16
+    // columns of v, copied by `cp.async` (16 bytes, all of a thread's copies in flight at once:
+    // no round trip through registers per element); α and β are strided (one load per node).
+    // Every offset is a multiple of 4 floats (`gdn_scratch`) and the host checks that the scratch
+    // starts 16-byte aligned; a column group that passes `d_v` takes the element loop.
     let chunks = DK / 4;
     let mut e = t;
     while e < n * chunks {
         let (i, c) = (e / chunks, 4 * (e % chunks));
         let src = scratch.add(i * kd + kh * DK + c);
-        let dst = i * DK + replay_row_word(c, DK);
-        cp_async_16(smem_addr(sk.add(dst)), src.add(sc.k) as *const u8);
-        cp_async_16(smem_addr(sq.add(dst)), src.add(sc.q) as *const u8);
-        e += RECUR_THREADS;
+        cp_async_16(smem_addr(sk.add(i * DK + c)), src.add(sc.k) as *const u8);
+        cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
+        e += THREADS;
     }
     if col0 + COLS <= dv {
         let mut e = t;
@@ -509,14 +565,14 @@ unsafe fn recur<const DK: usize, const HR: usize>(
             let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));
             let src = scratch.add(sc.v + i * vd + j * dv + col0 + c);
             cp_async_16(smem_addr(sv.add(i * COLS + c)), src as *const u8);
-            e += RECUR_THREADS;
+            e += THREADS;
         }
     } else {
         let mut e = t;
         while e < n * COLS {
             let (i, c) = (e / COLS, col0 + e % COLS);
             *sv.add(e) = if c < dv { *scratch.add(sc.v + i * vd + j * dv + c) } else { 0.0 };
-            e += RECUR_THREADS;
+            e += THREADS;
         }
     }
     cp_async_commit();
@@ -534,7 +590,7 @@ unsafe fn recur<const DK: usize, const HR: usize>(
     if n > 1 {
         slot_store(slots, t, &s);
     }
-    let slot = |k: usize| slots.add(k.min(SLOTS) * HR * RECUR_THREADS);
+    let slot = |k: usize| slots.add(k.min(SLOTS) * RPL * THREADS);
     let sops = sops as *const u16;
     let out = scratch.add(sc.o + j * dv + col);
     let mut next = if len > 0 { *sops } else { 0 };
@@ -551,11 +607,11 @@ unsafe fn recur<const DK: usize, const HR: usize>(
         } else if kind == GDN_OP_SAVE {
             slot_store(slot(x), t, &s);
         } else if x < n {
-            let k = load_half_rows::<HR>(sk.add(x * DK), sl, h);
-            half_delta_step(&mut s, &k, *sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
+            let k = load_rows::<RPL>(sk.add(x * DK + r0));
+            delta_step(&mut s, &k, *sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
             if kind == GDN_OP_OUT {
-                let o = half_readout(&s, &load_half_rows::<HR>(sq.add(x * DK), sl, h));
-                if lane < 4 {
+                let o = readout(&s, &load_rows::<RPL>(sq.add(x * DK + r0)));
+                if lane < 8 {
                     *out.add(x * vd) = o;
                 }
             }
@@ -625,10 +681,9 @@ pub(crate) fn gated(o: f32, inv: f32, w: f32, silu_z: f32) -> f32 {
 /// rows at `l·MAX_NODES·p.mixed_stride`, row stride `p.mixed_stride`). Grid
 /// `(n_v·⌈d_v/16⌉, layers)`, 64 threads, `gdn_commit_smem_words(DK, p.smem_nodes)·4` bytes of
 /// dynamic shared memory (arrays of `len` rows; a path longer than `p.smem_nodes` is cut
-/// there). Block `(j·⌈d_v/16⌉ + y, l)`: columns `16y ..` of head `j` of layer `l` (lane `l` of
-/// warp `w`: column `16y + 8w + l mod 8`, the `d_k / 4` rows of slice `l / 8`, so every state row
-/// access is a whole 32-byte sector) advance through the path's updates in path order with
-/// [`delta_step`] — bitwise [`recur`]'s [`half_delta_step`] — and are written back; the layer's blocks also shift the path's raw inputs into the conv window
+/// there). Block `(j·⌈d_v/16⌉ + y, l)`: columns `16y ..` of head `j` of layer `l` (the lane
+/// layout of [`recur`]) advance through the path's updates in path order with [`delta_step`] and
+/// are written back; the layer's blocks also shift the path's raw inputs into the conv window
 /// (channel by channel, in place in ascending row order: row `r` takes row `r + len` of
 /// `old window ++ path inputs`). Traffic: the state read and written once
 /// (`2·layers·n_v·d_k·d_v·4` bytes), the windows and path rows.
@@ -665,7 +720,7 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
 
     // Conv window: every block of the layer takes a share of the channels.
     let (blocks, b) = (grid_dim_x() as usize, block_x() as usize);
-    let mut c = b * COMMIT_THREADS + t;
+    let mut c = b * THREADS + t;
     while c < ch {
         for r in 0..kk - 1 {
             let s = r + len; // index into old window (K−1 rows) ++ path inputs
@@ -677,7 +732,7 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
             };
             *conv_state.add(r * ch + c) = v;
         }
-        c += blocks * COMMIT_THREADS;
+        c += blocks * THREADS;
     }
 
     let groups = dv.div_ceil(COLS);
@@ -692,14 +747,14 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
         let (pi, r) = (e / DK, e % DK);
         let node = (*nodes.add(pi)).min(MAX_NODES - 1) as usize;
         *sk.add(e) = *scratch.add(sc.k + node * kd + kh * DK + r);
-        e += COMMIT_THREADS;
+        e += THREADS;
     }
     let mut e = t;
     while e < len * COLS {
         let (pi, c) = (e / COLS, col0 + e % COLS);
         let node = (*nodes.add(pi)).min(MAX_NODES - 1) as usize;
         *sv.add(e) = if c < dv { *scratch.add(sc.v + node * vd + j * dv + c) } else { 0.0 };
-        e += COMMIT_THREADS;
+        e += THREADS;
     }
     if t < len {
         let node = (*nodes.add(t)).min(MAX_NODES - 1) as usize;
@@ -708,7 +763,7 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
     }
     sync_threads();
     let lane = lane_id() as usize;
-    let cw = warp_id() as usize * GDN_COMMIT_COLS_PER_WARP as usize + lane % 8;
+    let cw = warp_id() as usize * 8 + lane % 8;
     let col = col0 + cw;
     if col >= dv {
         return;
@@ -731,7 +786,7 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
 macro_rules! gdn_kernels {
     ($recur:ident, $commit:ident, $dk:literal) => {
         #[no_mangle]
-        #[link_section = "nvvm:maxntid=128;minctasm=1"]
+        #[link_section = "nvvm:maxntid=64;minctasm=1"]
         pub unsafe extern "ptx-kernel" fn $recur(
             nb: *const NodeBatch,
             replay: *const GdnReplay,
@@ -739,7 +794,7 @@ macro_rules! gdn_kernels {
             scratch: *mut f32,
             p: GdnParams,
         ) {
-            recur::<$dk, { $dk / 8 }>(nb, replay, state, scratch, p)
+            recur::<$dk, { $dk / 4 }>(nb, replay, state, scratch, p)
         }
 
         #[no_mangle]

@@ -864,31 +864,16 @@ pub struct CommitPath {
     pub nodes: [u32; MAX_NODES as usize],
 }
 
+/// Value columns one lane group of the `gdn_*` recurrence kernels covers per warp: a warp is 8
+/// columns × 4 row slices (lane `l`: column `l mod 8`, slice `l / 8`), so each state row read is
+/// one whole 32-byte sector.
+pub const GDN_COLS_PER_WARP: u32 = 8;
+/// Lanes sharing one value column (each holds `d_k / 4` consecutive key rows of it).
+pub const GDN_LANES_PER_COL: u32 = 4;
+/// Warps per block of `gdn_recur_*` and `gdn_commit_*` (`2 · 8 = 16` value columns per block).
+pub const GDN_RECUR_WARPS: u32 = 2;
 /// Value columns per block of `gdn_recur_*` and `gdn_commit_*`.
-pub const GDN_COLS_PER_BLOCK: u32 = 16;
-/// Value columns one warp of `gdn_commit_*` covers: 8 columns × 4 row slices (lane `l`: column
-/// `l mod 8`, slice `l / 8`, `d_k / 4` consecutive key rows), so each state row read or written
-/// is one whole 32-byte sector.
-pub const GDN_COMMIT_COLS_PER_WARP: u32 = 8;
-/// Lanes sharing one value column in `gdn_commit_*` (the 4 row slices).
-pub const GDN_COMMIT_LANES_PER_COL: u32 = 4;
-/// Warps per block of `gdn_commit_*`.
-pub const GDN_COMMIT_WARPS: u32 = GDN_COLS_PER_BLOCK / GDN_COMMIT_COLS_PER_WARP;
-/// Value columns one warp of `gdn_recur_*` covers: 4 columns × 4 row slices × 2 halves (lane
-/// `l`: column `l mod 4`, half `(l / 4) mod 2`, slice `l / 8`). A half holds the slice's rows
-/// `≡ 2h, 2h + 1 (mod 4)`, i.e. exactly two of the commit's four interleaved dot-product
-/// accumulators, so the two kernels sum in the same order (the same bits) while the replay runs
-/// twice the warps with half the rows each.
-pub const GDN_RECUR_COLS_PER_WARP: u32 = 4;
-/// Lanes sharing one value column in `gdn_recur_*` (4 row slices × 2 halves).
-pub const GDN_RECUR_LANES_PER_COL: u32 = 8;
-/// Warps per block of `gdn_recur_*`.
-pub const GDN_RECUR_WARPS: u32 = GDN_COLS_PER_BLOCK / GDN_RECUR_COLS_PER_WARP;
-const _: () = assert!(
-    GDN_RECUR_LANES_PER_COL * GDN_RECUR_COLS_PER_WARP == 32
-        && GDN_COMMIT_LANES_PER_COL * GDN_COMMIT_COLS_PER_WARP == 32
-        && GDN_RECUR_LANES_PER_COL == 2 * GDN_COMMIT_LANES_PER_COL
-);
+pub const GDN_COLS_PER_BLOCK: u32 = GDN_RECUR_WARPS * GDN_COLS_PER_WARP;
 /// Saved node states (besides the root) one `gdn_recur_*` block keeps in shared memory: the
 /// branch points of the depth-first replay schedule ([`gdn_replay`]) whose later children still
 /// need their state. Only speed depends on it: every node's state is the same chain of
@@ -896,7 +881,7 @@ const _: () = assert!(
 pub const GDN_SLOTS: u32 = 4;
 /// Saved-state slots a forward of `n` nodes gets ([`gdn_replay`] uses no more, and
 /// [`gdn_recur_smem_words`] sizes no more): none below 3 nodes (no branch point is possible),
-/// else `GDN_SLOTS`. A slot is `d_k/8 · 128` floats of shared memory per block (8 KB at
+/// else `GDN_SLOTS`. A slot is `d_k/4 · 64` floats of shared memory per block (8 KB at
 /// `d_k = 128`), which the kernels chained after the replay can use instead: on nvidia-h200 the
 /// 27B's AR step went from 135.9/135.6 to 140.9/141.5 tok/s without the five slots it had
 /// reserved at one node. Fewer slots would do for small trees too (below `2^(s+2) − 1` nodes no
@@ -1123,7 +1108,7 @@ impl ReplayBuilder {
 
 /// Threads per block of `gdn_prep` (one channel per thread, looping past 128).
 pub const GDN_PREP_THREADS: u32 = 128;
-/// Nodes per block of `gdn_prep` (grid `⌈n / 2⌉` along x).
+/// Nodes per block of `gdn_prep_pairs` (grid `⌈n / 2⌉` along x); `gdn_prep` takes one.
 pub const GDN_PREP_NODES_PER_BLOCK: u32 = 2;
 /// Longest causal conv kernel the `gdn_*` kernels take.
 pub const GDN_MAX_CONV_KERNEL: u32 = 8;
@@ -1201,26 +1186,22 @@ pub const fn gdn_scratch_len(n_k: usize, n_v: usize, d_k: usize, d_v: usize) -> 
     gdn_scratch(n_k, n_v, d_k, d_v).len
 }
 
-/// Threads per block of `gdn_recur_*`.
+/// Threads per block of `gdn_recur_*` and `gdn_commit_*`.
 pub const GDN_RECUR_THREADS: u32 = GDN_RECUR_WARPS * 32;
-/// Threads per block of `gdn_commit_*`.
-pub const GDN_COMMIT_THREADS: u32 = GDN_COMMIT_WARPS * 32;
 
-// `gdn_recur_*` and `gdn_commit_*` stage one node's α / β per thread.
-const _: () = assert!(
-    MAX_NODES <= GDN_RECUR_THREADS && MAX_NODES <= GDN_COMMIT_THREADS && MAX_NODES <= 64 && MAX_NODES.is_power_of_two()
-);
+// `gdn_recur_*` and `gdn_commit_*` stage one node's masks / α / β per thread.
+const _: () = assert!(MAX_NODES <= GDN_RECUR_THREADS && MAX_NODES <= 64 && MAX_NODES.is_power_of_two());
 
 /// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` and `n` node rows
 /// ([`GdnParams::smem_nodes`], the launch's node count) (4-byte words): `k [n][d_k]`,
 /// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, the replay schedule's operations
-/// ([`gdn_replay_max_ops`]`(n)` u16), then `1 + `[`gdn_slots`]`(n)` state slots of `d_k/8 · 128`
-/// floats (the root and the saved branch points; word `r·128 + t` of a slot is row `r` of thread
+/// ([`gdn_replay_max_ops`]`(n)` u16), then `1 + `[`gdn_slots`]`(n)` state slots of `d_k/4 · 64`
+/// floats (the root and the saved branch points; word `r·64 + t` of a slot is row `r` of thread
 /// `t`'s slice). At `d_k = 128`: 9 KB for one node, 65 KB for 22, 76 KB for 32, 110 KB for 64.
 pub const fn gdn_recur_smem_words(d_k: u32, n: u32) -> u32 {
     n * (2 * d_k + GDN_COLS_PER_BLOCK + 2)
         + gdn_replay_max_ops(n).div_ceil(2)
-        + (1 + gdn_slots(n)) * (d_k / GDN_RECUR_LANES_PER_COL) * GDN_RECUR_THREADS
+        + (1 + gdn_slots(n)) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
 pub const fn gdn_commit_smem_words(d_k: u32, n: u32) -> u32 {
     n * (d_k + GDN_COLS_PER_BLOCK + 2)

@@ -58,17 +58,6 @@ pub unsafe fn ld_shared_v4(addr: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
-/// `ld.shared.v2.u32` at the shared-state-space address `addr` (8-byte aligned); not `pure`, as
-/// [`ld_shared_v4`].
-#[inline(always)]
-pub unsafe fn ld_shared_v2(addr: u32) -> [u32; 2] {
-    let (a, b): (u32, u32);
-    core::arch::asm!("ld.shared.v2.u32 {{{0},{1}}}, [{2}];",
-                     out(reg32) a, out(reg32) b, in(reg32) addr,
-                     options(readonly, nostack));
-    [a, b]
-}
-
 /// `st.shared.v4.u32` at the shared-state-space address `addr` (16-byte aligned).
 #[inline(always)]
 pub unsafe fn st_shared_v4(addr: u32, v: [u32; 4]) {

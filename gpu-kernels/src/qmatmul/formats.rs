@@ -135,9 +135,6 @@ pub trait Format {
     /// K-quant super-block formats (Q4_K, Q5_K): the units' products are combined per block
     /// with [`KScales`] instead of `unit_scales`.
     const SUPER: bool = false;
-    /// Units of a super-block whose warpgroup products are in flight at once (super-block
-    /// formats' `qmm_*_nt{2,3,4}`; their A registers stay live until they complete).
-    const SUPER_DEPTH: u32 = 2;
     /// The block's [`KScales`] for lane `(g, t)` (super-block formats only).
     #[inline(always)]
     fn super_scales(_l: &Self::Lane, _t: u32) -> KScales {
@@ -330,8 +327,6 @@ impl Format for Q4K {
     }
 
     const SUPER: bool = true;
-    #[cfg(feature = "qmm-q4k-depth3")]
-    const SUPER_DEPTH: u32 = 3;
 
     #[inline(always)]
     fn super_scales(l: &Q4kLane, t: u32) -> KScales {

@@ -189,10 +189,10 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
             wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
             wgmma::commit();
         };
-        // Waits until unit `i`'s product is complete, with units up to `i + depth − 1` issued.
+        // Waits until unit `i`'s product is complete, with units up to `i + DEPTH − 1` issued.
         let wait_unit = #[inline(always)]
-        |i: u32, depth: u32| {
-            let later = (max_units - 1 - i).min(depth - 1);
+        |i: u32| {
+            let later = (max_units - 1 - i).min(DEPTH as u32 - 1);
             if !full || later == 0 {
                 wgmma::wait::<0>();
             } else if later == 1 {
@@ -214,7 +214,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
                     if valid(i) {
                         issue(i, &mut acc, false);
                         if i + 1 >= DEPTH as u32 {
-                            wait_unit(i + 1 - DEPTH as u32, DEPTH as u32);
+                            wait_unit(i + 1 - DEPTH as u32);
                         }
                     }
                 },
@@ -255,7 +255,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
             return;
         }
         // K-quant super-blocks (PER_STAGE = 1): the block's product `P` from zero over its 8
-        // units (at most `F::SUPER_DEPTH` in flight), then `d·P` and the mins' correction exactly as
+        // units (at most DEPTH in flight), then `d·P` and the mins' correction exactly as
         // `super::tile`.
         let mut bs = [[0u32; 2]; T];
         let mut tile = 0;
@@ -273,8 +273,8 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
                 let i = i as u32;
                 if i < units {
                     issue(i, &mut pb, i == 0);
-                    if i + 1 >= F::SUPER_DEPTH && i + 1 < units {
-                        wait_unit(i + 1 - F::SUPER_DEPTH, F::SUPER_DEPTH);
+                    if i + 1 >= DEPTH as u32 && i + 1 < units {
+                        wait_unit(i + 1 - DEPTH as u32);
                     }
                 }
             },

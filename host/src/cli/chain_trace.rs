@@ -17,7 +17,7 @@ fn family(name: &str) -> &'static str {
     match name {
         "qmm_prep_norm" => "norm+prep",
         "qmm_prep_x" => "prep",
-        "gdn_prep" => "dn prep",
+        "gdn_prep" | "gdn_prep_pairs" => "dn prep",
         n if n.starts_with("gdn_recur") => "dn recur",
         n if n.starts_with("gdn_") => "dn norm",
         n if n.starts_with("qmm_") || n.starts_with("gemv_") => "qmm",

@@ -21,8 +21,8 @@
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
     gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK,
-    GDN_COMMIT_THREADS, GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS,
-    GDN_RECUR_THREADS, MAX_NODES,
+    GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS,
+    MAX_NODES,
 };
 
 use super::qmatmul::QmmWorkspace;
@@ -324,10 +324,85 @@ fn norm_params(
     Ok(p)
 }
 
-/// The forward up to the recurrence output: `gdn_prep` then `gdn_recur_dk*` (see
-/// [`gdn_forward`]), leaving each node's `o` in `st.scratch` (`kernel_abi::gdn_scratch`'s `o`
-/// rows) for the gated norm — [`gdn_gated_norm`] into `io.out`, or [`gdn_norm_prep`] straight
-/// into the out projection's workspace. Calls `after("gdn_prep")` and `after("gdn_recur")`.
+/// Which conv/norm kernel a forward runs: `gdn_prep` (one node per block), `gdn_prep_pairs`
+/// (two), or `Auto` — one node per block while its blocks fit on the device at once, else pairs
+/// (fewer resident per SM, but one wave where one node per block takes two: 22 nodes of the
+/// 27B). The two give the same bits (`tests/tests/gpu/deltanet.rs` checks it), so the choice is
+/// speed only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GdnPrepKernel {
+    Auto,
+    OneNode,
+    Pairs,
+}
+
+/// Launches the conv/norm step of a forward (`which` kernel) into `st.scratch`'s q, k, v, α and β
+/// rows (`kernel_abi::gdn_scratch`): the first launch of [`gdn_forward`], on its own for tests and
+/// benches.
+#[allow(clippy::too_many_arguments)]
+pub fn gdn_prep(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    n: usize,
+    nodes: DevSpan<NodeBatch>,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+    which: GdnPrepKernel,
+) -> Result<(), GpuError> {
+    let p = forward_params(shape, n, nodes, w, io, st)?;
+    launch_prep(gpu, &p, n as u32, nodes, w, io, st, which)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_prep(
+    gpu: &Gpu,
+    p: &GdnParams,
+    n: u32,
+    nodes: DevSpan<NodeBatch>,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+    which: GdnPrepKernel,
+) -> Result<(), GpuError> {
+    let groups = p.n_k * 2 + p.n_v;
+    let pairs = match which {
+        GdnPrepKernel::OneNode => false,
+        GdnPrepKernel::Pairs => true,
+        GdnPrepKernel::Auto => {
+            u64::from(n) * u64::from(groups) > u64::from(gpu.resident_blocks("gdn_prep", GDN_PREP_THREADS)?)
+        }
+    };
+    let (name, per_block) = if pairs { ("gdn_prep_pairs", GDN_PREP_NODES_PER_BLOCK) } else { ("gdn_prep", 1) };
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(per_block), groups, 1),
+        block_dim: (GDN_PREP_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // Safety: arguments match `gdn_prep`'s and `gdn_prep_pairs`' signature; every kernel here
+    // waits (griddepcontrol) before touching memory, and the lengths were checked by
+    // `forward_params`.
+    unsafe {
+        ChainedLaunch::new(gpu, name)
+            .span(nodes)
+            .span(io.mixed)
+            .span(st.conv_state)
+            .span(w.conv_w)
+            .span(io.a)
+            .span(io.b)
+            .span(w.ssm_a)
+            .span(w.dt_bias)
+            .span(st.scratch)
+            .value(super::Param(*p))
+            .launch(cfg)
+    }
+}
+
+/// The forward up to the recurrence output: `gdn_prep` (or `gdn_prep_pairs`, [`GdnPrepKernel`])
+/// then `gdn_recur_dk*` (see [`gdn_forward`]), leaving each node's `o` in `st.scratch`
+/// (`kernel_abi::gdn_scratch`'s `o` rows) for the gated norm — [`gdn_gated_norm`] into `io.out`,
+/// or [`gdn_norm_prep`] straight into the out projection's workspace. Calls `after("gdn_prep")`
+/// and `after("gdn_recur")`.
 #[allow(clippy::too_many_arguments)]
 pub fn gdn_recurrence_marked(
     gpu: &Gpu,
@@ -343,28 +418,7 @@ pub fn gdn_recurrence_marked(
     let mut p = forward_params(shape, n, nodes, w, io, st)?;
     replay.need(1, "gdn_forward", "replay (one GdnReplay)")?;
     let n32 = n as u32;
-
-    let cfg = LaunchConfig {
-        grid_dim: (n32.div_ceil(GDN_PREP_NODES_PER_BLOCK), p.n_k * 2 + p.n_v, 1),
-        block_dim: (GDN_PREP_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // Safety: arguments match `gdn_prep`'s signature; every kernel here waits (griddepcontrol)
-    // before touching memory, and the lengths were checked above.
-    unsafe {
-        ChainedLaunch::new(gpu, "gdn_prep")
-            .span(nodes)
-            .span(io.mixed)
-            .span(st.conv_state)
-            .span(w.conv_w)
-            .span(io.a)
-            .span(io.b)
-            .span(w.ssm_a)
-            .span(w.dt_bias)
-            .span(st.scratch)
-            .value(super::Param(p))
-            .launch(cfg)?;
-    }
+    launch_prep(gpu, &p, n32, nodes, w, io, st, GdnPrepKernel::Auto)?;
     after("gdn_prep")?;
 
     let (recur, _) = recur_kernels(shape.d_k);
@@ -528,7 +582,7 @@ pub fn gdn_commit(
     gpu.allow_dynamic_smem(commit, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (p.n_v * p.d_v.div_ceil(GDN_COLS_PER_BLOCK), p.layers, 1),
-        block_dim: (GDN_COMMIT_THREADS, 1, 1),
+        block_dim: (GDN_RECUR_THREADS, 1, 1),
         shared_mem_bytes: smem,
     };
     // Safety: arguments match `gdn_commit_dk*`; lengths checked above; the kernel waits before
@@ -632,7 +686,7 @@ mod tests {
     /// Every kernel name the deltanet launchers pick is an entry point of the embedded PTX.
     #[test]
     fn every_kernel_name_is_in_the_ptx() {
-        let mut names = vec!["gdn_prep", "gdn_gated_norm"];
+        let mut names = vec!["gdn_prep", "gdn_prep_pairs", "gdn_gated_norm"];
         for d_k in [16, 32, 64, 128] {
             let (recur, commit) = recur_kernels(d_k);
             names.extend([recur, commit]);

@@ -25,11 +25,12 @@
 //! node run alone after `gdn_commit` committed its ancestors (batch invariance and commit
 //! equivalence at once: the committed state must be bitwise the one the tree's replay computed);
 //! the committed conv window equals the reference's exactly (it is a copy), the committed state
-//! is within the recurrence bound of the reference commit, in a two-layer arena.
+//! is within the recurrence bound of the reference commit, in a two-layer arena; the two
+//! conv/norm kernels (`gdn_prep`, one node per block; `gdn_prep_pairs`, two) write the same bits.
 
 use flashtree::gpu::deltanet::{
-    commit_path_words, gdn_commit, gdn_forward, gdn_replay_words, gdn_scratch_len, node_batch_words, GdnIo,
-    GdnLayerState, GdnShape, GdnWeights,
+    commit_path_words, gdn_commit, gdn_forward, gdn_prep, gdn_replay_words, gdn_scratch_len, node_batch_words, GdnIo,
+    GdnLayerState, GdnPrepKernel, GdnShape, GdnWeights,
 };
 use flashtree::gpu::{CudaSlice, DevSpan, Gpu};
 use flashtree_reference::deltanet::{self as reference, commit_path, node_batch, path_to, GdnLayer, NodeResult};
@@ -413,8 +414,57 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
+/// The conv/norm step alone with `which` kernel into a NaN-poisoned scratch; returns the whole
+/// scratch (q, k, v, α, β rows of `nb`'s nodes written, the rest still poison).
+fn prep_scratch(gpu: &Gpu, s: &GdnShape, l: &Layer, nb: &NodeBatch, which: GdnPrepKernel) -> Vec<f32> {
+    let dl = DevLayer::new(gpu, l);
+    let (mixed, conv, state) =
+        (gpu.upload(&l.mixed).unwrap(), gpu.upload(&l.conv).unwrap(), gpu.upload(&l.state).unwrap());
+    let mut scratch = gpu.zeros::<f32>(gdn_scratch_len(s)).unwrap();
+    gpu.fill_bytes(&mut scratch, 0xff).unwrap();
+    let (_nbd, nbs, _rps) = upload_batch(gpu, nb);
+    let io = GdnIo::dense(
+        s,
+        span(gpu, &mixed),
+        DevSpan::of(gpu, &dl.z),
+        DevSpan::of(gpu, &dl.a),
+        DevSpan::of(gpu, &dl.b),
+        DevSpan::of(gpu, &dl.out),
+    );
+    let st = GdnLayerState { conv_state: span(gpu, &conv), state: span(gpu, &state), scratch: span(gpu, &scratch) };
+    gdn_prep(gpu, s, nb.n as usize, nbs, &dl.weights(gpu), &io, &st, which).unwrap();
+    gpu.synchronize().unwrap();
+    gpu.download(&scratch).unwrap()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// `gdn_prep_pairs` (two nodes per block, what a 22-node forward of the 27B runs) writes
+    /// bitwise what `gdn_prep` (one node per block, what the AR step runs) writes — every q, k, v,
+    /// α and β of a random tree, and nothing else — on shapes that take both of the kernels' paths
+    /// (conv kernels past the 4 preloaded taps, heads past 128 channels) and odd node counts (a
+    /// last block with one node).
+    #[test]
+    fn gdn_prep_pairs_is_bitwise_gdn_prep(seed in any::<u64>(), n in 1usize..=64) {
+        let Some(gpu) = gpu_or_skip("gdn_prep_pairs_is_bitwise_gdn_prep") else { return Ok(()) };
+        let mut rng = Rng(seed | 1);
+        let n_k = [1, 2, 4][rng.below(3)];
+        let s = GdnShape {
+            n_k,
+            n_v: n_k * (1 + rng.below(3)),
+            d_k: [16, 32, 64, 128][rng.below(4)],
+            d_v: [16, 32, 64, 128, 256][rng.below(5)],
+            conv_kernel: 2 + rng.below(5),
+            eps: 1e-6,
+        };
+        let l = Layer::new(&mut rng, &s);
+        let nb = node_batch(100, &random_tree(&mut rng, n));
+        let one = prep_scratch(gpu, &s, &l, &nb, GdnPrepKernel::OneNode);
+        let pairs = prep_scratch(gpu, &s, &l, &nb, GdnPrepKernel::Pairs);
+        prop_assert!(one.iter().any(|x| !x.is_nan()), "gdn_prep wrote nothing");
+        prop_assert_eq!(bits(&one), bits(&pairs));
+    }
 
     /// Every node's `o` and gated-norm output are within the derived bound of the reference.
     #[test]
