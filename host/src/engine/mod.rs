@@ -1,7 +1,7 @@
 //! The GPU engine: the `qwen35` target forward over up to `MAX_NODES` = 64 nodes (one AR token, a prefill
 //! chain, or a DDTree verify — one code path, design.md §1), and commit of an accepted path.
 //!
-//! A step is: host writes the [`NodeBatch`] (tokens, parents, depths, ancestor masks) into one
+//! A step is: host writes the [`NodeBatch`](kernel_abi::NodeBatch) (tokens, parents, depths, ancestor masks) into one
 //! device buffer → [`Engine::forward`] enqueues every kernel (embed, per layer: RMSNorm,
 //! projections, attention or Gated DeltaNet, gated output, residual, SwiGLU MLP; final norm,
 //! LM head, argmax) without a host sync → the host reads the `n` argmax tokens (the step's only

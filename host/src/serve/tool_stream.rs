@@ -10,7 +10,7 @@
 //!   schema type is `string` streams as JSON-escaped chunks as it arrives (one leading and one
 //!   trailing newline dropped, as [`super::tools`] reads it; a possible closing tag is held back);
 //!   a value of another type is held until its end, then typed by the schema
-//!   ([`super::tools::value`]); a value of unknown type streams as a string unless its first
+//!   (`super::tools::value`); a value of unknown type streams as a string unless its first
 //!   non-blank char may begin a JSON number, literal, object or array (then it is held and
 //!   typed). The call *starts* (name sent) at its first complete `<parameter=KEY>` or at
 //!   `</function>`, so text that never looked like a call is never sent as one.
@@ -20,7 +20,7 @@
 //!   call ends with the object (what follows it in the block is dropped).
 //! - Anything else (arguments before the name, arguments as a string, drift the streaming
 //!   readers do not follow before the call started) is held to the block's end and parsed whole
-//!   by [`super::tools::parse_block`], leniently; what does not parse is reply text.
+//!   by `super::tools::parse_block`, leniently; what does not parse is reply text.
 //!
 //! A call that fails after it started (junk between XML parameters, JSON arguments that are
 //! invalid or cut off) ends with the text that closes the JSON sent so far (`"` and `}` / `]`),

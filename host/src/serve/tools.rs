@@ -16,7 +16,7 @@
 //! not parse stays in the reply as text: a parse never fails the request.
 //!
 //! Replies are read as they stream by [`super::tool_stream`] (which follows the well-formed
-//! shapes token by token and hands every other block to [`parse_block`] whole); `parse`, the
+//! shapes token by token and hands every other block to `parse_block` whole); `parse`, the
 //! whole-text reading, is kept for the tests of that leniency.
 
 use serde_json::{json, Map, Value};
