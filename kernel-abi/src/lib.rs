@@ -249,6 +249,13 @@ pub struct QmmParams {
     /// 8 rows (rows `16b + j` = gate row `8b + j`, rows `16b + 8 + j` = up row `8b + j`, `j < 8`,
     /// so `out_features = 16·⌈ff/8⌉`), and `y[c, f] = silu(g_f) · u_f` for `f < ff` (pitch `ff`).
     pub swiglu_ff: u32,
+    /// Global-memory reduction only (`cluster = 0`), block formats: 0 — the last split of a row
+    /// block to finish adds every partial; 1 — every split, once all of its row block's splits
+    /// have published their partials, adds the partials of the columns `c ≡ split (mod ksplit)`
+    /// (the same adds in the same order, so the same bits). A split waits for its row block's
+    /// other splits, so the host sets 1 only when every split block of the launch fits the device
+    /// at once (then the waiting blocks cannot hold the slots the others need).
+    pub reduce_spread: u32,
 }
 
 /// Bytes of the packed blocks of a `[out_features, in_features]` matrix of a `qmm_*` format with

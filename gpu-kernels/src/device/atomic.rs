@@ -30,3 +30,18 @@ pub unsafe fn atomic_add_u64(p: *mut u64, v: u64) -> u64 {
 pub unsafe fn atomic_max_u32(p: *mut u32, v: u32) -> u32 {
     AtomicU32::from_ptr(p).fetch_max(v, Ordering::Relaxed)
 }
+
+/// `ld.acquire.gpu.global.u32`: a load that orders every later memory access of this thread after
+/// it (with a barrier after it, of the whole block: the acquire side of a split-K hand-off).
+#[inline(always)]
+pub unsafe fn ld_acquire_gpu_u32(p: *const u32) -> u32 {
+    let v: u32;
+    asm!("ld.acquire.gpu.global.u32 {0}, [{1}];", out(reg32) v, in(reg64) p, options(nostack, readonly));
+    v
+}
+
+/// `nanosleep.u32`: suspends the warp for about `ns` nanoseconds (a spin-wait's back-off).
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    unsafe { asm!("nanosleep.u32 {0};", in(reg32) ns, options(nostack, nomem)) }
+}

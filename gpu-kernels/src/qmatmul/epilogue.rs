@@ -10,6 +10,13 @@
 //!   latency-critical: in the block formats' kernels each thread requests the partials of 4
 //!   outputs × 4 splits before adding any ([`ordered_split_sums`]); the float formats'
 //!   80-register kernels keep one output per step (any change there made ptxas spill).
+//! * `ksplit > 1`, `QmmParams::reduce_spread` (block formats, global memory): every block writes
+//!   its partials as above and arrives on the row group's counter; once all `ksplit` have arrived
+//!   (an acquire load, spinning), split `s` adds the partials of the columns `c ≡ s (mod ksplit)`
+//!   — the same adds in the same order, so the same bits — and departs; the last to depart resets
+//!   the counter. No lone last block: the reduction's loads are spread over the splits, one batch
+//!   each instead of several. The host sets it only when every split block fits the device at
+//!   once (a waiting block must not hold a slot a sibling needs).
 //! * `ksplit > 1` in a cluster launch (`QmmParams::cluster`, block formats only: every row block
 //!   split, one thread-block cluster of `ksplit` blocks per row block, split = cluster rank):
 //!   each block keeps its partials in its own shared memory; after a cluster barrier, block `s`
@@ -296,11 +303,60 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         return;
     }
 
-    // Split K: publish this split's partials, then the last block of the row group reduces.
+    // Split K: publish this split's partials, then the last block of the row group reduces —
+    // or, `p.reduce_spread`, every split reduces its share of the columns once all have published.
     let plane = QMM_MAX_N as usize * out;
     for_each_output(&mut |v, col, row| *partial.add(split as usize * plane + col * out + row) = v);
     fence_gpu();
     sync_threads();
+    let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - rb * QMM_ROWS_PER_BLOCK).max(1);
+    if cluster_capable::<F>() && p.reduce_spread != 0 {
+        let counter = counters.add(rb as usize);
+        // Arrive, then wait until every split of the row group has arrived (the acquire load and
+        // the barrier order this block's reads of the partials after their writers' fences).
+        if thread_x() == 0 {
+            crate::device::atomic::atomic_add_u32(counter, 1);
+            while crate::device::atomic::ld_acquire_gpu_u32(counter) < ksplit {
+                crate::device::atomic::nanosleep(100);
+            }
+        }
+        sync_threads();
+        fence_gpu();
+        let smax = if SWIGLU { ymax_begin() } else { core::ptr::null_mut() };
+        // This split's columns: `split, split + ksplit, …` below `n`.
+        let cols = if p.n > split { (p.n - split).div_ceil(ksplit) } else { 0 };
+        reduce_columns::<SWIGLU>(
+            partial,
+            plane,
+            ksplit,
+            rb,
+            group_rows,
+            out,
+            ff,
+            cols,
+            |c| split + c * ksplit,
+            xscale,
+            y,
+            smax,
+        );
+        if SWIGLU {
+            sync_threads();
+            let c = thread_x();
+            if c < p.n && c % ksplit == split {
+                *ymax.add((c * row_blocks + rb) as usize) = *smax.add(c as usize);
+            }
+        }
+        // Depart: the last split of the row group to leave resets its counter for the next launch
+        // (which the stream orders after this grid).
+        sync_threads();
+        if thread_x() == 0 {
+            let prev = crate::device::atomic::atomic_add_u32(counter, 1);
+            if prev == 2 * ksplit - 1 {
+                *counter = 0;
+            }
+        }
+        return;
+    }
     let flag = QMM_IS_LAST.as_mut_ptr();
     if thread_x() == 0 {
         let prev = crate::device::atomic::atomic_add_u32(counters.add(rb as usize), 1);
@@ -312,8 +368,8 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     }
     fence_gpu();
     let smax = if SWIGLU { ymax_begin() } else { core::ptr::null_mut() };
-    // Rows of this group (× columns: the outputs this block reduces); splits added in order.
-    let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - rb * QMM_ROWS_PER_BLOCK).max(1);
+    // Rows of this group (`group_rows`) × columns: the outputs this block reduces; splits added
+    // in order.
     // The float formats' kernels run at 80 registers (3 blocks per SM), where any change to this
     // loop made ptxas spill: they keep one output per thread and step (its splits' loads are
     // unrolled by the compiler).
@@ -352,74 +408,97 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
             i += block_dim_x();
         }
     } else {
-        // Each thread reduces a batch of items at a time (plain: 4 outputs; SwiGLU: 2 features,
-        // each a gate row and the up row 8 below it): every partial of the batch is requested before
-        // any is added, so a batch costs one L2 round trip instead of one per output (or per gate and
-        // up). The adds stay in split order 0, 1, … for every output.
-        // Slots of loaded partials per batch: one per output (plain), two per feature (SwiGLU).
-        const SLOTS: usize = 4;
-        let (items_per_batch, operands) = if SWIGLU { (SLOTS / 2, 2) } else { (SLOTS, 1) };
-        // Every index into the arrays below is a compile-time constant (`unroll_below`), so they stay in
-        // registers: per batch 4 slots × 4 splits of loads in flight at once.
-        let per_col = if SWIGLU { group_rows / 2 } else { group_rows };
-        let total = per_col * p.n;
-        let stride = block_dim_x();
-        let mut i0 = thread_x();
-        while i0 < total {
-            // Per slot: the partial index it sums (`usize::MAX`: none); per item: column and y index.
-            let mut src = [usize::MAX; SLOTS];
-            let mut dst = [(0usize, usize::MAX); SLOTS];
-            unroll_below(
-                4,
-                #[inline(always)]
-                |j| {
-                    let i = i0 + j as u32 * stride;
-                    if j >= items_per_batch || i >= total {
-                        return;
-                    }
-                    let (col, local) = (i / per_col, i % per_col);
-                    let (row, out_idx) = if SWIGLU {
-                        let f = (rb * QMM_ROWS_PER_BLOCK / 2 + local) as usize;
-                        let row = (rb * QMM_ROWS_PER_BLOCK + swiglu_gate_row(local)) as usize;
-                        (row, if f < ff { col as usize * ff + f } else { usize::MAX })
-                    } else {
-                        let row = (rb * QMM_ROWS_PER_BLOCK + local) as usize;
-                        (row, col as usize * out + row)
-                    };
-                    if out_idx == usize::MAX {
-                        return;
-                    }
-                    dst[j] = (col as usize, out_idx);
-                    src[j * operands] = col as usize * out + row;
-                    if SWIGLU {
-                        src[j * operands + 1] = col as usize * out + row + 8;
-                    }
-                },
-            );
-            let sums = ordered_split_sums(partial, plane, ksplit as usize, &src);
-            unroll_below(
-                4,
-                #[inline(always)]
-                |j| {
-                    let (col, out_idx) = dst[j];
-                    if j < items_per_batch && out_idx != usize::MAX {
-                        let s = *xscale.add(col);
-                        let v = if SWIGLU { silu(sums[2 * j] * s) * (sums[2 * j + 1] * s) } else { sums[j] * s };
-                        *y.add(out_idx) = v;
-                        if SWIGLU {
-                            ymax_add(smax, col, v);
-                        }
-                    }
-                },
-            );
-            i0 += items_per_batch as u32 * stride;
-        }
+        reduce_columns::<SWIGLU>(partial, plane, ksplit, rb, group_rows, out, ff, p.n, |c| c, xscale, y, smax);
     }
     if SWIGLU {
         ymax_publish(smax, ymax, p.n, rb, row_blocks);
     }
     if thread_x() == 0 {
         *counters.add(rb as usize) = 0;
+    }
+}
+
+/// The block formats' split-K adds for `cols` columns of row group `rb` (column `col_of(j)`,
+/// `j < cols`): every output's `ksplit` partials (`partial[s·plane + col·out + row]`) added in
+/// split order 0, 1, … from 0.0, times the column's x scale, into `y` (fused SwiGLU: the
+/// feature's `silu(gate)·up`, and its `|y|` into the block's shared column max `smax`).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn reduce_columns<const SWIGLU: bool>(
+    partial: *mut f32,
+    plane: usize,
+    ksplit: u32,
+    rb: u32,
+    group_rows: u32,
+    out: usize,
+    ff: usize,
+    cols: u32,
+    col_of: impl Fn(u32) -> u32,
+    xscale: *const f32,
+    y: *mut f32,
+    smax: *mut u32,
+) {
+    // Each thread reduces a batch of items at a time (plain: 4 outputs; SwiGLU: 2 features,
+    // each a gate row and the up row 8 below it): every partial of the batch is requested before
+    // any is added, so a batch costs one L2 round trip instead of one per output (or per gate and
+    // up). The adds stay in split order 0, 1, … for every output.
+    // Slots of loaded partials per batch: one per output (plain), two per feature (SwiGLU).
+    const SLOTS: usize = 4;
+    let (items_per_batch, operands) = if SWIGLU { (SLOTS / 2, 2) } else { (SLOTS, 1) };
+    // Every index into the arrays below is a compile-time constant (`unroll_below`), so they stay in
+    // registers: per batch 4 slots × 4 splits of loads in flight at once.
+    let per_col = if SWIGLU { group_rows / 2 } else { group_rows };
+    let total = per_col * cols;
+    let stride = block_dim_x();
+    let mut i0 = thread_x();
+    while i0 < total {
+        // Per slot: the partial index it sums (`usize::MAX`: none); per item: column and y index.
+        let mut src = [usize::MAX; SLOTS];
+        let mut dst = [(0usize, usize::MAX); SLOTS];
+        unroll_below(
+            4,
+            #[inline(always)]
+            |j| {
+                let i = i0 + j as u32 * stride;
+                if j >= items_per_batch || i >= total {
+                    return;
+                }
+                let (col, local) = (col_of(i / per_col), i % per_col);
+                let (row, out_idx) = if SWIGLU {
+                    let f = (rb * QMM_ROWS_PER_BLOCK / 2 + local) as usize;
+                    let row = (rb * QMM_ROWS_PER_BLOCK + swiglu_gate_row(local)) as usize;
+                    (row, if f < ff { col as usize * ff + f } else { usize::MAX })
+                } else {
+                    let row = (rb * QMM_ROWS_PER_BLOCK + local) as usize;
+                    (row, col as usize * out + row)
+                };
+                if out_idx == usize::MAX {
+                    return;
+                }
+                dst[j] = (col as usize, out_idx);
+                src[j * operands] = col as usize * out + row;
+                if SWIGLU {
+                    src[j * operands + 1] = col as usize * out + row + 8;
+                }
+            },
+        );
+        let sums = ordered_split_sums(partial, plane, ksplit as usize, &src);
+        unroll_below(
+            4,
+            #[inline(always)]
+            |j| {
+                let (col, out_idx) = dst[j];
+                if j < items_per_batch && out_idx != usize::MAX {
+                    let s = *xscale.add(col);
+                    let v = if SWIGLU { silu(sums[2 * j] * s) * (sums[2 * j + 1] * s) } else { sums[j] * s };
+                    *y.add(out_idx) = v;
+                    if SWIGLU {
+                        ymax_add(smax, col, v);
+                    }
+                }
+            },
+        );
+        i0 += items_per_batch as u32 * stride;
     }
 }
 

@@ -447,6 +447,79 @@ fn qmm_cluster_reduction_equals_the_global_reduction_bitwise() {
     }
 }
 
+/// The global-memory split-K reduction spread over the splits (`QmmParams::reduce_spread`: once
+/// every split of a row block has published its partials, split `s` adds those of the columns
+/// `c ≡ s (mod ksplit)`) gives bitwise the reduction by the last split to finish — the same adds
+/// in the same order — for every block format, plain and fused SwiGLU, uniform splits and the
+/// 27B gate/up's mixed plan (264 unsplit row blocks, then 8 split 10 ways: Q4_K, 5120 → 2 ×
+/// 17408), a partial last row block, and n = 1 … 40 (two launches past 32). Clusters are turned
+/// off for the check (they take the uniform plans where they fit).
+#[test]
+fn qmm_spread_reduction_equals_the_last_block_reduction_bitwise() {
+    let Some(gpu) = gpu_or_skip("qmm_spread_reduction_equals_the_last_block_reduction_bitwise") else { return };
+    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    let product = |w: &QWeight, x: &[f32], n: usize, swiglu: bool| {
+        let rows = if swiglu { qmm_swiglu_rows(w.ff().unwrap()) } else { w.out() };
+        let cols = w.ff().unwrap_or(w.out());
+        let dx = gpu.upload(x).unwrap();
+        let mut dy = gpu.zeros::<f32>(n * cols).unwrap();
+        gpu.fill_bytes(&mut dy, 0xff).unwrap();
+        let mut ws = QmmWorkspace::new(gpu, w.inp(), rows).unwrap();
+        w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
+        if swiglu {
+            w.swiglu(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
+        } else {
+            w.matmul(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
+        }
+        gpu.download(&dy).unwrap()
+    };
+    let (mut spread_launches, mut mixed_checked) = (0usize, false);
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        // (rows, K in units of 256 inputs, fused SwiGLU)
+        let mut shapes = vec![(128, 32, false), (640, 16, true), (5120, 24, false), (100, 16, false)];
+        if ty == GgmlType::Q4_K {
+            shapes.push((34_816, 20, true));
+        }
+        for (i, (out, k256, swiglu)) in shapes.into_iter().enumerate() {
+            let blocks = k256 * 256 / qmm_block(ty);
+            let inp = blocks * qmm_block(ty);
+            let mut rng = Rng(70 + i as u64);
+            let mut w = if swiglu {
+                let (g, u) = (random_weights(ty, out / 2, inp, &mut rng), random_weights(ty, out / 2, inp, &mut rng));
+                QWeight::upload_gate_up(gpu, ty, &g, &u, out / 2, inp).unwrap()
+            } else {
+                QWeight::upload(gpu, ty, &random_weights(ty, out, inp, &mut rng), out, inp).unwrap()
+            };
+            w.set_cluster_reduction(false);
+            for n in [1usize, 3, 8, 22, 32, 40] {
+                if !w.spread_reduction(gpu, n.min(32), swiglu).unwrap() {
+                    continue;
+                }
+                spread_launches += 1;
+                mixed_checked |= w.plan().full > 0;
+                let x = activations(80 + n as u64, n, inp);
+                let spread = bits(product(&w, &x, n, swiglu));
+                w.set_spread_reduction(false);
+                let last = bits(product(&w, &x, n, swiglu));
+                w.set_spread_reduction(true);
+                if let Some(j) = (0..last.len()).find(|&j| last[j] != spread[j]) {
+                    panic!(
+                        "{ty:?} [{out}, {inp}] swiglu {swiglu} plan {:?} n = {n}: y[{j}] = {:e} spread vs {:e}",
+                        w.plan(),
+                        f32::from_bits(spread[j]),
+                        f32::from_bits(last[j])
+                    );
+                }
+                assert!(spread.iter().all(|&b| b != u32::MAX), "{ty:?} [{out}, {inp}] n = {n}: an output not written");
+            }
+        }
+    }
+    eprintln!("qmm spread reduction: {spread_launches} shapes × token counts checked (mixed plan: {mixed_checked})");
+    if std::env::var("FLASHTREE_QMM_SPREAD").map_or(true, |v| v != "0") {
+        assert!(spread_launches > 0 && mixed_checked, "the spread reduction never ran (or never on a mixed plan)");
+    }
+}
+
 /// Upload refuses what no kernel can multiply (naming it); a product checks the token count,
 /// the workspace's size and what it holds, and the output's length.
 #[test]

@@ -160,6 +160,38 @@ pub(super) fn cluster_residency(
     Ok(Some((resident, to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK))))
 }
 
+/// Whether a launch of kernel `name` (with `smem` bytes of dynamic shared memory) over `w`'s
+/// split row blocks reduces them spread over the splits (`QmmParams::reduce_spread`: each split
+/// adds a share of the columns once all splits have published) instead of by the last split to
+/// finish: block formats with split row blocks, when every split block fits the device at once —
+/// the spread splits wait for each other, so none may wait for a slot another holds.
+/// `FLASHTREE_QMM_SPREAD=0` keeps the last-block reduction (A/B checks: the same bits either way).
+fn reduce_spread(gpu: &Gpu, w: &QWeight, name: &'static str, smem: u32) -> Result<bool, GpuError> {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = w.spread_allowed() && *ON.get_or_init(|| std::env::var("FLASHTREE_QMM_SPREAD").map_or(true, |v| v != "0"));
+    let plan = w.plan();
+    let row_blocks = to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK);
+    if !on
+        || !matches!(w.ty(), GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_0)
+        || plan.ksplit < 2
+        || plan.full >= row_blocks
+    {
+        return Ok(false);
+    }
+    let split_blocks = u64::from(row_blocks - plan.full) * u64::from(plan.ksplit);
+    Ok(split_blocks <= u64::from(gpu.resident_clusters(name, QMM_WARPS * 32, smem, 1)?))
+}
+
+/// [`reduce_spread`] for a product over `n` tokens (`swiglu`: the fused kernel), as its launch
+/// decides it (clusters first).
+pub(super) fn spread_for(gpu: &Gpu, w: &QWeight, n: usize, swiglu: bool) -> Result<bool, GpuError> {
+    let family = family_for(w.ty(), w.out(), w.inp())?;
+    let tiles = n.clamp(1, QMM_MAX_N as usize).div_ceil(8);
+    let name = kernel_name(family.prefix, tiles, swiglu)
+        .ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {}", family.prefix)))?;
+    Ok(!launch_clustered(gpu, w, n, swiglu)? && reduce_spread(gpu, w, name, family.smem_bytes(tiles as u32))?)
+}
+
 /// Whether a product over `n ≤ QMM_MAX_N` tokens runs as clusters: only when one cluster per row
 /// block fits the device at once ([`cluster_residency`]). Clusters that do not fit run in waves:
 /// measured on nvidia-h200, clusters of 6 over the 27B's 40-row-block shapes took 1.4× the
@@ -217,6 +249,7 @@ pub(super) fn launch(
             full_row_blocks: w.plan().full,
             cluster: 0,
             swiglu_ff: to_u32(ff.unwrap_or(0), "ff")?,
+            reduce_spread: 0,
         };
         let name =
             kernel_name(prefix, tiles, swiglu).ok_or_else(|| GpuError::shape(op, format!("no kernel for {prefix}")))?;
@@ -224,7 +257,8 @@ pub(super) fn launch(
         let smem = family.smem_bytes(tiles as u32);
         gpu.allow_dynamic_smem(name, smem)?;
         let clustered = launch_clustered(gpu, w, cols, swiglu)?;
-        let p = QmmParams { cluster: clustered as u32, ..p };
+        let spread = !clustered && reduce_spread(gpu, w, name, smem)?;
+        let p = QmmParams { cluster: clustered as u32, reduce_spread: spread as u32, ..p };
         let cfg = LaunchConfig {
             grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
             block_dim: (QMM_WARPS * 32, 1, 1),

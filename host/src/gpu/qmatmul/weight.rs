@@ -8,7 +8,7 @@ use cudarc::driver::CudaSlice;
 use flashtree_quants::GgmlType;
 
 use super::format::{family_for, qmm_needs_pairs, swiglu_rows, to_u32};
-use super::kernels::{choose_plan, cluster_residency, launch, uses_cluster};
+use super::kernels::{choose_plan, cluster_residency, launch, spread_for, uses_cluster};
 use super::pack::{pack_gate_up, pack_weights};
 use super::QmmWorkspace;
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -68,6 +68,7 @@ impl PackedWeight {
             kind: self.kind,
             plan,
             cluster: uses_cluster(self.ty, plan),
+            spread: true,
             buf: gpu.upload(&self.bytes)?,
         })
     }
@@ -89,6 +90,9 @@ pub struct QWeight {
     /// Whether its split row blocks reduce in thread-block clusters (`kernels.rs`,
     /// `uses_cluster`; fixed at upload, [`Self::set_cluster_reduction`] for A/B checks).
     cluster: bool,
+    /// Whether its split row blocks may reduce spread over the splits where the launch allows it
+    /// (`kernels.rs`, `reduce_spread`; [`Self::set_spread_reduction`] for A/B checks).
+    spread: bool,
     buf: CudaSlice<u8>,
 }
 
@@ -162,6 +166,24 @@ impl QWeight {
     /// (the bitwise A/B test of the two reductions; `FLASHTREE_QMM_CLUSTER=0` for whole runs).
     pub fn set_cluster_reduction(&mut self, on: bool) {
         self.cluster = on && uses_cluster(self.ty, self.plan);
+    }
+
+    /// Whether a product over `n` tokens (`swiglu`: the fused kernel) reduces its split row
+    /// blocks spread over the splits (`QmmParams::reduce_spread`) rather than by the last split to
+    /// finish: global-memory reductions of the block formats whose split blocks all fit the device
+    /// at once.
+    pub fn spread_reduction(&self, gpu: &Gpu, n: usize, swiglu: bool) -> Result<bool, GpuError> {
+        spread_for(gpu, self, n, swiglu)
+    }
+
+    /// Turns the spread reduction off, or back on (the bitwise A/B test of the two global-memory
+    /// reductions; `FLASHTREE_QMM_SPREAD=0` for whole runs).
+    pub fn set_spread_reduction(&mut self, on: bool) {
+        self.spread = on;
+    }
+
+    pub(super) fn spread_allowed(&self) -> bool {
+        self.spread
     }
 
     /// Device bytes of the packed matrix (what one product streams).
