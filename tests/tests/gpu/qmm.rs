@@ -452,8 +452,9 @@ fn qmm_cluster_reduction_equals_the_global_reduction_bitwise() {
 /// `c ≡ s (mod ksplit)`) gives bitwise the reduction by the last split to finish — the same adds
 /// in the same order — for every block format, plain and fused SwiGLU, uniform splits and the
 /// 27B gate/up's mixed plan (264 unsplit row blocks, then 8 split 10 ways: Q4_K, 5120 → 2 ×
-/// 17408), a partial last row block, and n = 1 … 40 (two launches past 32). Clusters are turned
-/// off for the check (they take the uniform plans where they fit).
+/// 17408), a partial last row block, and n = 22 … 40 (two launches past 32; one-tile launches
+/// keep the last-block reduction). Clusters are turned off for the check (they take the uniform
+/// plans where they fit).
 #[test]
 fn qmm_spread_reduction_equals_the_last_block_reduction_bitwise() {
     let Some(gpu) = gpu_or_skip("qmm_spread_reduction_equals_the_last_block_reduction_bitwise") else { return };
@@ -491,7 +492,7 @@ fn qmm_spread_reduction_equals_the_last_block_reduction_bitwise() {
                 QWeight::upload(gpu, ty, &random_weights(ty, out, inp, &mut rng), out, inp).unwrap()
             };
             w.set_cluster_reduction(false);
-            for n in [1usize, 3, 8, 22, 32, 40] {
+            for n in [1usize, 3, 8, 9, 22, 32, 40] {
                 if !w.spread_reduction(gpu, n.min(32), swiglu).unwrap() {
                     continue;
                 }

@@ -160,18 +160,24 @@ pub(super) fn cluster_residency(
     Ok(Some((resident, to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK))))
 }
 
-/// Whether a launch of kernel `name` (with `smem` bytes of dynamic shared memory) over `w`'s
-/// split row blocks reduces them spread over the splits (`QmmParams::reduce_spread`: each split
-/// adds a share of the columns once all splits have published) instead of by the last split to
-/// finish: block formats with split row blocks, when every split block fits the device at once —
-/// the spread splits wait for each other, so none may wait for a slot another holds.
-/// `FLASHTREE_QMM_SPREAD=0` keeps the last-block reduction (A/B checks: the same bits either way).
-fn reduce_spread(gpu: &Gpu, w: &QWeight, name: &'static str, smem: u32) -> Result<bool, GpuError> {
+/// Whether a launch of kernel `name` (with `smem` bytes of dynamic shared memory, `tiles` tiles of
+/// 8 columns) over `w`'s split row blocks reduces them spread over the splits
+/// (`QmmParams::reduce_spread`: each split adds a share of the columns once all splits have
+/// published) instead of by the last split to finish: block formats with split row blocks, past
+/// one tile, when every split block fits the device at once — the spread splits wait for each
+/// other, so none may wait for a slot another holds. Measured on nvidia-h200
+/// (docs/perf/qmatmul.md, thirteenth engine session): at n = 22 the 27B's fused gate/up 43.7 →
+/// 39.7 µs and Q6_K down 33.5 → 31.5 µs, but at n = 1 each 1.5 % slower (one column to add; the
+/// splits' waiting costs more than the last block's short reduction), so one-tile launches keep
+/// the last-block reduction. `FLASHTREE_QMM_SPREAD=0` keeps it everywhere (A/B checks: the same
+/// bits either way, so the choice may depend on the tile count).
+fn reduce_spread(gpu: &Gpu, w: &QWeight, name: &'static str, smem: u32, tiles: usize) -> Result<bool, GpuError> {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = w.spread_allowed() && *ON.get_or_init(|| std::env::var("FLASHTREE_QMM_SPREAD").map_or(true, |v| v != "0"));
     let plan = w.plan();
     let row_blocks = to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK);
     if !on
+        || tiles < 2
         || !matches!(w.ty(), GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_0)
         || plan.ksplit < 2
         || plan.full >= row_blocks
@@ -189,7 +195,7 @@ pub(super) fn spread_for(gpu: &Gpu, w: &QWeight, n: usize, swiglu: bool) -> Resu
     let tiles = n.clamp(1, QMM_MAX_N as usize).div_ceil(8);
     let name = kernel_name(family.prefix, tiles, swiglu)
         .ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {}", family.prefix)))?;
-    Ok(!launch_clustered(gpu, w, n, swiglu)? && reduce_spread(gpu, w, name, family.smem_bytes(tiles as u32))?)
+    Ok(!launch_clustered(gpu, w, n, swiglu)? && reduce_spread(gpu, w, name, family.smem_bytes(tiles as u32), tiles)?)
 }
 
 /// Whether a product over `n ≤ QMM_MAX_N` tokens runs as clusters: only when one cluster per row
@@ -257,7 +263,7 @@ pub(super) fn launch(
         let smem = family.smem_bytes(tiles as u32);
         gpu.allow_dynamic_smem(name, smem)?;
         let clustered = launch_clustered(gpu, w, cols, swiglu)?;
-        let spread = !clustered && reduce_spread(gpu, w, name, smem)?;
+        let spread = !clustered && reduce_spread(gpu, w, name, smem, tiles)?;
         let p = QmmParams { cluster: clustered as u32, reduce_spread: spread as u32, ..p };
         let cfg = LaunchConfig {
             grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
