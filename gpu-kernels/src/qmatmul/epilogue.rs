@@ -25,8 +25,8 @@
 //!   0.0 — the global path's additions, so its bits — with no partial-sum traffic through L2, no
 //!   counter and no lone last block; a final cluster barrier keeps every block's shared memory
 //!   alive until its peers have read it.
-//! * Fused SwiGLU, both paths: the block that writes a row group's `y` also publishes, per
-//!   column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
+//! * Fused SwiGLU, every path: the block that writes a row group's `y` (spread: each split, for the
+//!   columns it wrote) also publishes, per column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
 //!   max, NaN above inf, order-independent) at `ymax[c · row_blocks + rb]` (`rb`: the row block): a shared word
 //!   per column (zeroed, a barrier, `atom.shared.max` from every stored value, a barrier), then
 //!   one global word per column. Every launch writes all `n × row_blocks` words, so the max over a
