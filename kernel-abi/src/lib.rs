@@ -254,7 +254,8 @@ pub struct QmmParams {
     /// have published their partials, adds the partials of the columns `c ≡ split (mod ksplit)`
     /// (the same adds in the same order, so the same bits). A split waits for its row block's
     /// other splits, so the host sets 1 only when every split block of the launch fits the device
-    /// at once (then the waiting blocks cannot hold the slots the others need).
+    /// at once (then the waiting blocks cannot hold the slots the others need):
+    /// [`qmm_spread_reduction`].
     pub reduce_spread: u32,
 }
 
@@ -595,6 +596,20 @@ pub fn qmm_cluster_ksplit(
     best_k
 }
 
+/// Whether a `qmm_*` launch of `tiles` tiles whose plan splits row blocks `full .. row_blocks` in
+/// `ksplit` reduces them spread over the splits ([`QmmParams::reduce_spread`]) on a device that
+/// keeps `resident` of its blocks at once: past one tile (at one the last-block reduction measured
+/// faster), and only when every split block can be resident together — a spread split waits for
+/// its row block's other splits, so this bound is what makes the wait deadlock-free (the full
+/// row blocks never wait, and no later kernel takes a slot before every block of the launch has
+/// started). Formats without the block-format epilogue never spread (the caller's check).
+pub const fn qmm_spread_reduction(tiles: u32, ksplit: u32, full: u32, row_blocks: u32, resident: u32) -> bool {
+    if tiles < 2 || ksplit < 2 || full >= row_blocks {
+        return false;
+    }
+    (row_blocks - full) as u64 * ksplit as u64 <= resident as u64
+}
+
 /// Blocks of a `qmm_*` launch over `row_blocks` row blocks: `full + (row_blocks − full)·ksplit`.
 pub const fn qmm_grid_blocks(row_blocks: u32, full: u32, ksplit: u32) -> u32 {
     let full = if full > row_blocks { row_blocks } else { full };
@@ -640,6 +655,33 @@ pub const fn qmm_block_work(b: u32, row_blocks: u32, full: u32, ksplit: u32, clu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qmm_spread_reduction_only_where_every_split_block_fits() {
+        // The 27B gate/up at n = 22 on nvidia-h200: 264 unsplit row blocks, 8 split 10 ways, 264 slots.
+        assert!(qmm_spread_reduction(3, 10, 264, 272, 264));
+        // One tile keeps the last-block reduction; so do unsplit plans.
+        assert!(!qmm_spread_reduction(1, 10, 264, 272, 264));
+        assert!(!qmm_spread_reduction(3, 1, 0, 40, 264));
+        assert!(!qmm_spread_reduction(3, 10, 272, 272, 264));
+        // 136 row blocks × 3 splits = 408 split blocks > 264 resident: never.
+        assert!(!qmm_spread_reduction(3, 3, 0, 136, 264));
+        // The bound itself, exhaustively over small grids: spread ⇒ all split blocks resident at once.
+        for tiles in 1..5u32 {
+            for ksplit in 0..18u32 {
+                for row_blocks in 0..40u32 {
+                    for full in 0..=row_blocks + 1 {
+                        for resident in [0u32, 1, 7, 64, 264] {
+                            if qmm_spread_reduction(tiles, ksplit, full, row_blocks, resident) {
+                                assert!(tiles >= 2 && ksplit >= 2 && full < row_blocks);
+                                assert!((row_blocks - full) * ksplit <= resident);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn qmm_ksplit_follows_the_wave_model_and_keeps_two_blocks_per_split() {

@@ -6,9 +6,9 @@
 use cudarc::driver::LaunchConfig;
 use flashtree_quants::GgmlType;
 use kernel_abi::{
-    qmm_cluster_ksplit, qmm_cluster_plan, qmm_grid_blocks, qmm_ksplit, qmm_ksplit_pow2, qmm_split_plan, QmmParams,
-    QmmSplitPlan, MAX_NODES, QMM_MAX_CLUSTER, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_SPLIT_COST_Q4_K, QMM_SPLIT_COST_Q6_K,
-    QMM_WARPS,
+    qmm_cluster_ksplit, qmm_cluster_plan, qmm_grid_blocks, qmm_ksplit, qmm_ksplit_pow2, qmm_split_plan,
+    qmm_spread_reduction, QmmParams, QmmSplitPlan, MAX_NODES, QMM_MAX_CLUSTER, QMM_MAX_N, QMM_ROWS_PER_BLOCK,
+    QMM_SPLIT_COST_Q4_K, QMM_SPLIT_COST_Q6_K, QMM_WARPS,
 };
 
 use super::format::{family_for, to_u32, QmmFamily};
@@ -176,16 +176,16 @@ fn reduce_spread(gpu: &Gpu, w: &QWeight, name: &'static str, smem: u32, tiles: u
     let on = w.spread_allowed() && *ON.get_or_init(|| std::env::var("FLASHTREE_QMM_SPREAD").map_or(true, |v| v != "0"));
     let plan = w.plan();
     let row_blocks = to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK);
+    let tiles = to_u32(tiles, "tiles")?;
+    // The plan and the tile count first (any residency): the occupancy query only where they qualify.
     if !on
-        || tiles < 2
         || !matches!(w.ty(), GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K | GgmlType::Q8_0)
-        || plan.ksplit < 2
-        || plan.full >= row_blocks
+        || !qmm_spread_reduction(tiles, plan.ksplit, plan.full, row_blocks, u32::MAX)
     {
         return Ok(false);
     }
-    let split_blocks = u64::from(row_blocks - plan.full) * u64::from(plan.ksplit);
-    Ok(split_blocks <= u64::from(gpu.resident_clusters(name, QMM_WARPS * 32, smem, 1)?))
+    let resident = gpu.resident_clusters(name, QMM_WARPS * 32, smem, 1)?;
+    Ok(qmm_spread_reduction(tiles, plan.ksplit, plan.full, row_blocks, resident))
 }
 
 /// [`reduce_spread`] for a product over `n` tokens (`swiglu`: the fused kernel), as its launch
