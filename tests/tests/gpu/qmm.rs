@@ -360,6 +360,24 @@ fn qmm_split_plan_with_unsplit_waves_matches_reference_and_column_bits() {
     }
 }
 
+/// The bits of `y` of one product of `w` over `n` tokens `x` (`swiglu`: the fused gate/up), into a
+/// NaN-poisoned output.
+fn product_bits(gpu: &Gpu, w: &QWeight, x: &[f32], n: usize, swiglu: bool) -> Vec<u32> {
+    let rows = if swiglu { qmm_swiglu_rows(w.ff().unwrap()) } else { w.out() };
+    let cols = w.ff().unwrap_or(w.out());
+    let dx = gpu.upload(x).unwrap();
+    let mut dy = gpu.zeros::<f32>(n * cols).unwrap();
+    gpu.fill_bytes(&mut dy, 0xff).unwrap();
+    let mut ws = QmmWorkspace::new(gpu, w.inp(), rows).unwrap();
+    w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
+    if swiglu {
+        w.swiglu(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
+    } else {
+        w.matmul(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
+    }
+    gpu.download(&dy).unwrap().into_iter().map(f32::to_bits).collect()
+}
+
 /// Split row blocks reduce through thread-block clusters (partials in shared memory, read by the
 /// cluster's blocks through distributed shared memory) wherever the plan splits every row block:
 /// the same additions in the same split order as the global-memory reduction, so the same bits —
@@ -370,22 +388,6 @@ fn qmm_split_plan_with_unsplit_waves_matches_reference_and_column_bits() {
 #[test]
 fn qmm_cluster_reduction_equals_the_global_reduction_bitwise() {
     let Some(gpu) = gpu_or_skip("qmm_cluster_reduction_equals_the_global_reduction_bitwise") else { return };
-    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    let product = |w: &QWeight, x: &[f32], n: usize, swiglu: bool| {
-        let rows = if swiglu { qmm_swiglu_rows(w.ff().unwrap()) } else { w.out() };
-        let cols = w.ff().unwrap_or(w.out());
-        let dx = gpu.upload(x).unwrap();
-        let mut dy = gpu.zeros::<f32>(n * cols).unwrap();
-        gpu.fill_bytes(&mut dy, 0xff).unwrap();
-        let mut ws = QmmWorkspace::new(gpu, w.inp(), rows).unwrap();
-        w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
-        if swiglu {
-            w.swiglu(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
-        } else {
-            w.matmul(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
-        }
-        gpu.download(&dy).unwrap()
-    };
     let mut sizes = std::collections::BTreeSet::new();
     for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0] {
         // (rows, K in units of 256 inputs): clusters of 16, 10, 8 and 6 on nvidia-h200's 264
@@ -422,9 +424,9 @@ fn qmm_cluster_reduction_equals_the_global_reduction_bitwise() {
                     sizes.insert(w.ksplit());
                 }
                 let x = activations(60 + n as u64, n, inp);
-                let clustered = bits(product(&w, &x, n, swiglu));
+                let clustered = product_bits(gpu, &w, &x, n, swiglu);
                 w.set_cluster_reduction(false);
-                let global = bits(product(&w, &x, n, swiglu));
+                let global = product_bits(gpu, &w, &x, n, swiglu);
                 w.set_cluster_reduction(true);
                 if let Some(j) = (0..global.len()).find(|&j| global[j] != clustered[j]) {
                     panic!(
@@ -458,22 +460,6 @@ fn qmm_cluster_reduction_equals_the_global_reduction_bitwise() {
 #[test]
 fn qmm_spread_reduction_equals_the_last_block_reduction_bitwise() {
     let Some(gpu) = gpu_or_skip("qmm_spread_reduction_equals_the_last_block_reduction_bitwise") else { return };
-    let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-    let product = |w: &QWeight, x: &[f32], n: usize, swiglu: bool| {
-        let rows = if swiglu { qmm_swiglu_rows(w.ff().unwrap()) } else { w.out() };
-        let cols = w.ff().unwrap_or(w.out());
-        let dx = gpu.upload(x).unwrap();
-        let mut dy = gpu.zeros::<f32>(n * cols).unwrap();
-        gpu.fill_bytes(&mut dy, 0xff).unwrap();
-        let mut ws = QmmWorkspace::new(gpu, w.inp(), rows).unwrap();
-        w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
-        if swiglu {
-            w.swiglu(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
-        } else {
-            w.matmul(gpu, n, DevSpan::of(gpu, &dy), &mut ws).unwrap();
-        }
-        gpu.download(&dy).unwrap()
-    };
     let (mut spread_launches, mut mixed_checked) = (0usize, false);
     for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0] {
         // (rows, K in units of 256 inputs, fused SwiGLU)
@@ -499,9 +485,9 @@ fn qmm_spread_reduction_equals_the_last_block_reduction_bitwise() {
                 spread_launches += 1;
                 mixed_checked |= w.plan().full > 0;
                 let x = activations(80 + n as u64, n, inp);
-                let spread = bits(product(&w, &x, n, swiglu));
+                let spread = product_bits(gpu, &w, &x, n, swiglu);
                 w.set_spread_reduction(false);
-                let last = bits(product(&w, &x, n, swiglu));
+                let last = product_bits(gpu, &w, &x, n, swiglu);
                 w.set_spread_reduction(true);
                 if let Some(j) = (0..last.len()).find(|&j| last[j] != spread[j]) {
                     panic!(
