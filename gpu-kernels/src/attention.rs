@@ -73,6 +73,23 @@ unsafe fn batch_nodes(b: *const NodeBatch, grid_n: u32) -> u32 {
     }
 }
 
+/// Lane `lane`'s values `src[lane + 32j]` (`j < PREP_PER_LANE`, below `hd`) of one head vector,
+/// every load issued before any value is used (a copy loop's load → store pairs would otherwise
+/// be one L2 round trip each: eight at `hd = 256`).
+#[inline(always)]
+unsafe fn lane_values(src: *const f32, hd: usize, lane: usize) -> [f32; PREP_PER_LANE] {
+    let mut vals = [0.0f32; PREP_PER_LANE];
+    let mut j = 0;
+    while j < PREP_PER_LANE {
+        let c = lane + 32 * j;
+        if c < hd {
+            vals[j] = *src.add(c);
+        }
+        j += 1;
+    }
+    vals
+}
+
 #[link_section = ".shared"]
 static PREP_BUF: Shared<[f32; WARPS * MAX_HD]> = Shared::uninit();
 
@@ -132,43 +149,75 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     let row = n_past as u64 + i as u64;
     let pos = n_past as u64 + (*batch).depth[i as usize & NODE_MASK] as u64;
     let kv_row_elems = nkv as usize * hd;
+    let is_q = vec < nh;
+    let is_k = !is_q && vec < nh + nkv;
+    // Model data no kernel writes (the norm weights, the RoPE table at the node's position),
+    // loaded before the wait: in a chained launch they arrive under the previous kernel's tail.
+    let half = (p.n_rot / 2) as usize;
+    let in_table = pos < p.max_pos as u64;
+    let mut wv = [0.0f32; PREP_PER_LANE];
+    let mut cs = [0.0f32; PREP_PER_LANE];
+    let mut sn = [0.0f32; PREP_PER_LANE];
+    if is_q || is_k {
+        wv = lane_values(if is_q { q_norm } else { k_norm }, hd, lane);
+        let table = rope.add(if in_table { pos as usize * half * 2 } else { 0 });
+        let mut j = 0;
+        while j < PREP_PER_LANE {
+            let c = lane + 32 * j;
+            if c < 2 * half {
+                let pair = if c < half { c } else { c - half };
+                cs[j] = *table.add(2 * pair);
+                sn[j] = *table.add(2 * pair + 1);
+            }
+            j += 1;
+        }
+    }
     grid_dependency_wait();
 
     // Value heads: a rounded copy.
-    if vec >= nh + nkv {
+    if !is_q && !is_k {
         if row >= p.ctx as u64 {
             return;
         }
         let kvh = (vec - nh - nkv) as usize;
         let src = v.add(i as usize * p.v_stride as usize + kvh * hd);
         let dst = v_cache.add(row as usize * kv_row_elems + kvh * hd);
-        let mut c = lane;
-        while c < hd {
-            *dst.add(c) = f32_to_f16(*src.add(c));
-            c += 32;
+        let vals = lane_values(src, hd, lane);
+        let mut j = 0;
+        while j < PREP_PER_LANE {
+            let c = lane + 32 * j;
+            if c < hd {
+                *dst.add(c) = f32_to_f16(vals[j]);
+            }
+            j += 1;
         }
         return;
     }
 
-    let is_q = vec < nh;
     let gated = p.gated != 0;
     // Values per head in the query input: `[q | gate]` (gated) or `q`.
     let q_head = if gated { 2 * hd } else { hd };
-    let (src, w) = if is_q {
-        (qg.add(i as usize * p.q_stride as usize + vec as usize * q_head), q_norm)
+    let src = if is_q {
+        qg.add(i as usize * p.q_stride as usize + vec as usize * q_head)
     } else {
-        (k.add(i as usize * p.k_stride as usize + (vec - nh) as usize * hd), k_norm)
+        k.add(i as usize * p.k_stride as usize + (vec - nh) as usize * hd)
     };
-    if is_q && gated {
-        let g = src.add(hd);
-        let dst = gate_out.add(i as usize * nh as usize * hd + vec as usize * hd);
-        let mut c = lane;
-        while c < hd {
-            *dst.add(c) = *g.add(c);
-            c += 32;
-        }
-    } else if row >= p.ctx as u64 {
+    if !(is_q && gated) && row >= p.ctx as u64 {
         return;
+    }
+    // The head's values and (gated queries) its gate, all requested before any is used.
+    let x_in = lane_values(src, hd, lane);
+    if is_q && gated {
+        let gv = lane_values(src.add(hd), hd, lane);
+        let dst = gate_out.add(i as usize * nh as usize * hd + vec as usize * hd);
+        let mut j = 0;
+        while j < PREP_PER_LANE {
+            let c = lane + 32 * j;
+            if c < hd {
+                *dst.add(c) = gv[j];
+            }
+            j += 1;
+        }
     }
 
     // Per-head RMSNorm: lane `l` holds x[l + 32j].
@@ -178,7 +227,7 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     while j < PREP_PER_LANE {
         let c = lane + 32 * j;
         if c < hd {
-            x[j] = *src.add(c);
+            x[j] = x_in[j];
             acc = fma(x[j], x[j], acc);
         }
         j += 1;
@@ -189,7 +238,7 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     while j < PREP_PER_LANE {
         let c = lane + 32 * j;
         if c < hd {
-            x[j] = x[j] * s * *w.add(c);
+            x[j] = x[j] * s * wv[j];
             *buf.add(c) = x[j];
         }
         j += 1;
@@ -197,18 +246,13 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     sync_warp();
 
     // Partial NeoX RoPE over the first n_rot dims.
-    let half = (p.n_rot / 2) as usize;
-    let in_table = pos < p.max_pos as u64;
-    let table = rope.add(if in_table { pos as usize * half * 2 } else { 0 });
     let mut j = 0;
     while j < PREP_PER_LANE {
         let c = lane + 32 * j;
         if c < 2 * half {
-            let (pair, partner) = if c < half { (c, c + half) } else { (c - half, c - half) };
-            let cs = *table.add(2 * pair);
-            let sn = *table.add(2 * pair + 1);
+            let partner = if c < half { c + half } else { c - half };
             let y = *buf.add(partner);
-            x[j] = if c < half { fma(x[j], cs, -(y * sn)) } else { fma(x[j], cs, y * sn) };
+            x[j] = if c < half { fma(x[j], cs[j], -(y * sn[j])) } else { fma(x[j], cs[j], y * sn[j]) };
         }
         j += 1;
     }
