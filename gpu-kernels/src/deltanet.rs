@@ -231,6 +231,8 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
     }
     grid_dependency_wait();
     let mut ss = 0.0f32;
+    // The first channel's output, kept for the normalization below (no reload).
+    let mut y0 = 0.0f32;
     let mut c = t;
     while c < d {
         let chn = base + c;
@@ -270,6 +272,9 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
         }
         let y = silu(acc);
         *dst.add(c) = y;
+        if c == t {
+            y0 = y;
+        }
         ss = fma(y, y, ss);
         c += GDN_PREP_THREADS as usize;
     }
@@ -288,18 +293,22 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
         let scale = if kind == 0 { div_rn(1.0, sqrt_rn(d_k as f32)) } else { 1.0 };
         let mut c = t;
         while c < d {
-            let y = *dst.add(c) * inv;
+            let y = if c == t { y0 } else { *dst.add(c) } * inv;
             *dst.add(c) = if kind == 0 { y * scale } else { y };
             c += GDN_PREP_THREADS as usize;
         }
     } else if t == 0 {
         let jv = g - 2 * n_k;
-        let u = *a.add(i * p.a_stride as usize + jv) + *dt_bias.add(jv);
+        // Every input loaded before either store (a store to the scratch could alias `b` for the
+        // compiler, which would otherwise load it one round trip later).
+        let (av, bv) = (*a.add(i * p.a_stride as usize + jv), *b.add(i * p.b_stride as usize + jv));
+        let (bias, ssm) = (*dt_bias.add(jv), *ssm_a.add(jv));
+        let u = av + bias;
         // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
         let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
-        let gl = *ssm_a.add(jv) * sp;
+        let gl = ssm * sp;
         *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
-        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * p.b_stride as usize + jv)));
+        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-bv));
     }
 }
 
@@ -380,6 +389,8 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
     }
     grid_dependency_wait();
     let mut ss = [0.0f32; NB];
+    // Each node's first-channel output, kept for the normalization below (no reload).
+    let mut y0 = [0.0f32; NB];
     // Tap `tap`'s input of node `e` (`back = K − 1 − tap ≥ 1` steps back): its in-batch
     // ancestor `back` steps up, else the committed window.
     let tap_input = |e: usize, back: usize, chn: usize| {
@@ -424,6 +435,7 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
                     });
                     let y = silu(acc);
                     *dst0.add(e * dst_step + c) = y;
+                    y0[e] = y;
                     ss[e] = fma(y, y, ss[e]);
                 }
             });
@@ -464,7 +476,7 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
                 let dst = dst0.add(e * dst_step);
                 let mut c = t;
                 while c < d {
-                    let y = *dst.add(c) * inv;
+                    let y = if c == t && kk <= PRE { y0[e] } else { *dst.add(c) } * inv;
                     *dst.add(c) = if kind == 0 { y * scale } else { y };
                     c += GDN_PREP_THREADS as usize;
                 }
@@ -472,12 +484,15 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
         });
     } else if t < nodes {
         let (i, jv) = (i0 + t, g - 2 * n_k);
-        let u = *a.add(i * p.a_stride as usize + jv) + *dt_bias.add(jv);
+        // Every input loaded before either store (as in `gdn_prep`).
+        let (av, bv) = (*a.add(i * p.a_stride as usize + jv), *b.add(i * p.b_stride as usize + jv));
+        let (bias, ssm) = (*dt_bias.add(jv), *ssm_a.add(jv));
+        let u = av + bias;
         // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
         let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
-        let gl = *ssm_a.add(jv) * sp;
+        let gl = ssm * sp;
         *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
-        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-*b.add(i * p.b_stride as usize + jv)));
+        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-bv));
     }
 }
 
