@@ -228,64 +228,58 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
         let smax = if SWIGLU { ymax_begin() } else { core::ptr::null_mut() };
         cluster_sync();
         let part_addr = smem_addr(part);
+        // Split `s`'s partial of output `local`, summed in split order: 8 remote loads in flight
+        // per chunk of splits.
+        let sum_splits = |local: usize| {
+            let addr = part_addr + 4 * local as u32;
+            let mut sum = 0.0f32;
+            let mut s0 = 0u32;
+            while s0 < ksplit {
+                let mut v = [0.0f32; 8];
+                unroll_below(
+                    8,
+                    #[inline(always)]
+                    |s| {
+                        if s0 + (s as u32) < ksplit {
+                            v[s] = ld_cluster_f32(map_to_rank(addr, s0 + s as u32));
+                        }
+                    },
+                );
+                unroll_below(
+                    8,
+                    #[inline(always)]
+                    |s| {
+                        if s0 + (s as u32) < ksplit {
+                            sum += v[s];
+                        }
+                    },
+                );
+                s0 += 8;
+            }
+            sum
+        };
         let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - row_base).max(1);
         let per_col = if SWIGLU { group_rows / 2 } else { group_rows };
         let total = per_col * p.n;
         let stride = ksplit * block_dim_x();
-        // A batch per thread: plain, 4 outputs; SwiGLU, 2 features (each a gate row and the up row
-        // 8 below it). Every remote partial of the batch is requested before any is added
-        // ([`cluster_split_sums`]), so a batch costs one distributed-shared-memory round trip
-        // instead of one per output; each output's adds stay in split order from 0.0.
-        let (items_per_batch, operands) = if SWIGLU { (2usize, 2usize) } else { (4usize, 1usize) };
-        let mut i0 = split * block_dim_x() + thread_x();
-        while i0 < total {
-            // Per slot: the partial index (within the block's `[col][row]` partials) it sums,
-            // `u32::MAX` for none; per item: its column and `y` index (`usize::MAX`: none).
-            let mut src = [u32::MAX; 4];
-            let mut dst = [(0usize, usize::MAX); 4];
-            unroll_below(
-                4,
-                #[inline(always)]
-                |j| {
-                    let i = i0 + j as u32 * stride;
-                    if j >= items_per_batch || i >= total {
-                        return;
-                    }
-                    let (col, local) = (i / per_col, i % per_col);
-                    let pcol = col * QMM_ROWS_PER_BLOCK;
-                    if SWIGLU {
-                        let f = (row_base / 2 + local) as usize;
-                        if f < ff {
-                            let gl = swiglu_gate_row(local);
-                            dst[j] = (col as usize, col as usize * ff + f);
-                            src[j * operands] = pcol + gl;
-                            src[j * operands + 1] = pcol + gl + 8;
-                        }
-                    } else {
-                        dst[j] = (col as usize, col as usize * out + (row_base + local) as usize);
-                        src[j] = pcol + local;
-                    }
-                },
-            );
-            let sums = cluster_split_sums(part_addr, ksplit, &src);
-            unroll_below(
-                4,
-                #[inline(always)]
-                |j| {
-                    let (col, out_idx) = dst[j];
-                    if j < items_per_batch && out_idx != usize::MAX {
-                        let s = *xscale.add(col);
-                        if SWIGLU {
-                            let v = silu(sums[2 * j] * s) * (sums[2 * j + 1] * s);
-                            *y.add(out_idx) = v;
-                            ymax_add(smax, col, v);
-                        } else {
-                            *y.add(out_idx) = sums[j] * s;
-                        }
-                    }
-                },
-            );
-            i0 += items_per_batch as u32 * stride;
+        let mut i = split * block_dim_x() + thread_x();
+        while i < total {
+            let (col, local) = (i / per_col, i % per_col);
+            let s = *xscale.add(col as usize);
+            let pcol = col as usize * QMM_ROWS_PER_BLOCK as usize;
+            if SWIGLU {
+                let f = (row_base / 2 + local) as usize;
+                let gl = swiglu_gate_row(local) as usize;
+                if f < ff {
+                    let v = silu(sum_splits(pcol + gl) * s) * (sum_splits(pcol + gl + 8) * s);
+                    *y.add(col as usize * ff + f) = v;
+                    ymax_add(smax, col as usize, v);
+                }
+            } else {
+                let row = (row_base + local) as usize;
+                *y.add(col as usize * out + row) = sum_splits(pcol + local as usize) * s;
+            }
+            i += stride;
         }
         if SWIGLU {
             // The row block's max per column: block 0 of the cluster takes the max of every
@@ -530,52 +524,6 @@ unsafe fn ordered_split_sums(partial: *const f32, plane: usize, ksplit: usize, s
             }
         });
         s0 += 4;
-    }
-    sums
-}
-
-/// The cluster reduction's sums `Σ_s part_s[src[k]]` of the four slots `k` with `src[k] != u32::MAX`
-/// (`part_s`: the `[col][row]` partials in the shared memory of the cluster's block of rank `s`,
-/// `part_addr` this block's address of them), added in split order `s = 0, 1, …` from 0.0: each
-/// chunk of 8 splits requests every slot's partials (up to 32 remote loads in flight) before
-/// adding any. Every index is a compile-time constant, so the values stay in registers.
-#[inline(always)]
-unsafe fn cluster_split_sums(part_addr: u32, ksplit: u32, src: &[u32; 4]) -> [f32; 4] {
-    let mut sums = [0.0f32; 4];
-    let mut s0 = 0u32;
-    while s0 < ksplit {
-        let mut v = [[0.0f32; 8]; 4];
-        unroll_below(
-            4,
-            #[inline(always)]
-            |r| {
-                unroll_below(
-                    8,
-                    #[inline(always)]
-                    |s1| {
-                        if src[r] != u32::MAX && s0 + (s1 as u32) < ksplit {
-                            v[r][s1] = ld_cluster_f32(map_to_rank(part_addr + 4 * src[r], s0 + s1 as u32));
-                        }
-                    },
-                )
-            },
-        );
-        unroll_below(
-            4,
-            #[inline(always)]
-            |r| {
-                unroll_below(
-                    8,
-                    #[inline(always)]
-                    |s1| {
-                        if s0 + (s1 as u32) < ksplit {
-                            sums[r] += v[r][s1];
-                        }
-                    },
-                )
-            },
-        );
-        s0 += 8;
     }
     sums
 }
