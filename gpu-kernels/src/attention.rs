@@ -690,15 +690,15 @@ pub unsafe extern "ptx-kernel" fn attn_tree_combine(
     let splits = attn_splits_min(nc + anc.count_ones(), p.min_split_keys) as usize;
     let base = (i as usize * p.n_head as usize + h) * p.slots as usize;
     let ml = scratch.add(p.n as usize * p.n_head as usize * p.slots as usize * hd);
-    // The gate was written before the attention kernel: requested with the first chunk.
+    // The gate was written before the attention kernel: requested beside the splits' values.
     let g = if p.gated != 0 { *gate.add(o) } else { 0.0 };
-    // Every split's `(m_s, l_s, a_s)` of a chunk of `COMBINE_CHUNK` is requested before any is
-    // used (one L2 round trip per chunk, not one per split); the max and both sums run over the
-    // splits in order, as one loop over all of them would.
+    // Up to `COMBINE_CHUNK` splits (every node below 1,025 keys): every split's `(m_s, l_s, a_s)`
+    // is requested before any is used (one L2 round trip, not one per split); the max and both
+    // sums run over the splits in order, as the loop below does.
     let (mut l, mut a) = (0.0f32, 0.0f32);
     let mut m = f32::NEG_INFINITY;
     if splits <= COMBINE_CHUNK {
-        let (mv, lv, av) = combine_chunk(ml, scratch, base, hd, d, 0, splits);
+        let (mv, lv, av) = combine_chunk(ml, scratch, base, hd, d, splits);
         unroll_below(COMBINE_CHUNK, |j| {
             if j < splits {
                 m = m.max(mv[j]);
@@ -712,28 +712,19 @@ pub unsafe extern "ptx-kernel" fn attn_tree_combine(
             }
         });
     } else {
-        let mut s0 = 0;
-        while s0 < splits {
-            let mut mv = [f32::NEG_INFINITY; COMBINE_CHUNK];
-            unroll_below(COMBINE_CHUNK, |j| {
-                if s0 + j < splits {
-                    mv[j] = *ml.add(2 * (base + s0 + j));
-                }
-            });
-            unroll_below(COMBINE_CHUNK, |j| m = m.max(mv[j]));
-            s0 += COMBINE_CHUNK;
+        // Long contexts (up to `ATTN_MAX_SPLITS`): one split at a time, as LLVM unrolls it
+        // (chunks of 8 here measured 1.7 µs slower at 8K keys, n = 1: `docs/perf/attention.md`).
+        let mut s = 0;
+        while s < splits {
+            m = m.max(*ml.add(2 * (base + s)));
+            s += 1;
         }
-        let mut s0 = 0;
-        while s0 < splits {
-            let (mv, lv, av) = combine_chunk(ml, scratch, base, hd, d, s0, splits);
-            unroll_below(COMBINE_CHUNK, |j| {
-                if s0 + j < splits {
-                    let f = ex2(mv[j] - m);
-                    l = fma(lv[j], f, l);
-                    a = fma(av[j], f, a);
-                }
-            });
-            s0 += COMBINE_CHUNK;
+        let mut s = 0;
+        while s < splits {
+            let f = ex2(*ml.add(2 * (base + s)) - m);
+            l = fma(*ml.add(2 * (base + s) + 1), f, l);
+            a = fma(*scratch.add((base + s) * hd + d), f, a);
+            s += 1;
         }
     }
     let r = div_rn(a, l);
@@ -743,7 +734,7 @@ pub unsafe extern "ptx-kernel" fn attn_tree_combine(
 /// Splits per chunk of [`attn_tree_combine`]'s loads (a node has 7 at 771 keys).
 const COMBINE_CHUNK: usize = 8;
 
-/// Splits `s0 .. min(s0 + COMBINE_CHUNK, splits)` of one (node, head) of [`attn_tree_combine`]:
+/// Splits `0 .. splits` (`≤ COMBINE_CHUNK`) of one (node, head) of [`attn_tree_combine`]:
 /// `(m_s, l_s, a_s[d])`, every load issued before any is returned (the arrays are indexed by
 /// compile-time constants, so they stay in registers); slots past `splits` hold `(−inf, 0, 0)`.
 #[inline(always)]
@@ -753,15 +744,14 @@ unsafe fn combine_chunk(
     base: usize,
     hd: usize,
     d: usize,
-    s0: usize,
     splits: usize,
 ) -> ([f32; COMBINE_CHUNK], [f32; COMBINE_CHUNK], [f32; COMBINE_CHUNK]) {
     let mut mv = [f32::NEG_INFINITY; COMBINE_CHUNK];
     let mut lv = [0.0f32; COMBINE_CHUNK];
     let mut av = [0.0f32; COMBINE_CHUNK];
     unroll_below(COMBINE_CHUNK, |j| {
-        if s0 + j < splits {
-            let s = base + s0 + j;
+        if j < splits {
+            let s = base + j;
             mv[j] = *ml.add(2 * s);
             lv[j] = *ml.add(2 * s + 1);
             av[j] = *scratch.add(s * hd + d);
