@@ -60,6 +60,8 @@ const ROW_TILES: u32 = 4;
 const MAX_BLOCK_NODES: usize = 64;
 /// Rows of the Q plane in shared memory (4 row tiles of 16).
 const Q_ROWS: u32 = 64;
+/// 16-byte pieces of the Q plane per thread at the largest head dim: `Q_ROWS · 256 / 8 / 256`.
+const Q_PIECES: usize = 8;
 
 /// Per node of the block: first and end key of its split (`start = end` when the node has no
 /// split `s`), its ancestor count.
@@ -156,34 +158,8 @@ unsafe fn tree_mma<const HD: u32>(
         *cnts.add(tid as usize) = cnt;
     }
 
-    grid_dependency_wait();
-    // The Q plane: row `16·mt + rr` = (node `mt·npm + rr / g`, head `rr % g`) as f16.
-    let qs = smem_addr(dynamic_smem());
-    let ks = qs + Q_ROWS * HD * 2;
-    let region = kernel_abi::attn_mma_region_rows(p.n);
-    let vs = ks + region * HD * 2;
-    let chunks = HD / 8;
-    let mut e = tid;
-    while e < Q_ROWS * chunks {
-        let (r, c) = (e / chunks, e % chunks);
-        let (rt, rr) = (r / 16, r % 16);
-        let node = node0 + rt * npm + rr / g;
-        let mut v = [0u32; 4];
-        if rr < npm * g && node < nb {
-            let head = kvh * g + rr % g;
-            let src = q.add(((node * p.n_head + head) * HD + 8 * c) as usize) as *const U32x4;
-            let (x0, x1) = (ld_v4(src).0, ld_v4(src.add(1)).0);
-            v = [
-                pack_f16x2(f32::from_bits(x0[0]), f32::from_bits(x0[1])),
-                pack_f16x2(f32::from_bits(x0[2]), f32::from_bits(x0[3])),
-                pack_f16x2(f32::from_bits(x1[0]), f32::from_bits(x1[1])),
-                pack_f16x2(f32::from_bits(x1[2]), f32::from_bits(x1[3])),
-            ];
-        }
-        st_shared_v4(qs + swz::<HD>(r, c), v);
-        e += 256;
-    }
     sync_threads();
+    // The block's key range, from the node batch alone (before the wait).
     if warp == 0 {
         let (mut lo, mut hi) = (u32::MAX, 0u32);
         let mut j = lane;
@@ -211,6 +187,67 @@ unsafe fn tree_mma<const HD: u32>(
     if hi == 0 {
         return;
     }
+    let qs = smem_addr(dynamic_smem());
+    let ks = qs + Q_ROWS * HD * 2;
+    let region = kernel_abi::attn_mma_region_rows(p.n);
+    let vs = ks + region * HD * 2;
+    let chunks = HD / 8;
+
+    // Starts copying rows `base .. base + count` of the K and V planes into region rows
+    // `at .. at + count` (one commit group per thread; wait with `cp_async_wait_*`).
+    let load_rows = #[inline(always)]
+    |base: u32, count: u32, at: u32| {
+        let total = count * chunks;
+        let mut e = tid;
+        while e < total {
+            let (r, c) = (e / chunks, e % chunks);
+            let off = (base + r) as usize * row_elems + (kvh * HD + 8 * c) as usize;
+            cp_async_16(ks + swz::<HD>(at + r, c), k_cache.add(off) as *const u8);
+            cp_async_16(vs + swz::<HD>(at + r, c), v_cache.add(off) as *const u8);
+            e += 256;
+        }
+        cp_async_commit();
+    };
+    // Committed tiles: one copy for every row of the block, double-buffered (region rows
+    // `0..64` and `64..128`: the next tile is in flight while this one is multiplied).
+    let shared_tile = |a: u32| a < hi && a + TILE <= n_past;
+
+    grid_dependency_wait();
+    // The first committed tile's copy starts before the Q plane is built (they are independent).
+    if shared_tile(lo) {
+        load_rows(lo, TILE, 0);
+    }
+    // The Q plane: row `16·mt + rr` = (node `mt·npm + rr / g`, head `rr % g`) as f16. Every
+    // 16-byte piece a thread converts is requested before any is stored (one round trip to L2,
+    // not one per piece: up to `HD / 32` pieces per thread).
+    let mut xq = [[U32x4([0; 4]), U32x4([0; 4])]; Q_PIECES];
+    unroll_below(Q_PIECES, |j| {
+        let e = tid + 256 * j as u32;
+        if e < Q_ROWS * chunks {
+            let (r, c) = (e / chunks, e % chunks);
+            let (rt, rr) = (r / 16, r % 16);
+            let node = node0 + rt * npm + rr / g;
+            if rr < npm * g && node < nb {
+                let head = kvh * g + rr % g;
+                let src = q.add(((node * p.n_head + head) * HD + 8 * c) as usize) as *const U32x4;
+                xq[j] = [ld_v4(src), ld_v4(src.add(1))];
+            }
+        }
+    });
+    unroll_below(Q_PIECES, |j| {
+        let e = tid + 256 * j as u32;
+        if e < Q_ROWS * chunks {
+            let (r, c) = (e / chunks, e % chunks);
+            let (x0, x1) = (xq[j][0].0, xq[j][1].0);
+            let v = [
+                pack_f16x2(f32::from_bits(x0[0]), f32::from_bits(x0[1])),
+                pack_f16x2(f32::from_bits(x0[2]), f32::from_bits(x0[3])),
+                pack_f16x2(f32::from_bits(x1[0]), f32::from_bits(x1[1])),
+                pack_f16x2(f32::from_bits(x1[2]), f32::from_bits(x1[3])),
+            ];
+            st_shared_v4(qs + swz::<HD>(r, c), v);
+        }
+    });
 
     // This lane's two rows (`g4 = lane / 4` and `+ 8` of the row tile): node (block-local) or none.
     let (g4, t4) = (lane / 4, lane % 4);
@@ -229,22 +266,6 @@ unsafe fn tree_mma<const HD: u32>(
     let mut acc = [[0.0f32; 4]; NT];
     let mut m_run = [f32::NEG_INFINITY; 2];
     let mut l_run = [0.0f32; 2];
-
-    // Starts copying rows `base .. base + count` of the K and V planes into region rows
-    // `at .. at + count` (one commit group per thread; wait with `cp_async_wait_*`).
-    let load_rows = #[inline(always)]
-    |base: u32, count: u32, at: u32| {
-        let total = count * chunks;
-        let mut e = tid;
-        while e < total {
-            let (r, c) = (e / chunks, e % chunks);
-            let off = (base + r) as usize * row_elems + (kvh * HD + 8 * c) as usize;
-            cp_async_16(ks + swz::<HD>(at + r, c), k_cache.add(off) as *const u8);
-            cp_async_16(vs + swz::<HD>(at + r, c), v_cache.add(off) as *const u8);
-            e += 256;
-        }
-        cp_async_commit();
-    };
 
     // One tile `a .. a + 64` for this warp's rows, the region holding rows `base ..`: logical key
     // `t < n_past` is region row `t − base`, key `n_past + d` (`d < cnt`) the row of ancestor
@@ -348,14 +369,9 @@ unsafe fn tree_mma<const HD: u32>(
         });
     };
 
-    // Committed tiles: one copy for every row of the block, double-buffered (region rows
-    // `0..64` and `64..128`: the next tile is in flight while this one is multiplied).
-    let shared_tile = |a: u32| a < hi && a + TILE <= n_past;
+    // The committed tiles (the first one's copy started above).
     let mut a = lo;
     let mut buf = 0u32;
-    if shared_tile(a) {
-        load_rows(a, TILE, 0);
-    }
     while shared_tile(a) {
         if shared_tile(a + TILE) {
             load_rows(a + TILE, TILE, TILE * (buf ^ 1));
