@@ -129,6 +129,9 @@ pub struct DraftEngine {
     feat: CudaSlice<f32>,
     c: CudaSlice<f32>,
     e: CudaSlice<f32>,
+    /// The residual stream's second buffer: with the fused norm prep (`qmm_prep_norm`, which
+    /// reads `h` whole in every block) each site writes `h + a` to the other buffer.
+    e2: CudaSlice<f32>,
     x: CudaSlice<f32>,
     mix: CudaSlice<f32>,
     kb: CudaSlice<f32>,
@@ -395,6 +398,7 @@ impl DraftEngine {
             feat: z(N * kh)?,
             c: z(N * h)?,
             e: z(N * h)?,
+            e2: z(N * h)?,
             x: z(N * h)?,
             mix: z(N * h)?,
             kb: z(N * 2 * nkv * hd)?,
@@ -538,8 +542,19 @@ impl DraftEngine {
         let kh = self.feature_len();
         self.ws.prepare(gpu, feat, m, kh, self.ws.pairs_needed)?;
         matmul(gpu, &self.fc, m, s(&self.c), &mut self.ws)?;
-        rms_norm_rows_span(gpu, s(&self.c), s(&self.hidden_norm), s(&self.x), m, h, eps)?;
-        self.ws.prepare(gpu, s(&self.x), m, h, self.ws.pairs_needed)?;
+        let mut cur = 0;
+        norm_site(
+            gpu,
+            &mut self.ws,
+            [s(&self.c), s(&self.c)],
+            &mut cur,
+            None,
+            s(&self.hidden_norm),
+            s(&self.x),
+            m,
+            h,
+            eps,
+        )?;
         let kv_dims = AttnDims { n_head: 0, ..self.dims };
         for (li, l) in self.layers.iter().enumerate() {
             let input = kv_products(gpu, &l.kv, self.dims, m, s(&self.kb), s(&self.vb), &mut self.ws)?;
@@ -695,16 +710,16 @@ impl DraftEngine {
             unsafe { DevSpan::from_raw(DevSpan::of(gpu, &self.causal_dev).ptr(), 1) };
         let t = &*self.target;
         embed_rows(gpu, t.embd_ty, DevSpan::of(gpu, &t.embd), vocab, h, tokens, bs, s(&self.e))?;
+        // The residual stream: `eb[cur]` (the embedding in `e`, then alternating under the fused
+        // norm prep).
+        let eb = [s(&self.e), s(&self.e2)];
+        let mut cur = 0;
         for (li, l) in self.layers.iter().enumerate() {
             let sliding = self.cfg.sliding_layers.get(li).copied().unwrap_or(false);
             let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
             let window = if sliding { self.cfg.sliding_window.unwrap_or(0) } else { 0 };
-            if li == 0 {
-                rms_norm_rows_span(gpu, s(&self.e), s(&l.attn_norm), s(&self.x), bs, h, eps)?;
-            } else {
-                add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&l.attn_norm), s(&self.x), bs, h, eps)?;
-            }
-            self.ws.prepare(gpu, s(&self.x), bs, h, self.ws.pairs_needed)?;
+            let add = if li == 0 { None } else { Some(s(&self.mix)) };
+            norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps)?;
             matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
             let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
             let input = AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in };
@@ -744,18 +759,18 @@ impl DraftEngine {
             )?;
             self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
             matmul(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?;
-            add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&l.post_norm), s(&self.x), bs, h, eps)?;
-            self.ws.prepare(gpu, s(&self.x), bs, h, self.ws.pairs_needed)?;
+            norm_site(gpu, &mut self.ws, eb, &mut cur, Some(s(&self.mix)), s(&l.post_norm), s(&self.x), bs, h, eps)?;
             l.gate_up.swiglu(gpu, bs, s(&self.wide), &mut self.ws)?;
             // Column maxima from the SwiGLU epilogue (no scan; bitwise the same activations).
             self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed)?;
             matmul(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
         }
-        add_rms_norm(gpu, s(&self.e), s(&self.mix), s(&self.output_norm), s(&self.x), bs, h, eps)?;
-        // Slots 1 … B−1 predict the drafted positions; slot 0's output is not used.
+        // Slots 1 … B−1 predict the drafted positions; slot 0's output is not used (nor normed).
         let rows = bs - 1;
-        let pairs = self.ws.pairs_needed;
-        self.ws.prepare(gpu, s(&self.x).sub(h, rows * h, "draft outputs")?, rows, h, pairs)?;
+        let slots = |x: DevSpan<f32>| x.sub(h, rows * h, "draft outputs");
+        let out_eb = [slots(eb[0])?, slots(eb[1])?];
+        let (mix, x) = (slots(s(&self.mix))?, slots(s(&self.x))?);
+        norm_site(gpu, &mut self.ws, out_eb, &mut cur, Some(mix), s(&self.output_norm), x, rows, h, eps)?;
         matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
         topk_logprobs_rows(
             gpu,
@@ -776,6 +791,40 @@ impl DraftEngine {
         let rows = self.cfg.block_size - 1;
         Ok(self.gpu.download(&self.logits)?[..rows * self.target_vocab].to_vec())
     }
+}
+
+/// A norm site of the draft: the residual add (`add`: the mixer's output, else none), RMSNorm
+/// with `w` and the matmul prep of the result, over `n` rows of width `h`. Fused
+/// (`qmm_prep_norm`, the default: one kernel; `h + a` goes to the other buffer of `eb` and `cur`
+/// flips) or, with `FLASHTREE_FUSED_NORM=0`, `add_rms_norm` / `rms_norm_rows` into `x` then the
+/// prep: bitwise the same prepared activations, as in the target's forward.
+#[allow(clippy::too_many_arguments)]
+fn norm_site(
+    gpu: &Gpu,
+    ws: &mut QmmWorkspace,
+    eb: [DevSpan<f32>; 2],
+    cur: &mut usize,
+    add: Option<DevSpan<f32>>,
+    w: DevSpan<f32>,
+    x: DevSpan<f32>,
+    n: usize,
+    h: usize,
+    eps: f32,
+) -> Result<(), EngineError> {
+    let pairs = ws.pairs_needed;
+    if super::forward::fused_norm_enabled() {
+        ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
+        if add.is_some() {
+            *cur = 1 - *cur;
+        }
+    } else {
+        match add {
+            None => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
+            Some(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
+        }
+        ws.prepare(gpu, x, n, h, pairs)?;
+    }
+    Ok(())
 }
 
 fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
