@@ -26,6 +26,7 @@ use crate::device::load::{ld_v4, U32x4};
 use crate::device::math::fma;
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
+use crate::device::unroll::unroll_below;
 use crate::device::warp::{shfl_xor_f32, shfl_xor_u32, warp_sum_f32};
 use crate::device::*;
 use crate::norm::inv_rms;
@@ -75,6 +76,9 @@ pub const fn core_matrix_slot(unit: usize, e: u32, c: usize, steps: usize) -> us
     let (h, kk) = (word / 2, word % 2);
     ((c / 8) * steps + 2 * unit + h) * 128 + kk * 64 + (c % 8) * 8 + 2 * t + half
 }
+
+/// 16-byte vectors per thread and chunk of `qmm_prep_x`'s max scan.
+const SCAN_VECS: usize = 8;
 
 #[link_section = ".shared"]
 pub(crate) static PREP_MAX: Shared<[u32; 8]> = Shared::uninit();
@@ -131,24 +135,24 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     // Pass 1: max |x| over the column (as bits: for non-negative floats the integer order is the
     // float order; NaN bits sort above +inf, so a NaN column gets a NaN scale and NaN results).
     // `in` is a multiple of 32, so the column is whole 16-byte vectors.
+    // Chunks of `SCAN_VECS` vectors per thread, every load of a chunk issued before any is used:
+    // one L2 round trip per chunk (a column of up to 8,192 elements is one chunk).
     let col = x.add(base) as *const U32x4;
     let vecs = k / 4;
     let mut m = 0u32;
-    let mut i = t;
-    while i + 3 * 256 < vecs {
-        let (a, b) = (ld_v4(col.add(i)).0, ld_v4(col.add(i + 256)).0);
-        let (c, d) = (ld_v4(col.add(i + 512)).0, ld_v4(col.add(i + 768)).0);
-        let mut e = 0;
-        while e < 4 {
-            m = m.max(a[e] & 0x7fff_ffff).max(b[e] & 0x7fff_ffff).max(c[e] & 0x7fff_ffff).max(d[e] & 0x7fff_ffff);
-            e += 1;
-        }
-        i += 4 * 256;
-    }
-    while i < vecs {
-        let a = ld_v4(col.add(i)).0;
-        m = m.max(a[0] & 0x7fff_ffff).max(a[1] & 0x7fff_ffff).max(a[2] & 0x7fff_ffff).max(a[3] & 0x7fff_ffff);
-        i += 256;
+    let mut i0 = t;
+    while i0 < vecs {
+        let mut v = [[0u32; 4]; SCAN_VECS];
+        unroll_below(SCAN_VECS, |j| {
+            if i0 + 256 * j < vecs {
+                v[j] = ld_v4(col.add(i0 + 256 * j)).0;
+            }
+        });
+        unroll_below(SCAN_VECS, |j| {
+            let a = v[j];
+            m = m.max(a[0] & 0x7fff_ffff).max(a[1] & 0x7fff_ffff).max(a[2] & 0x7fff_ffff).max(a[3] & 0x7fff_ffff);
+        });
+        i0 += SCAN_VECS * 256;
     }
     let inv = publish_column_scale(c, m, xscale);
     // Pass 2: this block's units.
