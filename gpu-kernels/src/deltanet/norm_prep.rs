@@ -35,10 +35,14 @@
 use kernel_abi::{GdnParams, QmmPrepParams, GDN_NORM_PREP_MAX_HEADS};
 
 use super::{gated, head_inv_rms};
+use crate::device::cluster::{cluster_arrive, cluster_wait, ld_cluster_u32, map_to_rank};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::math::{fma, silu};
+use crate::device::shared::{smem_addr, Shared};
 use crate::device::*;
-use crate::qmatmul::prep::{publish_column_scale, write_units, PREP_NORM_ROW, REG_ELEMS, STAGED_MAX};
+use crate::qmatmul::prep::{
+    block_max_bits, column_scale, publish_column_scale, write_units, PREP_NORM_ROW, REG_ELEMS, STAGED_MAX,
+};
 
 const _: () = assert!(GDN_NORM_PREP_MAX_HEADS as usize <= STAGED_MAX);
 
@@ -192,3 +196,104 @@ macro_rules! norm_prep_kernel {
 norm_prep_kernel!(gdn_norm_prep_dv64, 2);
 norm_prep_kernel!(gdn_norm_prep_dv128, 4);
 norm_prep_kernel!(gdn_norm_prep_dv256, 8);
+
+/// This block's share of a column's max (bits) in [`gdn_norm_prep_cluster_dv128`], read by the
+/// cluster's other blocks.
+#[link_section = ".shared"]
+static CLUSTER_MAX: Shared<u32> = Shared::uninit();
+
+/// `gdn_norm_prep` for `d_v = 128` with the column's blocks as one thread-block cluster: grid
+/// `(n, chunks)`, cluster `(1, chunks, 1)` (`chunks = n_v·128 / 1024 ≤ 8`), 256 threads. Block
+/// `(c, b)` computes only its own chunk — heads `8b .. 8b + 8`, warp `w` head `8b + w`, lane `l`
+/// the columns `l + 32r`, `r < 4`: each head's `r_j` is `norm_prep`'s (the lane's fma chain in
+/// column order, then `head_inv_rms`), and `y` the same `gated` of the same operands — and the
+/// column's max is the max of the blocks' maxima, exchanged through distributed shared memory
+/// (an integer max: the same bits as one block's scan of the whole row). So the prepared
+/// activations are bitwise `norm_prep`'s, each block doing a sixth of its work (the 27B's 48
+/// heads): 4 values of `o` and `z` per thread instead of 24, four `silu` instead of 24.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=2"]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn gdn_norm_prep_cluster_dv128(
+    o: *const f32,
+    z: *const f32,
+    norm_w: *const f32,
+    xh: *mut u16,
+    xb_hi: *mut u16,
+    xb_lo: *mut u16,
+    xcm: *mut u16,
+    xscale: *mut f32,
+    xsum: *mut f32,
+    p: QmmPrepParams,
+    g: GdnParams,
+) {
+    const DV: usize = 128;
+    const CPL: usize = DV / 32;
+    launch_dependents();
+    // A cluster is one column's blocks: they leave together.
+    let c = block_x();
+    if c >= p.n {
+        return;
+    }
+    let (warp, lane) = (warp_id() as usize, lane_id() as usize);
+    let (nv, k) = (g.n_v as usize, p.in_features as usize);
+    let j = 8 * block_y() as usize + warp;
+    // The norm weights are model data no kernel writes: loaded before the wait.
+    let mut wv = [0.0f32; CPL];
+    let mut r = 0;
+    while r < CPL {
+        wv[r] = *norm_w.add(lane + 32 * r);
+        r += 1;
+    }
+    grid_dependency_wait();
+    let o = o.add(c as usize * k);
+    let z = z.add(c as usize * g.z_stride as usize);
+    let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
+    let mut mx = 0u32;
+    if j < nv {
+        let (mut ov, mut zv) = ([0.0f32; CPL], [0.0f32; CPL]);
+        let mut r = 0;
+        while r < CPL {
+            ov[r] = *o.add(j * DV + lane + 32 * r);
+            zv[r] = *z.add(j * DV + lane + 32 * r);
+            r += 1;
+        }
+        let mut ss = 0.0f32;
+        let mut r = 0;
+        while r < CPL {
+            ss = fma(ov[r], ov[r], ss);
+            r += 1;
+        }
+        let inv = head_inv_rms(ss, &g);
+        let mut r = 0;
+        while r < CPL {
+            let y = gated(ov[r], inv, wv[r], silu(zv[r]));
+            *row.add(j * DV + lane + 32 * r) = y;
+            mx = mx.max(y.to_bits() & 0x7fff_ffff);
+            r += 1;
+        }
+    }
+    // The block's max (one barrier, which also orders the row's shared stores before the unit
+    // writer's reads), then the column's over the cluster.
+    let m_block = block_max_bits(mx);
+    let word = CLUSTER_MAX.as_mut_ptr();
+    if thread_x() == 0 {
+        *word = m_block;
+    }
+    cluster_arrive();
+    cluster_wait();
+    let mut m = 0u32;
+    let mut rank = 0;
+    while rank < grid_dim_y() {
+        m = m.max(ld_cluster_u32(map_to_rank(smem_addr(word as *const u32), rank)));
+        rank += 1;
+    }
+    // Every block has read every peer's word once all have arrived here: only then may one leave.
+    cluster_arrive();
+    let (scale, inv) = column_scale(m);
+    if thread_x() == 0 && block_y() == 0 {
+        *xscale.add(c as usize) = scale;
+    }
+    write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
+    cluster_wait();
+}

@@ -19,6 +19,20 @@ pub fn cluster_sync() {
     }
 }
 
+/// The first half of [`cluster_sync`]: `barrier.cluster.arrive.release.aligned` (this thread's
+/// earlier shared-memory writes become visible to the cluster); pair it with [`cluster_wait`].
+#[inline(always)]
+pub fn cluster_arrive() {
+    unsafe { asm!("barrier.cluster.arrive.release.aligned;", options(nostack)) }
+}
+
+/// The second half of [`cluster_sync`]: `barrier.cluster.wait.acquire.aligned` (waits until every
+/// thread of the cluster has arrived).
+#[inline(always)]
+pub fn cluster_wait() {
+    unsafe { asm!("barrier.cluster.wait.acquire.aligned;", options(nostack)) }
+}
+
 /// The shared::cluster address of the variable at shared-state-space address `addr` (this
 /// block's, from `smem_addr`) in the cluster's block `rank` (`mapa.shared::cluster.u32`).
 #[inline(always)]

@@ -162,7 +162,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
 /// `s_c` and `1/s_c` for a column whose largest |x| has the bits `m` (see pass 1 of
 /// [`qmm_prep_x`]): `s_c = 2^(E − 14)`, `E = ⌊log2 max⌋`, so `max / s_c ∈ [2^14, 2^15)`.
 #[inline(always)]
-fn column_scale(m: u32) -> (f32, f32) {
+pub(crate) fn column_scale(m: u32) -> (f32, f32) {
     if m == 0 || m >= 0x7f80_0000 {
         (if m > 0x7f80_0000 { f32::NAN } else { 1.0 }, 1.0)
     } else {
@@ -306,7 +306,7 @@ pub(crate) static PREP_NORM_ROW: Shared<[f32; STAGED_MAX]> = Shared::uninit();
 /// [`qmm_prep_x`]): butterfly within the warp, then the 8 warp maxima through [`PREP_MAX`]
 /// (one barrier; a block calls it once, every thread).
 #[inline(always)]
-unsafe fn block_max_bits(mut m: u32) -> u32 {
+pub(crate) unsafe fn block_max_bits(mut m: u32) -> u32 {
     let maxes = PREP_MAX.as_mut_ptr() as *mut u32;
     let mut sh = 16;
     while sh > 0 {

@@ -52,6 +52,8 @@ pub struct ChainedLaunch<'a> {
     tag: u32,
     /// Blocks per thread-block cluster along x (0: no cluster; [`Self::cluster`]).
     cluster: u32,
+    /// Blocks per cluster along y ([`Self::cluster_y`]; 1 otherwise).
+    cluster_y: u32,
 }
 
 impl<'a> ChainedLaunch<'a> {
@@ -66,6 +68,7 @@ impl<'a> ChainedLaunch<'a> {
             overflow: None,
             tag: 0,
             cluster: 0,
+            cluster_y: 1,
         }
     }
 
@@ -125,6 +128,14 @@ impl<'a> ChainedLaunch<'a> {
         self
     }
 
+    /// Launches as a grid of thread-block clusters of `blocks` consecutive blocks along y (one
+    /// block along x): `blocks ≤ 8`, the portable cluster size.
+    pub fn cluster_y(&mut self, blocks: u32) -> &mut Self {
+        self.cluster = 1;
+        self.cluster_y = blocks.max(1);
+        self
+    }
+
     /// Launches on the context's stream, chained to the previous kernel when
     /// [`chaining_enabled`].
     ///
@@ -141,10 +152,15 @@ impl<'a> ChainedLaunch<'a> {
         for (i, (arg, slot)) in args.iter_mut().zip(self.slots.iter_mut()).take(self.len).enumerate() {
             *arg = if self.wide_arg == Some(i) { self.wide.as_mut_ptr() } else { slot.as_mut_ptr() } as *mut c_void;
         }
-        if self.cluster > 0 && !cfg.grid_dim.0.is_multiple_of(self.cluster) {
+        if self.cluster > 0
+            && (!cfg.grid_dim.0.is_multiple_of(self.cluster) || !cfg.grid_dim.1.is_multiple_of(self.cluster_y))
+        {
             return Err(GpuError::shape(
                 name,
-                format!("grid of {} blocks is not a whole number of clusters of {}", cfg.grid_dim.0, self.cluster),
+                format!(
+                    "grid of {} × {} blocks is not a whole number of clusters of {} × {}",
+                    cfg.grid_dim.0, cfg.grid_dim.1, self.cluster, self.cluster_y
+                ),
             ));
         }
         let mut attrs: [sys::CUlaunchAttribute; 2] = std::mem::zeroed();
@@ -157,7 +173,7 @@ impl<'a> ChainedLaunch<'a> {
         if self.cluster > 0 {
             attrs[count].id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
             attrs[count].value.clusterDim.x = self.cluster;
-            attrs[count].value.clusterDim.y = 1;
+            attrs[count].value.clusterDim.y = self.cluster_y;
             attrs[count].value.clusterDim.z = 1;
             count += 1;
         }

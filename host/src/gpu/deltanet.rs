@@ -22,7 +22,7 @@ use cudarc::driver::LaunchConfig;
 use kernel_abi::{
     gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK,
     GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS,
-    MAX_NODES,
+    MAX_NODES, QMM_PREP_CHUNK,
 };
 
 use super::qmatmul::QmmWorkspace;
@@ -505,14 +505,18 @@ pub fn gdn_norm_prep(
     let vd = shape.value_len();
     let o0 = kernel_abi::gdn_scratch(shape.n_k, shape.n_v, shape.d_k, shape.d_v).o;
     let kernel = norm_prep_kernel(shape.d_v);
+    // The column's blocks as one cluster where the row is whole chunks of 8 heads of 128
+    // (`gdn_norm_prep_cluster_dv128`: the same bits, each block doing only its chunk).
+    let cluster = norm_prep_cluster(shape);
+    let kernel = if cluster > 0 { "gdn_norm_prep_cluster_dv128" } else { kernel };
     ws.prepare_planes(gpu, K, n, vd, pairs, |pl, first, cols, cfg, pp| {
         let o = st.scratch.sub(o0 + first * vd, cols * vd, "scratch o rows")?;
         let z = io.z.sub(first * io.z_stride, strided_len(cols, io.z_stride, vd), "z rows")?;
         // Safety: arguments match `gdn_norm_prep_dv*`'s signature; lengths checked above and by
         // the workspace; the kernel waits (griddepcontrol) before touching memory.
         unsafe {
-            ChainedLaunch::new(gpu, kernel)
-                .span(o)
+            let mut l = ChainedLaunch::new(gpu, kernel);
+            l.span(o)
                 .span(z)
                 .span(w.norm_w)
                 .span(pl.xh)
@@ -522,10 +526,27 @@ pub fn gdn_norm_prep(
                 .span(pl.xscale)
                 .span(pl.xsum)
                 .value(super::Param(pp))
-                .value(super::Param(p))
-                .launch(cfg)
+                .value(super::Param(p));
+            if cluster > 0 {
+                l.cluster_y(cluster);
+            }
+            l.launch(cfg)
         }
     })
+}
+
+/// Blocks per cluster of `gdn_norm_prep_cluster_dv128` for this shape (the column's `⌈n_v·d_v /
+/// 1024⌉` prep chunks), or 0 for the one-block kernels: only `d_v = 128` rows of whole chunks, 2
+/// to 8 of them (the portable cluster size), and not with `FLASHTREE_GDN_NORM_CLUSTER=0`.
+pub fn norm_prep_cluster(shape: &GdnShape) -> u32 {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("FLASHTREE_GDN_NORM_CLUSTER").map(|v| v.trim() != "0").unwrap_or(true));
+    let vd = shape.value_len();
+    let chunk = QMM_PREP_CHUNK as usize;
+    if !on || shape.d_v != 128 || !vd.is_multiple_of(chunk) || !(2..=8).contains(&(vd / chunk)) {
+        return 0;
+    }
+    (vd / chunk) as u32
 }
 
 /// Commits the accepted path `path` (device memory, one [`CommitPath`] of the last forward) in

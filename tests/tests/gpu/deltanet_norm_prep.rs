@@ -8,7 +8,8 @@
 //! reference `flashtree_reference::deltanet::gdn_norm_prep` within the derived bound below.
 
 use flashtree::gpu::deltanet::{
-    gdn_gated_norm, gdn_norm_prep, gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnShape, GdnWeights,
+    gdn_gated_norm, gdn_norm_prep, gdn_scratch_len, node_batch_words, norm_prep_cluster, GdnIo, GdnLayerState,
+    GdnShape, GdnWeights,
 };
 use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu};
@@ -242,6 +243,35 @@ fn gdn_norm_prep_equals_gated_norm_then_prep_at_27b_shape() {
         let w = QWeight::upload(gpu, GgmlType::Q4_K, &wc.raw, 64, vd).unwrap();
         let (ys, yf) = both_products(gpu, &c, &dev, &w);
         assert!(ys.iter().zip(&yf).all(|(s, f)| s.to_bits() == f.to_bits()), "n = {n}: fused differs");
+    }
+}
+
+/// `d_v = 128` rows of 2 to 8 whole prep chunks take the cluster kernel
+/// (`gdn_norm_prep_cluster_dv128`: each block its own 8 heads, the column's max exchanged through
+/// distributed shared memory): bitwise the two launches it replaces, for every cluster size, AR,
+/// a 22-node tree and two activation planes (33, 64), `z` rows at a wider stride.
+#[test]
+fn gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise() {
+    let Some(gpu) = gpu_or_skip("gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise") else { return };
+    let on = std::env::var("FLASHTREE_GDN_NORM_CLUSTER").map_or(true, |v| v.trim() != "0");
+    for n_v in [16usize, 24, 32, 48, 64] {
+        let shape = GdnShape { n_k: 16, n_v, d_k: 128, d_v: 128, conv_kernel: 4, eps: 1e-6 };
+        let vd = shape.value_len();
+        assert_eq!(norm_prep_cluster(&shape), if on { (vd / 1024) as u32 } else { 0 }, "n_v = {n_v}");
+        for n in [1usize, 3, 22, 33, 64] {
+            let mut c = inputs(0xc1 + (n_v * 100 + n) as u64, n);
+            c.shape = shape;
+            c.z_stride = vd + 32 * (n % 3);
+            let mut rng = Rng((n_v * 1000 + n) as u64);
+            (c.o, c.z, c.norm_w) = (rng.vec(n * vd, 1.0), rng.vec(n * c.z_stride, 2.0), rng.vec(128, 1.5));
+            let dev = Dev::new(gpu, &c);
+            let wc = case(GgmlType::Q4_K, 48, vd / 256, 11);
+            let w = QWeight::upload(gpu, GgmlType::Q4_K, &wc.raw, 48, vd).unwrap();
+            let (ys, yf) = both_products(gpu, &c, &dev, &w);
+            if let Some(i) = (0..ys.len()).find(|&i| ys[i].to_bits() != yf[i].to_bits()) {
+                panic!("n_v = {n_v}, n = {n}: y[{i}] {} (gated norm + prep) vs {} (cluster)", ys[i], yf[i]);
+            }
+        }
     }
 }
 
