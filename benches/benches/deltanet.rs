@@ -137,7 +137,7 @@ fn main() {
         let bytes = (n * vd) as f64 * (8.0 + 4.0 + 0.125);
         let secs = median_secs(&gpu, 200, |_| gdn_norm_prep(&gpu, &s, n, &w, &io, &st, &mut ws, false));
         // `FLASHTREE_GDN_NORM_CLUSTER=0` measures the one-block kernel (every block its whole row).
-        let kernel = if norm_prep_cluster(&s) > 0 {
+        let kernel = if norm_prep_cluster(&s, n) > 0 {
             "gdn_norm_prep_cluster_dv128 (a cluster per column)"
         } else {
             "gdn_norm_prep_dv128 (one block per chunk, each its whole row)"

@@ -229,6 +229,7 @@ pub unsafe extern "ptx-kernel" fn gdn_norm_prep_cluster_dv128(
 ) {
     const DV: usize = 128;
     const CPL: usize = DV / 32;
+    const _: () = assert!(8 * DV == kernel_abi::QMM_PREP_CHUNK as usize);
     launch_dependents();
     // A cluster is one column's blocks: they leave together.
     let c = block_x();
@@ -268,7 +269,8 @@ pub unsafe extern "ptx-kernel" fn gdn_norm_prep_cluster_dv128(
         let mut r = 0;
         while r < CPL {
             let y = gated(ov[r], inv, wv[r], silu(zv[r]));
-            *row.add(j * DV + lane + 32 * r) = y;
+            // Staged at its place within the block's chunk (1024 values: any row length).
+            *row.add(warp * DV + lane + 32 * r) = y;
             mx = mx.max(y.to_bits() & 0x7fff_ffff);
             r += 1;
         }
@@ -294,6 +296,7 @@ pub unsafe extern "ptx-kernel" fn gdn_norm_prep_cluster_dv128(
     if thread_x() == 0 && block_y() == 0 {
         *xscale.add(c as usize) = scale;
     }
-    write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
+    let chunk0 = block_y() as usize * 8 * DV;
+    write_units(c, k, inv, |e| *row.add(e - chunk0), xh, xb_hi, xb_lo, xcm, xsum, p);
     cluster_wait();
 }

@@ -507,7 +507,7 @@ pub fn gdn_norm_prep(
     let kernel = norm_prep_kernel(shape.d_v);
     // The column's blocks as one cluster where the row is whole chunks of 8 heads of 128
     // (`gdn_norm_prep_cluster_dv128`: the same bits, each block doing only its chunk).
-    let cluster = norm_prep_cluster(shape);
+    let cluster = norm_prep_cluster(shape, n);
     let kernel = if cluster > 0 { "gdn_norm_prep_cluster_dv128" } else { kernel };
     ws.prepare_planes(gpu, K, n, vd, pairs, |pl, first, cols, cfg, pp| {
         let o = st.scratch.sub(o0 + first * vd, cols * vd, "scratch o rows")?;
@@ -535,19 +535,30 @@ pub fn gdn_norm_prep(
     })
 }
 
-/// Blocks per cluster of `gdn_norm_prep_cluster_dv128` for this shape (the column's `⌈n_v·d_v /
-/// 1024⌉` prep chunks), or 0 for the one-block kernels: only `d_v = 128` rows of whole chunks, 2
-/// to 8 of them (the portable cluster size), and not with `FLASHTREE_GDN_NORM_CLUSTER=0`.
-pub fn norm_prep_cluster(shape: &GdnShape) -> u32 {
+/// Blocks per cluster of `gdn_norm_prep_cluster_dv128` for `n` nodes of this shape (the column's
+/// `n_v·d_v / 1024` prep chunks), or 0 for the one-block kernels: only `d_v = 128` rows of whole
+/// chunks, 2 to 8 of them (the portable cluster size), from [`GDN_NORM_CLUSTER_MIN_NODES`] nodes,
+/// and not with `FLASHTREE_GDN_NORM_CLUSTER=0`. Both kernels give the same bits, so the choice
+/// may depend on `n`. Below 8 nodes the one-block kernel stays: in the 27B's AR step the cluster
+/// kernel measured slower in the chain (7.10–7.15 → 7.19 ms per step, nvidia-h200) though faster
+/// alone (`bench-deltanet` n = 1: 5.25 → 3.6–4.1 µs) — a cluster's six blocks start together
+/// on one GPC, later than six single blocks behind the replay; the 23-node verify gained 0.09 ms.
+pub fn norm_prep_cluster(shape: &GdnShape, n: usize) -> u32 {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let on = *ON.get_or_init(|| std::env::var("FLASHTREE_GDN_NORM_CLUSTER").map(|v| v.trim() != "0").unwrap_or(true));
     let vd = shape.value_len();
     let chunk = QMM_PREP_CHUNK as usize;
-    if !on || shape.d_v != 128 || !vd.is_multiple_of(chunk) || !(2..=8).contains(&(vd / chunk)) {
+    if !on || n < GDN_NORM_CLUSTER_MIN_NODES || shape.d_v != 128 || !vd.is_multiple_of(chunk) {
+        return 0;
+    }
+    if !(2..=8).contains(&(vd / chunk)) {
         return 0;
     }
     (vd / chunk) as u32
 }
+
+/// Fewest nodes for which [`gdn_norm_prep`] takes the cluster kernel ([`norm_prep_cluster`]).
+pub const GDN_NORM_CLUSTER_MIN_NODES: usize = 8;
 
 /// Commits the accepted path `path` (device memory, one [`CommitPath`] of the last forward) in
 /// all `layers` DeltaNet layers at once: each layer's `state` advances through the path's updates

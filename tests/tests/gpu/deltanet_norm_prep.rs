@@ -9,7 +9,7 @@
 
 use flashtree::gpu::deltanet::{
     gdn_gated_norm, gdn_norm_prep, gdn_scratch_len, node_batch_words, norm_prep_cluster, GdnIo, GdnLayerState,
-    GdnShape, GdnWeights,
+    GdnShape, GdnWeights, GDN_NORM_CLUSTER_MIN_NODES,
 };
 use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu};
@@ -248,8 +248,10 @@ fn gdn_norm_prep_equals_gated_norm_then_prep_at_27b_shape() {
 
 /// `d_v = 128` rows of 2 to 8 whole prep chunks take the cluster kernel
 /// (`gdn_norm_prep_cluster_dv128`: each block its own 8 heads, the column's max exchanged through
-/// distributed shared memory): bitwise the two launches it replaces, for every cluster size, AR,
-/// a 22-node tree and two activation planes (33, 64), `z` rows at a wider stride.
+/// distributed shared memory) from 8 nodes: bitwise the two launches it replaces, for every
+/// cluster size, 8 nodes, a 22-node tree and two activation planes (33, 64; and one node, which
+/// keeps the one-block kernel), `z` rows at a wider stride, rows longer than one block stages
+/// (64 heads: 8,192 values).
 #[test]
 fn gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise() {
     let Some(gpu) = gpu_or_skip("gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise") else { return };
@@ -257,8 +259,9 @@ fn gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise() {
     for n_v in [16usize, 24, 32, 48, 64] {
         let shape = GdnShape { n_k: 16, n_v, d_k: 128, d_v: 128, conv_kernel: 4, eps: 1e-6 };
         let vd = shape.value_len();
-        assert_eq!(norm_prep_cluster(&shape), if on { (vd / 1024) as u32 } else { 0 }, "n_v = {n_v}");
-        for n in [1usize, 3, 22, 33, 64] {
+        for n in [1usize, 8, 22, 33, 64] {
+            let expect = if on && n >= GDN_NORM_CLUSTER_MIN_NODES { (vd / 1024) as u32 } else { 0 };
+            assert_eq!(norm_prep_cluster(&shape, n), expect, "n_v = {n_v}, n = {n}");
             let mut c = inputs(0xc1 + (n_v * 100 + n) as u64, n);
             c.shape = shape;
             c.z_stride = vd + 32 * (n % 3);
