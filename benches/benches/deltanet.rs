@@ -1,8 +1,8 @@
 //! `deltanet` benches at Qwen3.5-27B shapes (n_k 16, n_v 48, d_k = d_v 128, conv kernel 4):
 //! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree), its conv/norm
 //! step alone at n = 22 and 23 with one and with two nodes per block, the gated
-//! norm + out-projection prep (`gdn_norm_prep` — the cluster kernel at this shape, the one-block
-//! kernel with `FLASHTREE_GDN_NORM_CLUSTER=0` — against `gdn_gated_norm` + `qmm_prep_x`) at the
+//! norm + out-projection prep (`gdn_norm_prep`'s one-block and cluster kernels against
+//! `gdn_gated_norm` + `qmm_prep_x`) at the
 //! same n, and `gdn_commit` of a 4-node path over all 48 layers.
 //!
 //! Roofline: the forward's DRAM-sized traffic is the layer's state read once (`n_v·d_k·d_v·4` =
@@ -12,8 +12,8 @@
 //! (`2·48·3.1 MB`). Reported as state bytes per second and their fraction of copy bandwidth.
 
 use flashtree::gpu::deltanet::{
-    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep, gdn_prep, gdn_replay_words,
-    gdn_scratch_len, node_batch_words, norm_prep_cluster, GdnIo, GdnLayerState, GdnPrepKernel, GdnShape, GdnWeights,
+    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep_with, gdn_prep, gdn_replay_words,
+    gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnNormPrepKernel, GdnPrepKernel, GdnShape, GdnWeights,
 };
 use flashtree::gpu::qmatmul::QmmWorkspace;
 use flashtree::gpu::{DevSpan, Gpu};
@@ -135,15 +135,14 @@ fn main() {
         let (io, st) = layer(0);
         gdn_forward(&gpu, &s, n, nbs, rps, &w, &io, &st).unwrap();
         let bytes = (n * vd) as f64 * (8.0 + 4.0 + 0.125);
-        let secs = median_secs(&gpu, 200, |_| gdn_norm_prep(&gpu, &s, n, &w, &io, &st, &mut ws, false));
-        // `FLASHTREE_GDN_NORM_CLUSTER=0` measures the one-block kernel (every block its whole row).
-        let kernel = if norm_prep_cluster(&s, n) > 0 {
-            "gdn_norm_prep_cluster_dv128 (a cluster per column)"
-        } else {
-            "gdn_norm_prep_dv128 (one block per chunk, each its whole row)"
-        };
-        let note = format!("{kernel}; o, z read once; x f16 + core-matrix plane + sums written; latency-bound");
-        report("deltanet", &format!("gdn_norm_prep 27B n={n}"), bytes, secs, ceiling, &note);
+        for (which, name, kernel) in [
+            (GdnNormPrepKernel::OneBlock, "one block", "gdn_norm_prep_dv128: one block per chunk, each its whole row"),
+            (GdnNormPrepKernel::Cluster, "cluster", "gdn_norm_prep_cluster_dv128: a cluster per column"),
+        ] {
+            let secs = median_secs(&gpu, 200, |_| gdn_norm_prep_with(&gpu, &s, n, &w, &io, &st, &mut ws, false, which));
+            let note = format!("{kernel}; o, z read once; x f16 + core-matrix plane + sums written; latency-bound");
+            report("deltanet", &format!("gdn_norm_prep ({name}) 27B n={n}"), bytes, secs, ceiling, &note);
+        }
         let secs = median_secs(&gpu, 200, |_| {
             gdn_gated_norm(&gpu, &s, n, nbs, &w, &io, &st)?;
             ws.prepare(&gpu, io.out, n, vd, false)

@@ -36,6 +36,8 @@ pub struct Gpu {
     resident_clusters: Mutex<HashMap<(&'static str, u32, u32), u32>>,
     /// Blocks resident at once on the whole device, per kernel and block size (cached).
     resident: Mutex<HashMap<(&'static str, u32), u32>>,
+    /// The device's SM count ([`Gpu::sm_count`], read once).
+    sms: std::sync::OnceLock<u32>,
     /// Chained launches in order while a launch log is on ([`Gpu::start_launch_log`]).
     launch_log: Mutex<Option<Vec<super::trace::LaunchRecord>>>,
 }
@@ -112,6 +114,7 @@ impl Gpu {
             cluster_allowed: Mutex::new(std::collections::HashSet::new()),
             resident_clusters: Mutex::new(HashMap::new()),
             resident: Mutex::new(HashMap::new()),
+            sms: std::sync::OnceLock::new(),
             launch_log: Mutex::new(None),
         })
     }
@@ -219,6 +222,19 @@ impl Gpu {
         let v = per_sm.max(1) * (sms.max(1) as u32);
         map.insert((name, threads), v);
         Ok(v)
+    }
+
+    /// The device's number of SMs (read once).
+    pub fn sm_count(&self) -> Result<u32, GpuError> {
+        if let Some(&v) = self.sms.get() {
+            return Ok(v);
+        }
+        self.ctx.bind_to_thread().while_(|| "binding the context".into())?;
+        let sms = self
+            .ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .while_(|| "reading the SM count".into())?;
+        Ok(*self.sms.get_or_init(|| sms.max(1) as u32))
     }
 
     /// Lets kernel `name` launch with `bytes` of dynamic shared memory (the driver refuses more

@@ -497,6 +497,38 @@ pub fn gdn_norm_prep(
     ws: &mut QmmWorkspace,
     pairs: bool,
 ) -> Result<(), GpuError> {
+    gdn_norm_prep_with(gpu, shape, n, w, io, st, ws, pairs, GdnNormPrepKernel::Auto)
+}
+
+/// Which kernel [`gdn_norm_prep_with`] launches: one block per prep chunk, each computing its
+/// column's whole row (`gdn_norm_prep_dv*`), the column's chunks as one cluster, each block only
+/// its own chunk (`gdn_norm_prep_cluster_dv128`: `d_v = 128` rows of 2 to 8 whole chunks,
+/// [`norm_prep_cluster_size`]), or `Auto`: the cluster kernel where the one-block kernel's blocks
+/// of a launch outnumber the SMs (some SMs would run two whole-row blocks: the 27B's 23-node
+/// verify, 138 blocks on 132 SMs), else one block per chunk — measured faster alone in the chain
+/// at one node (AR 7.10–7.15 → 7.19 ms per step with clusters) and at 22 nodes (132 blocks:
+/// 9.41–9.43 → 9.48 ms per forward), slower at 23 (9.55–9.57 → 9.43–9.46 ms), nvidia-h200.
+/// `FLASHTREE_GDN_NORM_CLUSTER=0` makes `Auto` the one-block kernel. Both give the same bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GdnNormPrepKernel {
+    Auto,
+    OneBlock,
+    Cluster,
+}
+
+/// [`gdn_norm_prep`] with the kernel chosen by `which`.
+#[allow(clippy::too_many_arguments)]
+pub fn gdn_norm_prep_with(
+    gpu: &Gpu,
+    shape: &GdnShape,
+    n: usize,
+    w: &GdnWeights,
+    io: &GdnIo,
+    st: &GdnLayerState,
+    ws: &mut QmmWorkspace,
+    pairs: bool,
+    which: GdnNormPrepKernel,
+) -> Result<(), GpuError> {
     const K: &str = "gdn_norm_prep";
     let p = norm_params(K, shape, n, w, io, st)?;
     if shape.n_v > GDN_NORM_PREP_MAX_HEADS as usize {
@@ -505,11 +537,23 @@ pub fn gdn_norm_prep(
     let vd = shape.value_len();
     let o0 = kernel_abi::gdn_scratch(shape.n_k, shape.n_v, shape.d_k, shape.d_v).o;
     let kernel = norm_prep_kernel(shape.d_v);
-    // The column's blocks as one cluster where the row is whole chunks of 8 heads of 128
-    // (`gdn_norm_prep_cluster_dv128`: the same bits, each block doing only its chunk).
-    let cluster = norm_prep_cluster(shape, n);
-    let kernel = if cluster > 0 { "gdn_norm_prep_cluster_dv128" } else { kernel };
+    let size = norm_prep_cluster_size(shape);
+    if which == GdnNormPrepKernel::Cluster && size == 0 {
+        return Err(GpuError::shape(
+            K,
+            format!("the cluster kernel needs d_v = 128 and 2..=8 chunks of 1024 values (n_v = {})", shape.n_v),
+        ));
+    }
+    let sms = gpu.sm_count()? as usize;
     ws.prepare_planes(gpu, K, n, vd, pairs, |pl, first, cols, cfg, pp| {
+        let chunks = vd.div_ceil(QMM_PREP_CHUNK as usize);
+        let cluster = match which {
+            GdnNormPrepKernel::OneBlock => 0,
+            GdnNormPrepKernel::Cluster => size,
+            GdnNormPrepKernel::Auto if cluster_enabled() && cols * chunks > sms => size,
+            GdnNormPrepKernel::Auto => 0,
+        };
+        let kernel = if cluster > 0 { "gdn_norm_prep_cluster_dv128" } else { kernel };
         let o = st.scratch.sub(o0 + first * vd, cols * vd, "scratch o rows")?;
         let z = io.z.sub(first * io.z_stride, strided_len(cols, io.z_stride, vd), "z rows")?;
         // Safety: arguments match `gdn_norm_prep_dv*`'s signature; lengths checked above and by
@@ -535,30 +579,23 @@ pub fn gdn_norm_prep(
     })
 }
 
-/// Blocks per cluster of `gdn_norm_prep_cluster_dv128` for `n` nodes of this shape (the column's
-/// `n_v·d_v / 1024` prep chunks), or 0 for the one-block kernels: only `d_v = 128` rows of whole
-/// chunks, 2 to 8 of them (the portable cluster size), from [`GDN_NORM_CLUSTER_MIN_NODES`] nodes,
-/// and not with `FLASHTREE_GDN_NORM_CLUSTER=0`. Both kernels give the same bits, so the choice
-/// may depend on `n`. Below 8 nodes the one-block kernel stays: in the 27B's AR step the cluster
-/// kernel measured slower in the chain (7.10–7.15 → 7.19 ms per step, nvidia-h200) though faster
-/// alone (`bench-deltanet` n = 1: 5.25 → 3.6–4.1 µs) — a cluster's six blocks start together
-/// on one GPC, later than six single blocks behind the replay; the 23-node verify gained 0.09 ms.
-pub fn norm_prep_cluster(shape: &GdnShape, n: usize) -> u32 {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("FLASHTREE_GDN_NORM_CLUSTER").map(|v| v.trim() != "0").unwrap_or(true));
+/// Blocks per cluster of `gdn_norm_prep_cluster_dv128` for this shape (the column's
+/// `n_v·d_v / 1024` prep chunks), or 0 where it does not apply: only `d_v = 128` rows of whole
+/// chunks, 2 to 8 of them (the portable cluster size).
+pub fn norm_prep_cluster_size(shape: &GdnShape) -> u32 {
     let vd = shape.value_len();
     let chunk = QMM_PREP_CHUNK as usize;
-    if !on || n < GDN_NORM_CLUSTER_MIN_NODES || shape.d_v != 128 || !vd.is_multiple_of(chunk) {
-        return 0;
-    }
-    if !(2..=8).contains(&(vd / chunk)) {
+    if shape.d_v != 128 || !vd.is_multiple_of(chunk) || !(2..=8).contains(&(vd / chunk)) {
         return 0;
     }
     (vd / chunk) as u32
 }
 
-/// Fewest nodes for which [`gdn_norm_prep`] takes the cluster kernel ([`norm_prep_cluster`]).
-pub const GDN_NORM_CLUSTER_MIN_NODES: usize = 8;
+/// `FLASHTREE_GDN_NORM_CLUSTER=0` turns [`GdnNormPrepKernel::Auto`]'s cluster choice off.
+fn cluster_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FLASHTREE_GDN_NORM_CLUSTER").map(|v| v.trim() != "0").unwrap_or(true))
+}
 
 /// Commits the accepted path `path` (device memory, one [`CommitPath`] of the last forward) in
 /// all `layers` DeltaNet layers at once: each layer's `state` advances through the path's updates

@@ -8,8 +8,8 @@
 //! reference `flashtree_reference::deltanet::gdn_norm_prep` within the derived bound below.
 
 use flashtree::gpu::deltanet::{
-    gdn_gated_norm, gdn_norm_prep, gdn_scratch_len, node_batch_words, norm_prep_cluster, GdnIo, GdnLayerState,
-    GdnShape, GdnWeights, GDN_NORM_CLUSTER_MIN_NODES,
+    gdn_gated_norm, gdn_norm_prep, gdn_norm_prep_with, gdn_scratch_len, node_batch_words, norm_prep_cluster_size,
+    GdnIo, GdnLayerState, GdnNormPrepKernel, GdnShape, GdnWeights,
 };
 use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu};
@@ -132,6 +132,11 @@ impl Dev {
 /// The product `y = W·x` of `w` after the two-kernel path and after the fused one (`pairs` as
 /// the weights need), `[n][out]` each.
 fn both_products(gpu: &Gpu, c: &Inputs, dev: &Dev, w: &QWeight) -> (Vec<f32>, Vec<f32>) {
+    both_products_with(gpu, c, dev, w, GdnNormPrepKernel::Auto)
+}
+
+/// [`both_products`] with the fused path's kernel chosen by `which`.
+fn both_products_with(gpu: &Gpu, c: &Inputs, dev: &Dev, w: &QWeight, which: GdnNormPrepKernel) -> (Vec<f32>, Vec<f32>) {
     let (n, vd) = (c.n, c.shape.value_len());
     let (gw, io, st) = dev.args(gpu, c);
     let pairs = w.needs_pairs();
@@ -143,7 +148,7 @@ fn both_products(gpu: &Gpu, c: &Inputs, dev: &Dev, w: &QWeight) -> (Vec<f32>, Ve
     gdn_gated_norm(gpu, &c.shape, n, dev.nodes, &gw, &io, &st).unwrap();
     ws.prepare(gpu, io.out, n, vd, pairs).unwrap();
     w.matmul(gpu, n, DevSpan::of(gpu, &y_sep), &mut ws).unwrap();
-    gdn_norm_prep(gpu, &c.shape, n, &gw, &io, &st, &mut ws, pairs).unwrap();
+    gdn_norm_prep_with(gpu, &c.shape, n, &gw, &io, &st, &mut ws, pairs, which).unwrap();
     w.matmul(gpu, n, DevSpan::of(gpu, &y_fused), &mut ws).unwrap();
     (gpu.download(&y_sep).unwrap(), gpu.download(&y_fused).unwrap())
 }
@@ -246,22 +251,20 @@ fn gdn_norm_prep_equals_gated_norm_then_prep_at_27b_shape() {
     }
 }
 
-/// `d_v = 128` rows of 2 to 8 whole prep chunks take the cluster kernel
-/// (`gdn_norm_prep_cluster_dv128`: each block its own 8 heads, the column's max exchanged through
-/// distributed shared memory) from 8 nodes: bitwise the two launches it replaces, for every
-/// cluster size, 8 nodes, a 22-node tree and two activation planes (33, 64; and one node, which
-/// keeps the one-block kernel), `z` rows at a wider stride, rows longer than one block stages
-/// (64 heads: 8,192 values).
+/// The cluster kernel (`gdn_norm_prep_cluster_dv128`: the column's chunks as one cluster, each
+/// block its own 8 heads, the column's max exchanged through distributed shared memory) and the
+/// one-block kernel, each forced, for `d_v = 128` rows of 2 to 8 whole prep chunks: bitwise the
+/// two launches they replace, for every cluster size, AR, 8 and 22 nodes, two activation planes
+/// (33, 64), `z` rows at a wider stride, rows longer than one block stages (64 heads: 8,192
+/// values). The cluster kernel refuses shapes it does not cover.
 #[test]
 fn gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise() {
     let Some(gpu) = gpu_or_skip("gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise") else { return };
-    let on = std::env::var("FLASHTREE_GDN_NORM_CLUSTER").map_or(true, |v| v.trim() != "0");
     for n_v in [16usize, 24, 32, 48, 64] {
         let shape = GdnShape { n_k: 16, n_v, d_k: 128, d_v: 128, conv_kernel: 4, eps: 1e-6 };
         let vd = shape.value_len();
+        assert_eq!(norm_prep_cluster_size(&shape), (vd / 1024) as u32, "n_v = {n_v}");
         for n in [1usize, 8, 22, 33, 64] {
-            let expect = if on && n >= GDN_NORM_CLUSTER_MIN_NODES { (vd / 1024) as u32 } else { 0 };
-            assert_eq!(norm_prep_cluster(&shape, n), expect, "n_v = {n_v}, n = {n}");
             let mut c = inputs(0xc1 + (n_v * 100 + n) as u64, n);
             c.shape = shape;
             c.z_stride = vd + 32 * (n % 3);
@@ -270,11 +273,24 @@ fn gdn_norm_prep_cluster_equals_gated_norm_then_prep_bitwise() {
             let dev = Dev::new(gpu, &c);
             let wc = case(GgmlType::Q4_K, 48, vd / 256, 11);
             let w = QWeight::upload(gpu, GgmlType::Q4_K, &wc.raw, 48, vd).unwrap();
-            let (ys, yf) = both_products(gpu, &c, &dev, &w);
-            if let Some(i) = (0..ys.len()).find(|&i| ys[i].to_bits() != yf[i].to_bits()) {
-                panic!("n_v = {n_v}, n = {n}: y[{i}] {} (gated norm + prep) vs {} (cluster)", ys[i], yf[i]);
+            for which in [GdnNormPrepKernel::Cluster, GdnNormPrepKernel::OneBlock] {
+                let (ys, yf) = both_products_with(gpu, &c, &dev, &w, which);
+                if let Some(i) = (0..ys.len()).find(|&i| ys[i].to_bits() != yf[i].to_bits()) {
+                    panic!("n_v = {n_v}, n = {n}, {which:?}: y[{i}] {} (gated norm + prep) vs {}", ys[i], yf[i]);
+                }
             }
         }
+    }
+    // Shapes outside the cluster kernel: refused when forced.
+    let c = inputs(5, 2);
+    let shape = GdnShape { n_k: 2, n_v: 4, d_k: 64, d_v: 64, conv_kernel: 4, eps: 1e-6 };
+    assert_eq!(norm_prep_cluster_size(&shape), 0);
+    let dev = Dev::new(gpu, &c);
+    let (w, io, st) = dev.args(gpu, &c);
+    let mut ws = QmmWorkspace::new(gpu, c.shape.value_len(), 8).unwrap();
+    if norm_prep_cluster_size(&c.shape) == 0 {
+        let err = gdn_norm_prep_with(gpu, &c.shape, 2, &w, &io, &st, &mut ws, false, GdnNormPrepKernel::Cluster);
+        assert!(err.unwrap_err().to_string().contains("cluster kernel"));
     }
 }
 
