@@ -122,11 +122,19 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
         // The column's max from the producer's row-group maxima (see the module doc).
         let parts = p.max_parts as usize;
         let words = ymax.add(c as usize * parts);
+        // Chunks of up to 4 words per thread, all requested before any is used (the 27B's
+        // gate/up has 272 row groups: threads 0..16 read two, in one round trip, not two).
         let mut m = 0u32;
-        let mut i = t;
-        while i < parts {
-            m = m.max(*words.add(i));
-            i += 256;
+        let mut i0 = t;
+        while i0 < parts {
+            let mut v = [0u32; 4];
+            unroll_below(4, |j| {
+                if i0 + 256 * j < parts {
+                    v[j] = *words.add(i0 + 256 * j);
+                }
+            });
+            unroll_below(4, |j| m = m.max(v[j]));
+            i0 += 4 * 256;
         }
         let inv = publish_column_scale(c, m, xscale);
         write_unit_values(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p);
