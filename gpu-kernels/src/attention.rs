@@ -206,7 +206,7 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
         return;
     }
     // The head's values and (gated queries) its gate, all requested before any is used.
-    let x_in = lane_values(src, hd, lane);
+    let mut x = lane_values(src, hd, lane);
     if is_q && gated {
         let gv = lane_values(src.add(hd), hd, lane);
         let dst = gate_out.add(i as usize * nh as usize * hd + vec as usize * hd);
@@ -221,13 +221,10 @@ pub unsafe extern "ptx-kernel" fn attn_prep(
     }
 
     // Per-head RMSNorm: lane `l` holds x[l + 32j].
-    let mut x = [0.0f32; PREP_PER_LANE];
     let mut acc = 0.0f32;
     let mut j = 0;
     while j < PREP_PER_LANE {
-        let c = lane + 32 * j;
-        if c < hd {
-            x[j] = x_in[j];
+        if lane + 32 * j < hd {
             acc = fma(x[j], x[j], acc);
         }
         j += 1;

@@ -298,18 +298,35 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
             c += GDN_PREP_THREADS as usize;
         }
     } else if t == 0 {
-        let jv = g - 2 * n_k;
-        // Every input loaded before either store (a store to the scratch could alias `b` for the
-        // compiler, which would otherwise load it one round trip later).
-        let (av, bv) = (*a.add(i * p.a_stride as usize + jv), *b.add(i * p.b_stride as usize + jv));
-        let (bias, ssm) = (*dt_bias.add(jv), *ssm_a.add(jv));
-        let u = av + bias;
-        // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
-        let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
-        let gl = ssm * sp;
-        *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
-        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-bv));
+        store_alpha_beta(a, b, ssm_a, dt_bias, scratch, &p, i, g - 2 * n_k);
     }
+}
+
+/// Node `i`'s `α = exp(A·softplus(a + dt_bias))` and `β = sigmoid(b)` of value head `jv` into the
+/// scratch (`gdn_prep`, `gdn_prep_pairs`). Every input is loaded before either store: a store to
+/// the scratch could alias `b` for the compiler, which would otherwise load it one round trip later.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn store_alpha_beta(
+    a: *const f32,
+    b: *const f32,
+    ssm_a: *const f32,
+    dt_bias: *const f32,
+    scratch: *mut f32,
+    p: &GdnParams,
+    i: usize,
+    jv: usize,
+) {
+    let sc = gdn_scratch(p.n_k as usize, p.n_v as usize, p.d_k as usize, p.d_v as usize);
+    let n_v = p.n_v as usize;
+    let (av, bv) = (*a.add(i * p.a_stride as usize + jv), *b.add(i * p.b_stride as usize + jv));
+    let (bias, ssm) = (*dt_bias.add(jv), *ssm_a.add(jv));
+    let u = av + bias;
+    // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
+    let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
+    let gl = ssm * sp;
+    *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
+    *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-bv));
 }
 
 /// [`gdn_prep`] for two nodes per block: grid `(⌈n / 2⌉, 2·n_k + n_v)`, 128 threads; block
@@ -483,16 +500,7 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
             }
         });
     } else if t < nodes {
-        let (i, jv) = (i0 + t, g - 2 * n_k);
-        // Every input loaded before either store (as in `gdn_prep`).
-        let (av, bv) = (*a.add(i * p.a_stride as usize + jv), *b.add(i * p.b_stride as usize + jv));
-        let (bias, ssm) = (*dt_bias.add(jv), *ssm_a.add(jv));
-        let u = av + bias;
-        // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
-        let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
-        let gl = ssm * sp;
-        *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
-        *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-bv));
+        store_alpha_beta(a, b, ssm_a, dt_bias, scratch, &p, i0 + t, g - 2 * n_k);
     }
 }
 

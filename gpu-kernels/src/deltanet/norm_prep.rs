@@ -41,7 +41,7 @@ use crate::device::math::{fma, silu};
 use crate::device::shared::{smem_addr, Shared};
 use crate::device::*;
 use crate::qmatmul::prep::{
-    block_max_bits, column_scale, publish_column_scale, write_units, PREP_NORM_ROW, REG_ELEMS, STAGED_MAX,
+    block_max_bits, publish_column_scale, store_column_scale, write_units, PREP_NORM_ROW, REG_ELEMS, STAGED_MAX,
 };
 
 const _: () = assert!(GDN_NORM_PREP_MAX_HEADS as usize <= STAGED_MAX);
@@ -292,10 +292,7 @@ pub unsafe extern "ptx-kernel" fn gdn_norm_prep_cluster_dv128(
     }
     // Every block has read every peer's word once all have arrived here: only then may one leave.
     cluster_arrive();
-    let (scale, inv) = column_scale(m);
-    if thread_x() == 0 && block_y() == 0 {
-        *xscale.add(c as usize) = scale;
-    }
+    let inv = store_column_scale(c, m, xscale);
     let chunk0 = block_y() as usize * 8 * DV;
     write_units(c, k, inv, |e| *row.add(e - chunk0), xh, xb_hi, xb_lo, xcm, xsum, p);
     cluster_wait();

@@ -13,10 +13,8 @@ use core::arch::asm;
 /// memory before it are visible to the cluster's remote loads after it.
 #[inline(always)]
 pub fn cluster_sync() {
-    unsafe {
-        asm!("barrier.cluster.arrive.release.aligned;", options(nostack));
-        asm!("barrier.cluster.wait.acquire.aligned;", options(nostack));
-    }
+    cluster_arrive();
+    cluster_wait();
 }
 
 /// The first half of [`cluster_sync`]: `barrier.cluster.arrive.release.aligned` (this thread's

@@ -170,7 +170,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
 /// `s_c` and `1/s_c` for a column whose largest |x| has the bits `m` (see pass 1 of
 /// [`qmm_prep_x`]): `s_c = 2^(E − 14)`, `E = ⌊log2 max⌋`, so `max / s_c ∈ [2^14, 2^15)`.
 #[inline(always)]
-pub(crate) fn column_scale(m: u32) -> (f32, f32) {
+fn column_scale(m: u32) -> (f32, f32) {
     if m == 0 || m >= 0x7f80_0000 {
         (if m > 0x7f80_0000 { f32::NAN } else { 1.0 }, 1.0)
     } else {
@@ -185,7 +185,14 @@ pub(crate) fn column_scale(m: u32) -> (f32, f32) {
 /// `xscale[c]`. Returns `1/s_c` for [`write_units`]. Every thread of the block calls it once.
 #[inline(always)]
 pub(crate) unsafe fn publish_column_scale(c: u32, m: u32, xscale: *mut f32) -> f32 {
-    let (scale, inv) = column_scale(block_max_bits(m));
+    store_column_scale(c, block_max_bits(m), xscale)
+}
+
+/// [`column_scale`] of the column max `m` (bits, already over the whole column); block `(c, 0)`'s
+/// thread 0 stores `s_c` to `xscale[c]`. Returns `1/s_c` for [`write_units`].
+#[inline(always)]
+pub(crate) unsafe fn store_column_scale(c: u32, m: u32, xscale: *mut f32) -> f32 {
+    let (scale, inv) = column_scale(m);
     if thread_x() == 0 && block_y() == 0 {
         *xscale.add(c as usize) = scale;
     }
