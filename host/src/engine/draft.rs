@@ -26,12 +26,12 @@ use cudarc::driver::CudaSlice;
 use kernel_abi::{NodeBatch, QMM_MAX_N};
 
 use super::batch::bytes_of;
+use super::forward::norm_site;
 use super::weights::TargetWeights;
 use super::EngineError;
 use crate::gpu::attention::{self as attn, AttnDims, AttnPrepIn};
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
-use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
 use crate::gpu::{DevSpan, Gpu, GpuTimer};
@@ -554,6 +554,7 @@ impl DraftEngine {
             m,
             h,
             eps,
+            &mut |_| Ok(()),
         )?;
         let kv_dims = AttnDims { n_head: 0, ..self.dims };
         for (li, l) in self.layers.iter().enumerate() {
@@ -719,7 +720,7 @@ impl DraftEngine {
             let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
             let window = if sliding { self.cfg.sliding_window.unwrap_or(0) } else { 0 };
             let add = if li == 0 { None } else { Some(s(&self.mix)) };
-            norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps)?;
+            norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
             matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
             let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
             let input = AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in };
@@ -759,7 +760,19 @@ impl DraftEngine {
             )?;
             self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
             matmul(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?;
-            norm_site(gpu, &mut self.ws, eb, &mut cur, Some(s(&self.mix)), s(&l.post_norm), s(&self.x), bs, h, eps)?;
+            norm_site(
+                gpu,
+                &mut self.ws,
+                eb,
+                &mut cur,
+                Some(s(&self.mix)),
+                s(&l.post_norm),
+                s(&self.x),
+                bs,
+                h,
+                eps,
+                &mut |_| Ok(()),
+            )?;
             l.gate_up.swiglu(gpu, bs, s(&self.wide), &mut self.ws)?;
             // Column maxima from the SwiGLU epilogue (no scan; bitwise the same activations).
             self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed)?;
@@ -770,7 +783,9 @@ impl DraftEngine {
         let slots = |x: DevSpan<f32>| x.sub(h, rows * h, "draft outputs");
         let out_eb = [slots(eb[0])?, slots(eb[1])?];
         let (mix, x) = (slots(s(&self.mix))?, slots(s(&self.x))?);
-        norm_site(gpu, &mut self.ws, out_eb, &mut cur, Some(mix), s(&self.output_norm), x, rows, h, eps)?;
+        norm_site(gpu, &mut self.ws, out_eb, &mut cur, Some(mix), s(&self.output_norm), x, rows, h, eps, &mut |_| {
+            Ok(())
+        })?;
         matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
         topk_logprobs_rows(
             gpu,
@@ -791,40 +806,6 @@ impl DraftEngine {
         let rows = self.cfg.block_size - 1;
         Ok(self.gpu.download(&self.logits)?[..rows * self.target_vocab].to_vec())
     }
-}
-
-/// A norm site of the draft: the residual add (`add`: the mixer's output, else none), RMSNorm
-/// with `w` and the matmul prep of the result, over `n` rows of width `h`. Fused
-/// (`qmm_prep_norm`, the default: one kernel; `h + a` goes to the other buffer of `eb` and `cur`
-/// flips) or, with `FLASHTREE_FUSED_NORM=0`, `add_rms_norm` / `rms_norm_rows` into `x` then the
-/// prep: bitwise the same prepared activations, as in the target's forward.
-#[allow(clippy::too_many_arguments)]
-fn norm_site(
-    gpu: &Gpu,
-    ws: &mut QmmWorkspace,
-    eb: [DevSpan<f32>; 2],
-    cur: &mut usize,
-    add: Option<DevSpan<f32>>,
-    w: DevSpan<f32>,
-    x: DevSpan<f32>,
-    n: usize,
-    h: usize,
-    eps: f32,
-) -> Result<(), EngineError> {
-    let pairs = ws.pairs_needed;
-    if super::forward::fused_norm_enabled() {
-        ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
-        if add.is_some() {
-            *cur = 1 - *cur;
-        }
-    } else {
-        match add {
-            None => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
-            Some(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
-        }
-        ws.prepare(gpu, x, n, h, pairs)?;
-    }
-    Ok(())
 }
 
 fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {

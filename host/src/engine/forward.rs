@@ -693,24 +693,8 @@ impl Engine {
                              ws: &mut QmmWorkspace,
                              prof: &mut Option<Profile>|
          -> Result<DevSpan<f32>, EngineError> {
-            if fused {
-                let add = if first { None } else { Some((mix, hb[1 - cur])) };
-                let pairs = ws.pairs_needed;
-                ws.prepare_norm(gpu, hb[cur], add, w, n, d, eps, pairs)?;
-                if !first {
-                    cur = 1 - cur;
-                }
-                mark(gpu, prof, "norm+prep")?;
-            } else {
-                if first {
-                    rms_norm_rows_span(gpu, hb[cur], w, x, n, d, eps)?;
-                } else {
-                    add_rms_norm(gpu, hb[cur], mix, w, x, n, d, eps)?;
-                }
-                mark(gpu, prof, "norm")?;
-                prepare(gpu, x, n, d, ws)?;
-                mark(gpu, prof, "prep")?;
-            }
+            let add = if first { None } else { Some(mix) };
+            norm_site(gpu, ws, hb, &mut cur, add, w, x, n, d, eps, &mut |k| mark(gpu, prof, k))?;
             Ok(hb[cur])
         };
         // Copies the residual stream (the output of layer `l`) into its feature slot if captured.
@@ -1134,6 +1118,46 @@ impl Profile {
         self.steps += 1;
         Ok(())
     }
+}
+
+/// A norm site of a forward (the target's and the DFlash draft's): the residual add (`add`: the
+/// mixer's output; none at the first site), RMSNorm with `w` and the matmul prep of the result,
+/// over `n` rows of width `h` of the residual stream `eb[cur]`. Fused (`qmm_prep_norm`, the
+/// default: one kernel, which reads `h` whole in every block, so `h + a` goes to the other buffer
+/// of `eb` and `cur` flips; `after("norm+prep")`) or, with `FLASHTREE_FUSED_NORM=0`,
+/// `add_rms_norm` / `rms_norm_rows` in place into `x` then the prep (`after("norm")`,
+/// `after("prep")`): bitwise the same prepared activations.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn norm_site(
+    gpu: &Gpu,
+    ws: &mut QmmWorkspace,
+    eb: [DevSpan<f32>; 2],
+    cur: &mut usize,
+    add: Option<DevSpan<f32>>,
+    w: DevSpan<f32>,
+    x: DevSpan<f32>,
+    n: usize,
+    h: usize,
+    eps: f32,
+    after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+) -> Result<(), EngineError> {
+    let pairs = ws.pairs_needed;
+    if fused_norm_enabled() {
+        ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
+        if add.is_some() {
+            *cur = 1 - *cur;
+        }
+        after("norm+prep")?;
+    } else {
+        match add {
+            None => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
+            Some(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
+        }
+        after("norm")?;
+        ws.prepare(gpu, x, n, h, pairs)?;
+        after("prep")?;
+    }
+    Ok(())
 }
 
 /// Converts the activations `x [n, inp]` for the matmuls that follow (with the bf16 pair only
