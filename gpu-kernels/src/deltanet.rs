@@ -630,10 +630,12 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
         } else if kind == GDN_OP_SAVE {
             slot_store(slot(x), t, &s);
         } else if x < n {
+            // q is requested with k (before the update), so the read-out does not wait for it.
             let k = load_rows::<RPL>(sk.add(x * DK + r0));
+            let q = if kind == GDN_OP_OUT { load_rows::<RPL>(sq.add(x * DK + r0)) } else { [0.0; RPL] };
             delta_step(&mut s, &k, *sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
             if kind == GDN_OP_OUT {
-                let o = readout(&s, &load_rows::<RPL>(sq.add(x * DK + r0)));
+                let o = readout(&s, &q);
                 if lane < 8 {
                     *out.add(x * vd) = o;
                 }
@@ -707,9 +709,15 @@ pub(crate) fn gated(o: f32, inv: f32, w: f32, silu_z: f32) -> f32 {
 /// there). Block `(j·⌈d_v/16⌉ + y, l)`: columns `16y ..` of head `j` of layer `l` (the lane
 /// layout of [`recur`]) advance through the path's updates in path order with [`delta_step`] and
 /// are written back; the layer's blocks also shift the path's raw inputs into the conv window
-/// (channel by channel, in place in ascending row order: row `r` takes row `r + len` of
-/// `old window ++ path inputs`). Traffic: the state read and written once
-/// (`2·layers·n_v·d_k·d_v·4` bytes), the windows and path rows.
+/// (channel by channel, in place: row `r` takes row `r + len` of `old window ++ path inputs`,
+/// all of a channel's values loaded before any is stored). Traffic: the state read and written
+/// once (`2·layers·n_v·d_k·d_v·4` bytes), the windows and path rows.
+///
+/// Latency (a block's time is its chain of dependent loads, and the 27B's 48 layers are ≈ 23
+/// waves of blocks): the state slice is requested first; the path's node indices go to shared
+/// memory in one round trip; then the conv window's values, the k and v rows (`cp.async`, all of
+/// a thread's copies in flight at once) and α, β are all requested before any is used — two L2
+/// round trips before the first update (same updates in the same order: same bits).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn commit<const DK: usize, const RPL: usize>(
@@ -722,80 +730,132 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
 ) {
     launch_dependents();
     grid_dependency_wait();
-    // Shared arrays hold `len ≤ smem_nodes` rows.
-    let len = ((*path).len).min(p.smem_nodes).min(MAX_NODES) as usize;
-    if len == 0 {
-        return;
-    }
-    let nodes = (*path).nodes.as_ptr();
     let (n_k, n_v, dv) = (p.n_k as usize, p.n_v as usize, p.d_v as usize);
     let (kk, ch) = (p.conv_kernel as usize, p.conv_ch as usize);
     let (kd, vd) = (n_k * DK, n_v * dv);
     let sc = gdn_scratch(n_k, n_v, DK, dv);
     let layer = block_y() as usize;
-    let (m, rows) = (len, MAX_NODES as usize);
+    let rows = MAX_NODES as usize;
     let scratch = scratch.add(layer * sc.len);
     let ms = p.mixed_stride as usize;
     let mixed = mixed.add(layer * rows * ms);
     let conv_state = conv_state.add(layer * (kk - 1) * ch);
     let state = state.add(layer * n_v * DK * dv);
     let t = thread_x() as usize;
-
-    // Conv window: every block of the layer takes a share of the channels.
     let (blocks, b) = (grid_dim_x() as usize, block_x() as usize);
-    let mut c = b * THREADS + t;
-    while c < ch {
-        for r in 0..kk - 1 {
-            let s = r + len; // index into old window (K−1 rows) ++ path inputs
-            let v = if s < kk - 1 {
-                *conv_state.add(s * ch + c)
-            } else {
-                let node = (*nodes.add(s - (kk - 1))).min(MAX_NODES - 1) as usize;
-                *mixed.add(node * ms + c)
-            };
-            *conv_state.add(r * ch + c) = v;
-        }
-        c += blocks * THREADS;
-    }
-
     let groups = dv.div_ceil(COLS);
     let (j, col0) = (b / groups, (b % groups) * COLS);
     let kh = j % n_k;
+    let lane = lane_id() as usize;
+    let cw = warp_id() as usize * 8 + lane % 8;
+    let col = col0 + cw;
+    let r0 = (lane / 8) * RPL;
+    // The state slice first: the only DRAM-sized load, in flight while the path is staged.
+    let base = state.add(j * DK * dv + r0 * dv + col);
+    let mut s = [0.0f32; RPL];
+    if col < dv {
+        for (r, x) in s.iter_mut().enumerate() {
+            *x = *base.add(r * dv);
+        }
+    }
+    // The path's node indices (clamped into the batch) into shared memory: one round trip.
+    let snodes = COMMIT_NODES.as_mut_ptr() as *mut u32;
+    let len = ((*path).len).min(p.smem_nodes).min(MAX_NODES) as usize;
+    if t < rows {
+        *snodes.add(t) = (*(*path).nodes.as_ptr().add(t)).min(MAX_NODES - 1);
+    }
+    sync_threads();
+    if len == 0 {
+        return;
+    }
+    let node_of = |i: usize| *snodes.add(i) as usize;
+
+    // Conv window: every block of the layer takes a share of the channels. The first channel's
+    // `K − 1` new rows (old rows `r + len`, or the path's inputs) are loaded here and stored
+    // after the staging below is requested; any further channel of this thread (past the first
+    // `blocks · THREADS`) is shifted at the end.
+    let conv_at = |c: usize, r: usize| -> f32 {
+        let s = r + len;
+        if s < kk - 1 {
+            *conv_state.add(s * ch + c)
+        } else {
+            *mixed.add(node_of(s - (kk - 1)) * ms + c)
+        }
+    };
+    let c0 = b * THREADS + t;
+    let batched = kk - 1 <= COMMIT_CONV_ROWS && c0 < ch;
+    let mut win = [0.0f32; COMMIT_CONV_ROWS];
+    if batched {
+        unroll_below(COMMIT_CONV_ROWS, |r| {
+            if r + 1 < kk {
+                win[r] = conv_at(c0, r);
+            }
+        });
+    }
+
+    let m = len;
     let sk = dynamic_smem() as *mut f32;
     let sv = sk.add(m * DK);
     let sa = sv.add(m * COLS);
     let sb = sa.add(m);
+    // k rows of the key head (`DK` floats of node `nodes[i]` at `i·DK`) and the block's 16
+    // columns of v, by `cp.async` (16 bytes; every offset is a multiple of 4 floats:
+    // `gdn_scratch`, and the scratch starts 16-byte aligned, as for `recur`); a column group past
+    // `d_v` takes the element loop. α and β: one load per path entry.
+    let chunks = DK / 4;
     let mut e = t;
-    while e < len * DK {
-        let (pi, r) = (e / DK, e % DK);
-        let node = (*nodes.add(pi)).min(MAX_NODES - 1) as usize;
-        *sk.add(e) = *scratch.add(sc.k + node * kd + kh * DK + r);
+    while e < len * chunks {
+        let (i, c) = (e / chunks, 4 * (e % chunks));
+        let src = scratch.add(sc.k + node_of(i) * kd + kh * DK + c);
+        cp_async_16(smem_addr(sk.add(i * DK + c)), src as *const u8);
         e += THREADS;
     }
-    let mut e = t;
-    while e < len * COLS {
-        let (pi, c) = (e / COLS, col0 + e % COLS);
-        let node = (*nodes.add(pi)).min(MAX_NODES - 1) as usize;
-        *sv.add(e) = if c < dv { *scratch.add(sc.v + node * vd + j * dv + c) } else { 0.0 };
-        e += THREADS;
+    if col0 + COLS <= dv {
+        let mut e = t;
+        while e < len * (COLS / 4) {
+            let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));
+            let src = scratch.add(sc.v + node_of(i) * vd + j * dv + col0 + c);
+            cp_async_16(smem_addr(sv.add(i * COLS + c)), src as *const u8);
+            e += THREADS;
+        }
+    } else {
+        let mut e = t;
+        while e < len * COLS {
+            let (i, c) = (e / COLS, col0 + e % COLS);
+            *sv.add(e) = if c < dv { *scratch.add(sc.v + node_of(i) * vd + j * dv + c) } else { 0.0 };
+            e += THREADS;
+        }
+    }
+    cp_async_commit();
+    let (mut a, mut bt) = (0.0f32, 0.0f32);
+    if t < len {
+        let node = node_of(t);
+        a = *scratch.add(sc.alpha + node * n_v + j);
+        bt = *scratch.add(sc.beta + node * n_v + j);
+    }
+    if batched {
+        unroll_below(COMMIT_CONV_ROWS, |r| {
+            if r + 1 < kk {
+                *conv_state.add(r * ch + c0) = win[r];
+            }
+        });
+    }
+    let mut c = if batched { c0 + blocks * THREADS } else { c0 };
+    while c < ch {
+        for r in 0..kk - 1 {
+            let v = conv_at(c, r);
+            *conv_state.add(r * ch + c) = v;
+        }
+        c += blocks * THREADS;
     }
     if t < len {
-        let node = (*nodes.add(t)).min(MAX_NODES - 1) as usize;
-        *sa.add(t) = *scratch.add(sc.alpha + node * n_v + j);
-        *sb.add(t) = *scratch.add(sc.beta + node * n_v + j);
+        *sa.add(t) = a;
+        *sb.add(t) = bt;
     }
+    cp_async_wait_all();
     sync_threads();
-    let lane = lane_id() as usize;
-    let cw = warp_id() as usize * 8 + lane % 8;
-    let col = col0 + cw;
     if col >= dv {
         return;
-    }
-    let r0 = (lane / 8) * RPL;
-    let base = state.add(j * DK * dv + r0 * dv + col);
-    let mut s = [0.0f32; RPL];
-    for (r, x) in s.iter_mut().enumerate() {
-        *x = *base.add(r * dv);
     }
     for pi in 0..len {
         let k = load_rows::<RPL>(sk.add(pi * DK + r0));
@@ -805,6 +865,14 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
         *base.add(r * dv) = *x;
     }
 }
+
+/// The path's node indices of a [`commit`] block (`MAX_NODES` entries).
+#[link_section = ".shared"]
+static COMMIT_NODES: Shared<[u32; MAX_NODES as usize]> = Shared::uninit();
+
+/// Most conv-window rows (`K − 1`) a [`commit`] thread loads at once before storing them; a
+/// longer conv kernel shifts its rows one at a time.
+const COMMIT_CONV_ROWS: usize = 4;
 
 macro_rules! gdn_kernels {
     ($recur:ident, $commit:ident, $dk:literal) => {
