@@ -630,12 +630,10 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
         } else if kind == GDN_OP_SAVE {
             slot_store(slot(x), t, &s);
         } else if x < n {
-            // q is requested with k (before the update), so the read-out does not wait for it.
             let k = load_rows::<RPL>(sk.add(x * DK + r0));
-            let q = if kind == GDN_OP_OUT { load_rows::<RPL>(sq.add(x * DK + r0)) } else { [0.0; RPL] };
             delta_step(&mut s, &k, *sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
             if kind == GDN_OP_OUT {
-                let o = readout(&s, &q);
+                let o = readout(&s, &load_rows::<RPL>(sq.add(x * DK + r0)));
                 if lane < 8 {
                     *out.add(x * vd) = o;
                 }
