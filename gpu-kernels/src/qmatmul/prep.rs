@@ -344,9 +344,7 @@ pub(crate) unsafe fn block_max_bits(mut m: u32) -> u32 {
 /// The residual add, RMSNorm and `qmm_prep_x` in one launch: `v = h (+ a)`, `x̂ = v · s · w` with
 /// `s = 1/sqrt(Σ v² / in + eps)`, then exactly [`qmm_prep_x`] of `x̂`; with `np.add ≠ 0`, block
 /// `(c, 0)` also stores `v` to `h_out` (the next residual stream: a different buffer than `h`,
-/// because every block reads `h` whole) and, when `h_cap` is not null, to `h_cap` too (a
-/// captured copy of the residual stream, same layout: the draft's target-layer features, written
-/// here instead of by a copy between two chained kernels). The sum of squares runs in `norm`'s order (thread `t`:
+/// because every block reads `h` whole). The sum of squares runs in `norm`'s order (thread `t`:
 /// `c = t, t+256, …` by fma; butterfly; the 8 warp sums in order) and `x̂` is `(v·s)·w`, so `x̂`
 /// is bitwise `add_rms_norm_rows`'s (or `rms_norm_rows`'s) output and the prepared activations
 /// are bitwise those of `add_rms_norm_rows` + `qmm_prep_x`.
@@ -365,7 +363,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
     a: *const f32,
     w: *const f32,
     h_out: *mut f32,
-    h_cap: *mut f32,
     xh: *mut u16,
     xb_hi: *mut u16,
     xb_lo: *mut u16,
@@ -399,7 +396,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
     let base = c as usize * k;
     let add = np.add != 0;
     let store = add && block_y() == 0;
-    let cap = store && !h_cap.is_null();
     let v_at = |e: usize| -> f32 {
         let mut v = *h.add(base + e);
         if add {
@@ -451,9 +447,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
             if e < k {
                 if store {
                     *h_out.add(base + e) = v[j];
-                    if cap {
-                        *h_cap.add(base + e) = v[j];
-                    }
                 }
                 acc = fma(v[j], v[j], acc);
             }
@@ -495,9 +488,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
             if e < k {
                 if store {
                     *h_out.add(base + e) = v[j];
-                    if cap {
-                        *h_cap.add(base + e) = v[j];
-                    }
                 }
                 acc = fma(v[j], v[j], acc);
             }

@@ -688,28 +688,34 @@ impl Engine {
         let mut cur = 0usize;
         let fused = fused_norm_enabled();
         // Residual add (unless `first`) + RMSNorm with `w` + the matmul prep of the result.
-        // The feature slot of layer `l`'s output (the residual stream after it) when captured:
-        // the norm site that follows the layer stores it.
-        let features = s(&self.features);
-        let capture = &self.capture;
-        let slot = |l: usize| -> Result<Option<DevSpan<f32>>, EngineError> {
-            match capture.iter().position(|&x| x == l) {
-                Some(c) => Ok(Some(features.sub(c * N * d, n * d, "features")?)),
-                None => Ok(None),
-            }
-        };
         let mut norm_site = |w: DevSpan<f32>,
                              first: bool,
-                             cap: Option<DevSpan<f32>>,
                              ws: &mut QmmWorkspace,
                              prof: &mut Option<Profile>|
-         -> Result<(), EngineError> {
+         -> Result<DevSpan<f32>, EngineError> {
             let add = if first { None } else { Some(mix) };
-            norm_site(gpu, ws, hb, &mut cur, add, cap, w, x, n, d, eps, &mut |k| mark(gpu, prof, k))
+            norm_site(gpu, ws, hb, &mut cur, add, w, x, n, d, eps, &mut |k| mark(gpu, prof, k))?;
+            Ok(hb[cur])
+        };
+        // Copies the residual stream (the output of layer `l`) into its feature slot if captured.
+        let features = s(&self.features);
+        let capture = &self.capture;
+        let copy_out = |l: usize, h: DevSpan<f32>| -> Result<(), EngineError> {
+            if let Some(c) = capture.iter().position(|&x| x == l) {
+                let dst = features.sub(c * N * d, n * d, "features")?;
+                // Safety: both spans hold n·d f32 on this device; the copy is ordered on the stream.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(dst.ptr(), h.ptr(), n * d * 4, gpu.stream().cu_stream())
+                }
+                .map_err(|e| GpuError::from_driver("copying captured hidden states", e))?;
+            }
+            Ok(())
         };
         for (l, lw) in self.w.layers.iter().enumerate() {
-            let cap = if l > 0 { slot(l - 1)? } else { None };
-            norm_site(s(&lw.attn_norm), l == 0, cap, &mut self.ws, prof)?;
+            let h = norm_site(s(&lw.attn_norm), l == 0, &mut self.ws, prof)?;
+            if l > 0 {
+                copy_out(l - 1, h)?;
+            }
             match &lw.mixer {
                 MixerWeights::Attention { proj, o, q_norm, k_norm } => {
                     let a = self.slot[l];
@@ -860,7 +866,7 @@ impl Engine {
                     mark(gpu, prof, "qmm")?;
                 }
             }
-            norm_site(s(&lw.post_norm), false, None, &mut self.ws, prof)?;
+            norm_site(s(&lw.post_norm), false, &mut self.ws, prof)?;
             lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
             // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
@@ -870,7 +876,8 @@ impl Engine {
             matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
         }
-        norm_site(s(&self.w.output_norm), false, slot(self.w.layers.len() - 1)?, &mut self.ws, prof)?;
+        let h = norm_site(s(&self.w.output_norm), false, &mut self.ws, prof)?;
+        copy_out(self.w.layers.len() - 1, h)?;
         matmul(gpu, &self.w.head, n, s(&self.logits), &mut self.ws)?;
         mark(gpu, prof, "lm_head")?;
         argmax_rows_span(
@@ -1119,9 +1126,7 @@ impl Profile {
 /// default: one kernel, which reads `h` whole in every block, so `h + a` goes to the other buffer
 /// of `eb` and `cur` flips; `after("norm+prep")`) or, with `FLASHTREE_FUSED_NORM=0`,
 /// `add_rms_norm` / `rms_norm_rows` in place into `x` then the prep (`after("norm")`,
-/// `after("prep")`): bitwise the same prepared activations. `capture` (only with `add`): a copy
-/// of the residual stream after the add (`[n, h]`, the draft's features of the layer before the
-/// site) — stored by the fused kernel itself, or copied on the stream on the unfused path.
+/// `after("prep")`): bitwise the same prepared activations.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn norm_site(
     gpu: &Gpu,
@@ -1129,7 +1134,6 @@ pub(super) fn norm_site(
     eb: [DevSpan<f32>; 2],
     cur: &mut usize,
     add: Option<DevSpan<f32>>,
-    capture: Option<DevSpan<f32>>,
     w: DevSpan<f32>,
     x: DevSpan<f32>,
     n: usize,
@@ -1139,7 +1143,7 @@ pub(super) fn norm_site(
 ) -> Result<(), EngineError> {
     let pairs = ws.pairs_needed;
     if fused_norm_enabled() {
-        ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), capture, w, n, h, eps, pairs)?;
+        ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
         if add.is_some() {
             *cur = 1 - *cur;
         }
@@ -1148,16 +1152,6 @@ pub(super) fn norm_site(
         match add {
             None => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
             Some(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
-        }
-        if let Some(dst) = capture {
-            let src = eb[*cur];
-            src.need(n * h, "capture", "residual stream")?;
-            dst.need(n * h, "capture", "features")?;
-            // Safety: both spans hold n·h f32 on this device (checked); the copy is ordered on the stream.
-            unsafe {
-                cudarc::driver::result::memcpy_dtod_async(dst.ptr(), src.ptr(), n * h * 4, gpu.stream().cu_stream())
-            }
-            .map_err(|e| GpuError::from_driver("copying captured hidden states", e))?;
         }
         after("norm")?;
         ws.prepare(gpu, x, n, h, pairs)?;

@@ -2,9 +2,7 @@
 //! it replaces, `add_rms_norm` (or `rms_norm_rows_span`) then `QmmWorkspace::prepare`: the stored
 //! residual `h + a` and the product that follows must be **bitwise** equal (the fused kernel
 //! computes the same values in the same order), for every weight type, with and without the
-//! add, and for n = 1..=64 columns (two activation planes past 32). With the add, the captured
-//! copy of the residual stream (the draft's features) must equal `h + a` too; a capture without
-//! the add is refused.
+//! add, and for n = 1..=64 columns (two activation planes past 32).
 
 use flashtree::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
@@ -53,14 +51,8 @@ proptest! {
         gpu.fill_bytes(&mut dh_out, 0xff).unwrap();
         let mut y_fused = gpu.zeros::<f32>(n * out).unwrap();
         gpu.fill_bytes(&mut y_fused, 0xff).unwrap();
-        let mut dcap = gpu.zeros::<f32>(n * inp).unwrap();
-        gpu.fill_bytes(&mut dcap, 0xff).unwrap();
         let addp = if add { Some((sp(&da), sp(&dh_out))) } else { None };
-        if !add {
-            prop_assert!(ws.prepare_norm(gpu, sp(&dh), None, Some(sp(&dcap)), sp(&dwn), n, inp, 1e-6, pairs).is_err());
-        }
-        let cap = if add { Some(sp(&dcap)) } else { None };
-        ws.prepare_norm(gpu, sp(&dh), addp, cap, sp(&dwn), n, inp, 1e-6, pairs).unwrap();
+        ws.prepare_norm(gpu, sp(&dh), addp, sp(&dwn), n, inp, 1e-6, pairs).unwrap();
         dw.matmul(gpu, n, sp(&y_fused), &mut ws).unwrap();
         let (ys, yf) = (gpu.download(&y_sep).unwrap(), gpu.download(&y_fused).unwrap());
         let _ = &mut y_sep;
@@ -70,8 +62,6 @@ proptest! {
         if add {
             let (hs, hf) = (gpu.download(&dh_sep).unwrap(), gpu.download(&dh_out).unwrap());
             prop_assert!(hs.iter().zip(&hf).all(|(s, f)| s.to_bits() == f.to_bits()), "h + a differs");
-            let hc = gpu.download(&dcap).unwrap();
-            prop_assert!(hs.iter().zip(&hc).all(|(s, c)| s.to_bits() == c.to_bits()), "captured h + a differs");
         }
     }
 }

@@ -103,18 +103,15 @@ impl QmmWorkspace {
     /// `add = Some((a, h_out))`, `v = h + a` is stored to `h_out` (a different buffer: every block
     /// reads `h` whole), else `v = h`; the activations prepared are those of `rmsnorm(v) ⊙ w`,
     /// bitwise the same as `add_rms_norm` / `rms_norm_rows_span` followed by [`Self::prepare`].
-    /// `h`, `a`, `h_out` hold `[n, inp]`, `w` holds `inp` values. With `capture`, `v` is also
-    /// stored there (`[n, inp]`; only with `add`): the copy of the residual stream a draft reads,
-    /// written by this kernel rather than by a copy between two chained launches. The kernel
-    /// reads `w` before it waits on the previous kernel of a chained launch, so `w` must be data
-    /// no kernel writes (the norm weights).
+    /// `h`, `a`, `h_out` hold `[n, inp]`, `w` holds `inp` values. The kernel reads `w` before it
+    /// waits on the previous kernel of a chained launch, so `w` must be data no kernel writes
+    /// (the norm weights).
     #[allow(clippy::too_many_arguments)]
     pub fn prepare_norm(
         &mut self,
         gpu: &Gpu,
         h: DevSpan<f32>,
         add: Option<(DevSpan<f32>, DevSpan<f32>)>,
-        capture: Option<DevSpan<f32>>,
         w: DevSpan<f32>,
         n: usize,
         inp: usize,
@@ -136,16 +133,6 @@ impl QmmWorkspace {
             // Safety: never dereferenced (the kernel reads `a` and writes `h_out` only with `add`).
             None => unsafe { (DevSpan::from_raw(0, 0), DevSpan::from_raw(0, 0)) },
         };
-        let cap = match capture {
-            Some(c) => {
-                if add.is_none() {
-                    return Err(GpuError::shape(K, "a capture needs the residual add (it stores h + a)"));
-                }
-                c.need(n * inp, K, "capture")?;
-                Some(c)
-            }
-            None => None,
-        };
         let np = Param(QmmPrepNormParams { eps, add: add.is_some() as u32 });
         self.prepare_planes(gpu, K, n, inp, pairs, |pl, first, cols, cfg, pp| {
             let rows = |s: DevSpan<f32>, what| -> Result<DevSpan<f32>, GpuError> {
@@ -157,18 +144,12 @@ impl QmmWorkspace {
             };
             let h = h.sub(first * inp, cols * inp, "h")?;
             let (a, h_out) = (rows(a, "a")?, rows(h_out, "h_out")?);
-            let h_cap = match cap {
-                Some(c) => c.sub(first * inp, cols * inp, "capture")?,
-                // Safety: never dereferenced (the kernel writes `h_cap` only when it is not null).
-                None => unsafe { DevSpan::from_raw(0, 0) },
-            };
             unsafe {
                 ChainedLaunch::new(gpu, K)
                     .span(h)
                     .span(a)
                     .span(w)
                     .span(h_out)
-                    .span(h_cap)
                     .span(pl.xh)
                     .span(pl.xb_hi)
                     .span(pl.xb_lo)
