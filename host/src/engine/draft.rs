@@ -34,7 +34,7 @@ use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
-use crate::gpu::{DevSpan, Gpu, GpuTimer, Staging};
+use crate::gpu::{DevSpan, Gpu, GpuTimer};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
 use flashtree_quants::promote::promote;
 use flashtree_quants::{common_lossless_type, dequantize};
@@ -123,10 +123,6 @@ pub struct DraftEngine {
     kv: CudaSlice<u16>,
     rope: CudaSlice<f32>,
     batch_dev: CudaSlice<u8>,
-    /// Page-locked staging of `batch_dev`'s and `causal_dev`'s uploads ([`Gpu::write_staged`]:
-    /// a round's block upload does not wait for the context pass queued before it).
-    batch_stage: Staging,
-    causal_stage: Staging,
     /// The block's `NodeBatch` with causal masks (slot `i` sees slots `0..=i`), for the layers
     /// that attend causally (sliding-window layers, or every layer when the config says so).
     causal_dev: CudaSlice<u8>,
@@ -398,8 +394,6 @@ impl DraftEngine {
             rope: g.upload(&attn::rope_table(hd, cfg.rope_theta as f64, rows))?,
             kv: g.zeros::<u16>(kv_len.max(1))?,
             batch_dev: g.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
-            batch_stage: g.staging(std::mem::size_of::<NodeBatch>())?,
-            causal_stage: g.staging(std::mem::size_of::<NodeBatch>())?,
             causal_dev: g.zeros::<u8>(std::mem::size_of::<NodeBatch>())?,
             feat: z(N * kh)?,
             c: z(N * h)?,
@@ -481,7 +475,7 @@ impl DraftEngine {
     }
 
     fn write_batch(&mut self, b: &NodeBatch) -> Result<DevSpan<NodeBatch>, EngineError> {
-        self.gpu.write_staged(&mut self.batch_stage, bytes_of(b), &mut self.batch_dev)?;
+        self.gpu.write(bytes_of(b), &mut self.batch_dev)?;
         let span = DevSpan::of(&self.gpu, &self.batch_dev);
         // Safety: `batch_dev` holds exactly one `NodeBatch` for the engine's life.
         Ok(unsafe { DevSpan::from_raw(span.ptr(), 1) })
@@ -615,7 +609,7 @@ impl DraftEngine {
             for i in 0..bs {
                 c.anc[i] = all >> (bs - 1 - i);
             }
-            self.gpu.write_staged(&mut self.causal_stage, bytes_of(&c), &mut self.causal_dev)?;
+            self.gpu.write(bytes_of(&c), &mut self.causal_dev)?;
         }
         let batch = self.write_batch(&b)?;
         self.attn_groups = self.attn_head_groups()?;

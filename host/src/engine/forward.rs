@@ -21,7 +21,7 @@ use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmWorkspace};
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len, sample_rows};
-use crate::gpu::{DevSpan, Gpu, GpuError, Staging};
+use crate::gpu::{DevSpan, Gpu, GpuError};
 use crate::model::Qwen35Config;
 
 const N: usize = MAX_NODES as usize;
@@ -48,11 +48,7 @@ pub struct Engine {
     /// The host bytes of `batch_dev`'s upload (the node batch, then the DeltaNet replay
     /// schedule), kept so a forward allocates nothing.
     batch_host: Vec<u8>,
-    /// Page-locked staging of `batch_dev`'s and `commit_dev`'s uploads (queued without waiting
-    /// for the stream: [`Gpu::write_staged`]).
-    batch_stage: Staging,
     commit_dev: CudaSlice<u8>,
-    commit_stage: Staging,
     /// The commit's KV compaction and DeltaNet replay on the side stream while a draft reads
     /// the committed feature rows ([`Engine::commit`]); `None`: all on the main stream.
     side: Option<SideCommit>,
@@ -351,9 +347,7 @@ impl Engine {
         let e = Engine {
             batch_dev: gpu.zeros::<u8>(std::mem::size_of::<NodeBatch>() + std::mem::size_of::<GdnReplay>())?,
             batch_host: Vec::with_capacity(std::mem::size_of::<NodeBatch>() + std::mem::size_of::<GdnReplay>()),
-            batch_stage: gpu.staging(std::mem::size_of::<NodeBatch>() + std::mem::size_of::<GdnReplay>())?,
             commit_dev: gpu.zeros::<u8>(std::mem::size_of::<CommitPath>())?,
-            commit_stage: gpu.staging(std::mem::size_of::<CommitPath>())?,
             side: if side_commit_enabled() {
                 Some(SideCommit { start: gpu.new_sync_event()?, done: gpu.new_sync_event()?, pending: false.into() })
             } else {
@@ -618,7 +612,7 @@ impl Engine {
                 .ok_or_else(|| EngineError::Batch(format!("batch of {n} nodes: a parent follows its child")))?;
             self.batch_host.extend_from_slice(bytes_of(&r));
         }
-        self.gpu.write_staged(&mut self.batch_stage, &self.batch_host, &mut self.batch_dev)?;
+        self.gpu.write(&self.batch_host, &mut self.batch_dev)?;
         self.last = Some(*batch);
         let mut prof = self.profile.take();
         if let Some(p) = &mut prof {
@@ -957,7 +951,7 @@ impl Engine {
         if path.is_empty() {
             return Ok(());
         }
-        self.gpu.write_staged(&mut self.commit_stage, bytes_of(&c), &mut self.commit_dev)?;
+        self.gpu.write(bytes_of(&c), &mut self.commit_dev)?;
         let faulty = match self.fault {
             Some(CommitFault::DeltaNetFromRejectedSibling) => rejected_sibling_path(&batch, path),
             None => None,

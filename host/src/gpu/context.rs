@@ -5,8 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, PinnedHostSlice,
-    ValidAsZeroBits,
+    sys, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -350,36 +349,6 @@ impl Gpu {
         self.stream.memcpy_htod(data, dst).while_(|| "copying to the device".into())
     }
 
-    /// A page-locked staging buffer of `bytes` bytes for [`Gpu::write_staged`].
-    pub fn staging(&self, bytes: usize) -> Result<Staging, GpuError> {
-        // Safety: every byte is written before any copy reads it (`write_staged` copies all of
-        // `data`, whose length must be the buffer's).
-        let buf = unsafe { self.ctx.alloc_pinned::<u8>(bytes) }
-            .while_(|| format!("allocating {bytes} bytes of page-locked host memory"))?;
-        Ok(Staging { buf })
-    }
-
-    /// Overwrites `dst` with `data` (`data.len() == dst.len() == stage.len()`) through the
-    /// page-locked `stage`. A copy from pageable memory ([`Gpu::write`]) first waits for every
-    /// kernel queued on the stream; this one only waits (on the host) until `stage`'s previous
-    /// copy has run, then queues the copy behind the queued kernels and returns — so a round's
-    /// small uploads (node batches, commit paths) do not stall the host while the GPU works.
-    pub fn write_staged(&self, stage: &mut Staging, data: &[u8], dst: &mut CudaSlice<u8>) -> Result<(), GpuError> {
-        if data.len() != dst.len() || data.len() != stage.buf.len() {
-            return Err(GpuError::shape(
-                "write",
-                format!(
-                    "{} bytes into a buffer of {} through a staging buffer of {}",
-                    data.len(),
-                    dst.len(),
-                    stage.buf.len()
-                ),
-            ));
-        }
-        stage.buf.as_mut_slice().while_(|| "waiting for the staging buffer's last copy".into())?.copy_from_slice(data);
-        self.stream.memcpy_htod(&stage.buf, dst).while_(|| "copying to the device".into())
-    }
-
     /// Overwrites the first `data.len()` elements of `dst` (`data.len() ≤ dst.len()`).
     pub fn write_prefix<T: DeviceRepr>(&self, data: &[T], dst: &mut CudaSlice<T>) -> Result<(), GpuError> {
         if data.len() > dst.len() {
@@ -412,10 +381,4 @@ impl Gpu {
         let (free, total) = cudarc::driver::result::mem_get_info().while_(|| "reading free device memory".into())?;
         Ok((free as u64, total as u64))
     }
-}
-
-/// A page-locked host buffer for small uploads queued without a stream sync
-/// ([`Gpu::write_staged`]); it remembers its last copy, so it is rewritten only after that copy ran.
-pub struct Staging {
-    buf: PinnedHostSlice<u8>,
 }

@@ -23,7 +23,7 @@ pub mod sample;
 pub mod trace;
 
 pub use chain::{chaining_enabled, ChainedLaunch};
-pub use context::{Gpu, Staging, KERNELS_PTX};
+pub use context::{Gpu, KERNELS_PTX};
 pub use cudarc::driver::{CudaSlice, CudaView, CudaViewMut};
 pub use error::GpuError;
 pub use span::DevSpan;
