@@ -4,6 +4,7 @@
 //! by construction. The crate is `no_std` and dependency-free so it builds for both targets.
 #![no_std]
 
+pub mod qmm_stream;
 pub mod sampling;
 
 /// Threads per block of the row-wise reductions (`norm`, `sample::argmax`).
