@@ -691,7 +691,14 @@ pub unsafe extern "ptx-kernel" fn gdn_gated_norm(
 /// bit for bit.
 #[inline(always)]
 pub(crate) fn head_inv_rms(ss: f32, p: &GdnParams) -> f32 {
-    div_rn(1.0, sqrt_rn(div_rn(warp_sum_f32(ss), p.d_v as usize as f32) + p.eps))
+    inv_rms_of_sum(warp_sum_f32(ss), p)
+}
+
+/// `1/√(sum / d_v + eps)` with correctly rounded divide and sqrt: the second half of
+/// [`head_inv_rms`], given the head's whole `Σ o²`.
+#[inline(always)]
+pub(crate) fn inv_rms_of_sum(sum: f32, p: &GdnParams) -> f32 {
+    div_rn(1.0, sqrt_rn(div_rn(sum, p.d_v as usize as f32) + p.eps))
 }
 
 /// One gated-norm output `((o · inv) · w) · silu(z)`, in this order (given `silu(z)`).
