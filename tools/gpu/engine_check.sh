@@ -13,7 +13,7 @@
 #   ncu          `qmm_q4k_nt3` and `qmm_q8_0_nt3` on 5120→17408 at n = 22 side by side
 #                (ncu-qmm.txt: stall reasons; docs/perf/qmatmul.md session 16)                 16 s
 #   exp FEATURE  the experiment build packed as .gpu-bundle/exp-FEATURE.ptx.xz: the qmm, draft and
-#                engine GPU tests under it (gpu-tests-FEATURE.log) and an A/B against the shipped
+#                engine GPU tests under it (EXP_TESTS: other filters; gpu-tests-FEATURE.log) and an A/B against the shipped
 #                kernels in two interleaved rounds — its matmul shape (EXP_FILTER) at every n (bench-qmm,
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
 #                (ab-FEATURE.txt); EXP_ENV: host variables the build needs      ≈ 2 min
@@ -80,8 +80,10 @@ exp)
   filter="${EXP_FILTER:-Q4_K 5120->17408}"   # the bench-qmm case to A/B (e.g. "Q8_0 5120->17408")
   # EXP_ENV: variables the experiment build needs from the host too (e.g. FLASHTREE_QMM_WRING=1).
   read -r -a exp_env <<< "${EXP_ENV:-}"
-  env "${exp_env[@]}" FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 qmm draft engine > "$OUT/gpu-tests-$f.log" 2>&1
-  echo "== gpu-tests (qmm, draft, engine) under $f: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-$f.log" | head -6
+  # EXP_TESTS: the GPU test filters to run under the experiment (default: qmm draft engine).
+  read -r -a exp_tests <<< "${EXP_TESTS:-qmm draft engine}"
+  env "${exp_env[@]}" FLASHTREE_PTX="$ptx" FLASHTREE_REQUIRE_GPU=1 timeout 240 $B/gpu-tests --test-threads=4 "${exp_tests[@]}" > "$OUT/gpu-tests-$f.log" 2>&1
+  echo "== gpu-tests (${exp_tests[*]}) under $f: exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests-$f.log" | head -6
   pair; date
   COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"
   : > "$OUT/ab-$f.txt"
