@@ -504,6 +504,42 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
     }
 }
 
+/// Thread `t`'s share of staging the block's value columns `col0 .. col0 + 16` of `rows` nodes
+/// into `sv [rows][16]`: row `i` from node `node(i)` of the value head at `v_head` (node stride
+/// `vd`). Where the group lies within `d_v`, by `cp.async` (16 bytes, every copy in flight; the
+/// caller commits and waits; offsets are multiples of 4 floats by `gdn_scratch`); past `d_v`,
+/// element by element with zeros. Shared by [`recur`] (node `i` is row `i`) and [`commit`] (the
+/// path's nodes).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn stage_v_columns(
+    sv: *mut f32,
+    v_head: *const f32,
+    rows: usize,
+    node: impl Fn(usize) -> usize,
+    vd: usize,
+    col0: usize,
+    dv: usize,
+    t: usize,
+) {
+    if col0 + COLS <= dv {
+        let mut e = t;
+        while e < rows * (COLS / 4) {
+            let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));
+            let src = v_head.add(node(i) * vd + col0 + c);
+            cp_async_16(smem_addr(sv.add(i * COLS + c)), src as *const u8);
+            e += THREADS;
+        }
+    } else {
+        let mut e = t;
+        while e < rows * COLS {
+            let (i, c) = (e / COLS, col0 + e % COLS);
+            *sv.add(e) = if c < dv { *v_head.add(node(i) * vd + c) } else { 0.0 };
+            e += THREADS;
+        }
+    }
+}
+
 /// The tree replay for key head dim `DK` (`RPL = DK / 4` rows per lane). Grid
 /// `(n_v, ⌈d_v / 16⌉)`, 64 threads (one per node for α and β: `n ≤ MAX_NODES ≤ 64`),
 /// `gdn_recur_smem_words(DK, p.smem_nodes)·4` bytes of dynamic shared memory (arrays of
@@ -582,22 +618,7 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
         cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
         e += THREADS;
     }
-    if col0 + COLS <= dv {
-        let mut e = t;
-        while e < n * (COLS / 4) {
-            let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));
-            let src = scratch.add(sc.v + i * vd + j * dv + col0 + c);
-            cp_async_16(smem_addr(sv.add(i * COLS + c)), src as *const u8);
-            e += THREADS;
-        }
-    } else {
-        let mut e = t;
-        while e < n * COLS {
-            let (i, c) = (e / COLS, col0 + e % COLS);
-            *sv.add(e) = if c < dv { *scratch.add(sc.v + i * vd + j * dv + c) } else { 0.0 };
-            e += THREADS;
-        }
-    }
+    stage_v_columns(sv, scratch.add(sc.v + j * dv), n, |i| i, vd, col0, dv, t);
     cp_async_commit();
     if t < n {
         *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
@@ -815,22 +836,7 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
         cp_async_16(smem_addr(sk.add(i * DK + c)), src as *const u8);
         e += THREADS;
     }
-    if col0 + COLS <= dv {
-        let mut e = t;
-        while e < len * (COLS / 4) {
-            let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));
-            let src = scratch.add(sc.v + node_of(i) * vd + j * dv + col0 + c);
-            cp_async_16(smem_addr(sv.add(i * COLS + c)), src as *const u8);
-            e += THREADS;
-        }
-    } else {
-        let mut e = t;
-        while e < len * COLS {
-            let (i, c) = (e / COLS, col0 + e % COLS);
-            *sv.add(e) = if c < dv { *scratch.add(sc.v + node_of(i) * vd + j * dv + c) } else { 0.0 };
-            e += THREADS;
-        }
-    }
+    stage_v_columns(sv, scratch.add(sc.v + j * dv), len, node_of, vd, col0, dv, t);
     cp_async_commit();
     let (mut a, mut bt) = (0.0f32, 0.0f32);
     if t < len {
