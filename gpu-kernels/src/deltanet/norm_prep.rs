@@ -95,70 +95,20 @@ unsafe fn norm_prep<const CPL: usize>(
         });
         // `r_j` of head `m` at `inv[m]`: the lane's fma chain over its columns in order, then the
         // butterfly (warp-uniform condition: every lane takes part).
-        #[cfg(not(feature = "gdn-norm-heads-together"))]
         let mut inv = [0.0f32; REG_ELEMS];
-        #[cfg(not(feature = "gdn-norm-heads-together"))]
-        let together = false;
-        // (The experiment keeps the sequential path where a warp holds more than 6 heads: 12
-        // butterflies in flight spill `gdn_norm_prep_dv64` at its 128-register cap.)
-        #[cfg(feature = "gdn-norm-heads-together")]
-        let together = CPL >= 4;
-        #[cfg(feature = "gdn-norm-heads-together")]
-        let mut inv = [0.0f32; REG_ELEMS];
-        if !together {
-            let mut ss = 0.0f32;
-            each_slot(|q| {
-                let (j, i) = at(q);
-                if q % CPL == 0 {
-                    ss = 0.0;
-                }
-                if i < dv {
-                    ss = fma(ov[q], ov[q], ss);
-                }
-                if q % CPL == CPL - 1 && j < nv {
-                    inv[q / CPL] = head_inv_rms(ss, &g);
-                }
-            });
-        }
-        // Experiment: the warp's heads reduced together — every head's lane part first, then
-        // each butterfly level over all heads (each head's adds in `warp_sum_f32`'s order), then
-        // the divides and square roots — so the heads' shuffle and divide latencies overlap
-        // instead of queueing head after head. The same operations per head: the same bits.
-        #[cfg(feature = "gdn-norm-heads-together")]
-        if together {
-            let heads = REG_ELEMS / CPL;
-            let mut part = [0.0f32; REG_ELEMS];
-            let mut ss = 0.0f32;
-            each_slot(|q| {
-                let i = at(q).1;
-                if q % CPL == 0 {
-                    ss = 0.0;
-                }
-                if i < dv {
-                    ss = fma(ov[q], ov[q], ss);
-                }
-                if q % CPL == CPL - 1 {
-                    part[q / CPL] = ss;
-                }
-            });
-            let mut butterfly = |level: u32| {
-                crate::device::unroll::unroll_below(REG_ELEMS, |m| {
-                    if m < heads {
-                        part[m] += crate::device::warp::shfl_xor_f32(part[m], level);
-                    }
-                });
-            };
-            butterfly(16);
-            butterfly(8);
-            butterfly(4);
-            butterfly(2);
-            butterfly(1);
-            crate::device::unroll::unroll_below(REG_ELEMS, |m| {
-                if m < heads && warp + 8 * m < nv {
-                    inv[m] = super::inv_rms_of_sum(part[m], &g);
-                }
-            });
-        }
+        let mut ss = 0.0f32;
+        each_slot(|q| {
+            let (j, i) = at(q);
+            if q % CPL == 0 {
+                ss = 0.0;
+            }
+            if i < dv {
+                ss = fma(ov[q], ov[q], ss);
+            }
+            if q % CPL == CPL - 1 && j < nv {
+                inv[q / CPL] = head_inv_rms(ss, &g);
+            }
+        });
         let mut mx = 0u32;
         each_slot(|q| {
             let (j, i) = at(q);
