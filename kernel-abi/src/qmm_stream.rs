@@ -1,7 +1,6 @@
-//! Stream-K partition of a `qmm_*` product — the work split the next matmul step needs
-//! (docs/perf/spec.md, "The round after the fifteenth session"). No kernel uses it yet: it is the
-//! part of the change that can be proven on the host, kept here so the kernels and the host
-//! plan share one definition when they adopt it.
+//! Stream-K partition of a `qmm_*` product ([`crate::QmmParams::stream`]): the kernels
+//! (`gpu-kernels` `qmatmul::tile`, `qmatmul::tile_wg`) and the host plan share this one
+//! definition (docs/perf/spec.md, "The round after the fifteenth session").
 //!
 //! The product's work is `U = row_blocks · blocks_per_row` units (one unit: one weight block of
 //! K for one 128-row block), ordered row block major. Block `g` of a grid of `grid` blocks takes
@@ -14,6 +13,19 @@
 //! lowest K range — the split order of the K-split reduction, so a column's sum is
 //! `((0 + P_0) + P_1) + …` in piece order, and the partition depends on the shape and the grid
 //! only, never on the number of columns (a column's bits are the same at every n).
+
+/// Which formats' `qmm_*` kernels run stream-K partitions ([`crate::QmmParams::stream`]; the
+/// host plans streams for these only): Q4_K and Q6_K, the 27B's layer shapes that a K split
+/// leaves unbalanced on 264 slots. Q5_K's one 27B shape (129 row blocks in 2 splits) is already
+/// balanced, and a second item spills its warpgroup kernels, as it does Q8_0's two-buffer ones;
+/// the float formats' kernels run at 80 registers.
+pub mod qmm_stream_format {
+    pub const Q4_K: bool = true;
+    pub const Q5_K: bool = false;
+    pub const Q6_K: bool = true;
+    pub const Q8_0: bool = false;
+    pub const FLOAT: bool = false;
+}
 
 /// One item of a stream-K block: weight blocks `b0 .. b1` of row block `row_block`, which is
 /// piece `piece` of that row block's `pieces` (in K order).
@@ -59,6 +71,22 @@ pub const fn qmm_stream_pieces(rb: u32, blocks_per_row: u32, grid: u32, units: u
     (first, last - first + 1)
 }
 
+/// Most pieces any row block of the partition has (the partial planes a launch needs): the
+/// largest [`qmm_stream_pieces`] count over the `row_blocks` row blocks.
+pub const fn qmm_stream_max_pieces(row_blocks: u32, blocks_per_row: u32, grid: u32) -> u32 {
+    let units = row_blocks as u64 * blocks_per_row as u64;
+    let mut most = 0u32;
+    let mut rb = 0u32;
+    while rb < row_blocks {
+        let pieces = qmm_stream_pieces(rb, blocks_per_row, grid, units).1;
+        if pieces > most {
+            most = pieces;
+        }
+        rb += 1;
+    }
+    most
+}
+
 /// The items of block `g` (`g < grid`, [`qmm_stream_fits`]): `(items, count)`, count 1 or 2, in
 /// K-then-row order (the second item, if any, starts the next row block at K block 0).
 pub const fn qmm_stream_items(g: u32, row_blocks: u32, blocks_per_row: u32, grid: u32) -> ([QmmStreamItem; 2], u32) {
@@ -84,6 +112,39 @@ pub const fn qmm_stream_items(g: u32, row_blocks: u32, blocks_per_row: u32, grid
         at = end;
     }
     (items, count)
+}
+
+/// Whether the kernels' 32-bit form of the partition ([`qmm_stream_item`]) holds for the shape:
+/// [`qmm_stream_fits`] and `U · grid < 2³²` (every intermediate of its divisions).
+pub const fn qmm_stream_fits_u32(row_blocks: u32, blocks_per_row: u32, grid: u32) -> bool {
+    let units = row_blocks as u64 * blocks_per_row as u64;
+    qmm_stream_fits(row_blocks, blocks_per_row, grid) && units * (grid as u64 + 1) < (1u64 << 32)
+}
+
+/// Items of block `g`: 1, or 2 when its range crosses a row-block boundary (32-bit arithmetic,
+/// [`qmm_stream_fits_u32`]).
+#[inline(always)]
+pub const fn qmm_stream_item_count(g: u32, row_blocks: u32, blocks_per_row: u32, grid: u32) -> u32 {
+    let units = row_blocks * blocks_per_row;
+    let (lo, hi) = (g * units / grid, (g + 1) * units / grid);
+    1 + (hi > (lo / blocks_per_row + 1) * blocks_per_row) as u32
+}
+
+/// Item `item` (0 or 1, below [`qmm_stream_item_count`]) of block `g` as [`qmm_stream_items`]
+/// gives it, in 32-bit arithmetic for the kernels ([`qmm_stream_fits_u32`]): one division chain
+/// per call, so a kernel recomputes an item where it needs it instead of keeping it live.
+#[inline(always)]
+pub const fn qmm_stream_item(g: u32, item: u32, row_blocks: u32, blocks_per_row: u32, grid: u32) -> QmmStreamItem {
+    let units = row_blocks * blocks_per_row;
+    let (lo, hi) = (g * units / grid, (g + 1) * units / grid);
+    let rb = lo / blocks_per_row + item;
+    let start = rb * blocks_per_row;
+    let b0 = if item == 0 { lo - start } else { 0 };
+    let b1 = if hi < start + blocks_per_row { hi - start } else { blocks_per_row };
+    // First and last block of the row block (`qmm_stream_block_of`).
+    let first = ((start + 1) * grid - 1) / units;
+    let last = ((start + blocks_per_row) * grid - 1) / units;
+    QmmStreamItem { row_block: rb, b0, b1, piece: g - first, pieces: last - first + 1 }
 }
 
 #[cfg(test)]
@@ -125,11 +186,22 @@ mod tests {
             most = most.max(len);
         }
         assert!(seen.iter().all(|&s| s));
+        if qmm_stream_fits_u32(row_blocks, bpr, grid) {
+            for g in 0..grid {
+                let (items, count) = qmm_stream_items(g, row_blocks, bpr, grid);
+                assert_eq!(qmm_stream_item_count(g, row_blocks, bpr, grid), count);
+                for i in 0..count {
+                    assert_eq!(qmm_stream_item(g, i, row_blocks, bpr, grid), items[i as usize], "block {g} item {i}");
+                }
+            }
+        }
         for rb in 0..row_blocks as usize {
             assert_eq!(next_k[rb], bpr);
             assert_eq!(next_piece[rb], qmm_stream_pieces(rb as u32, bpr, grid, units).1);
         }
         assert_eq!(most, qmm_stream_max_units(row_blocks, bpr, grid) as u64);
+        let pieces = (0..row_blocks).map(|rb| qmm_stream_pieces(rb, bpr, grid, units).1).max().unwrap();
+        assert_eq!(pieces, qmm_stream_max_pieces(row_blocks, bpr, grid));
     }
 
     #[test]
@@ -151,6 +223,8 @@ mod tests {
         // Q4_K 17408 → 5120 (68 super-blocks per row): 14 units in the 5-split plan's busiest block.
         check(40, 68, 264);
         assert_eq!(qmm_stream_max_units(40, 68, 264), 11);
+        assert_eq!(qmm_stream_max_pieces(40, 68, 264), 8);
+        assert!(qmm_stream_fits_u32(272, 20, 264) && qmm_stream_fits_u32(40, 68, 264));
         // Q4_K 6144 → 5120: 5 → 4.
         check(40, 24, 264);
         assert_eq!(qmm_stream_max_units(40, 24, 264), 4);

@@ -201,7 +201,7 @@ pub(crate) fn expected(c: &Case, x: &[f32], n: usize) -> Vec<(f64, f64)> {
     res
 }
 
-fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
+pub(crate) fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
     for (i, &(want, tol)) in expected(c, x, n).iter().enumerate() {
         let (col, o) = (i / c.out, i % c.out);
         let got = y[i] as f64;
