@@ -215,11 +215,11 @@ fn prep_cases(gpu: &Gpu, w: &QWeight, n: usize, ys: DevSpan<f32>, ff: usize, cei
     report("qmm-prep", &format!("swiglu maxima ff={ff} n={n}"), bytes, maxes, ceiling, "column max from the epilogue");
 }
 
-/// Where the upload chose a stream-K partition (`QWeight::stream_chosen`): the matmul on prepared
-/// x at n = 1, 16, 22 with the split plan, the stream-K partition, and the partition without its
-/// reduction (`set_partials_only`: the split row blocks publish partials and stop — a lower bound
-/// for a reduction done elsewhere), measured in that order per n (`qmm-stream`). Leaves the
-/// weights on the chosen partition.
+/// Where the shape has a stream-K partition (`QWeight::stream_candidate`, whatever
+/// `FLASHTREE_QMM_STREAM` says): the matmul on prepared x at n = 1, 16, 22 with the split plan,
+/// the stream-K partition, and the partition without its reduction (`set_partials_only`: the
+/// split row blocks publish partials and stop — a lower bound for a reduction done elsewhere),
+/// measured in that order per n (`qmm-stream`). Leaves the weights as the upload chose.
 #[allow(clippy::too_many_arguments)]
 fn stream_cases(
     gpu: &Gpu,
@@ -232,9 +232,12 @@ fn stream_cases(
     ceiling: f64,
     ws: &mut QmmWorkspace,
 ) {
-    if !bufs[0].stream_chosen() {
+    let grid = bufs[0].stream_candidate(gpu).unwrap();
+    if grid == 0 {
         return;
     }
+    let chosen = bufs[0].stream_chosen();
+    bufs.iter_mut().for_each(|w| w.set_stream_grid(grid).unwrap());
     let product = |w: &QWeight, n: usize, ws: &mut QmmWorkspace| {
         if swiglu {
             w.swiglu(gpu, n, ys, ws)
@@ -259,10 +262,13 @@ fn stream_cases(
         let split = time(false, false, ws);
         let stream = time(true, false, ws);
         let partials = time(true, true, ws);
-        time(true, false, ws);
         for (what, secs) in [("split plan", split), ("stream-K", stream), ("stream-K, partials only", partials)] {
             let note = format!("matmul only; / split plan = {:.3}", secs / split);
             report("qmm-stream", &format!("{name} n={n} {what}"), bytes as f64, secs, ceiling, &note);
         }
+    }
+    for w in bufs.iter_mut() {
+        w.set_partials_only(false);
+        w.set_stream_grid(if chosen { grid } else { 0 }).unwrap();
     }
 }

@@ -102,11 +102,13 @@ pub(super) fn choose_plan(
     Ok(QmmSplitPlan { full: plan.full, ksplit: plan.ksplit.clamp(1, 16).min(blocks_per_row.max(1)) })
 }
 
-/// `FLASHTREE_QMM_STREAM=0`: no stream-K partitions ([`choose_stream`]; an A/B switch, read
-/// once per process).
+/// `FLASHTREE_QMM_STREAM=1`: stream-K partitions where [`choose_stream`] finds one (off by
+/// default: with its reduction by the last-arriving piece a stream-K launch measured no faster
+/// than the split plans, and up to 1.33× slower on the 27B's small shapes — docs/perf/qmatmul.md,
+/// sixteenth engine session; read once per process).
 fn stream_enabled() -> bool {
     static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_STREAM").map_or(true, |v| v != "0"))
+    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_STREAM").is_ok_and(|v| v == "1"))
 }
 
 /// Whether products of `ty` can run stream-K partitions (`kernel_abi::qmm_stream::qmm_stream_format`).
@@ -140,14 +142,19 @@ pub(super) fn plan_busiest_units(plan: QmmSplitPlan, row_blocks: u32, blocks_per
 /// works through ([`plan_busiest_units`]). The 27B on nvidia-h200's 264 slots: Q4_K 17408 → 5120
 /// 14 → 11 units, 6144 → 5120 5 → 4, Q6_K 17408 → 5120 12 → 11, the fused gate/up 20 + a second
 /// wave of 2 → 21. A function of the shape and the device only (every n the same partition).
+/// Only with `FLASHTREE_QMM_STREAM=1` ([`stream_enabled`]).
 pub(super) fn choose_stream(ty: GgmlType, plan: QmmSplitPlan, out: u32, blocks_per_row: u32, slots: u32) -> u32 {
+    if !stream_enabled() {
+        return 0;
+    }
+    stream_grid_for(ty, plan, out, blocks_per_row, slots)
+}
+
+/// [`choose_stream`]'s rule without the switch.
+pub(super) fn stream_grid_for(ty: GgmlType, plan: QmmSplitPlan, out: u32, blocks_per_row: u32, slots: u32) -> u32 {
     use kernel_abi::qmm_stream::{qmm_stream_fits_u32, qmm_stream_max_pieces, qmm_stream_max_units};
     let row_blocks = out.div_ceil(QMM_ROWS_PER_BLOCK);
-    if !stream_enabled()
-        || !stream_format_of(ty)
-        || ksplit_override().is_some()
-        || !qmm_stream_fits_u32(row_blocks, blocks_per_row, slots)
-    {
+    if !stream_format_of(ty) || ksplit_override().is_some() || !qmm_stream_fits_u32(row_blocks, blocks_per_row, slots) {
         return 0;
     }
     let stream = qmm_stream_max_units(row_blocks, blocks_per_row, slots) as u64;
@@ -400,12 +407,12 @@ mod tests {
             (GgmlType::Q4_K, 34_816, 20, plan(264, 10), 22),
         ] {
             assert_eq!(plan_busiest_units(p, rows / 128, bpr, 264), busiest, "{ty:?} {rows}×{bpr}");
-            assert_eq!(choose_stream(ty, p, rows, bpr, 264), 264, "{ty:?} {rows}×{bpr}");
+            assert_eq!(stream_grid_for(ty, p, rows, bpr, 264), 264, "{ty:?} {rows}×{bpr}");
         }
-        assert_eq!(choose_stream(GgmlType::Q5_K, plan(0, 2), 16_512, 20, 264), 0);
+        assert_eq!(stream_grid_for(GgmlType::Q5_K, plan(0, 2), 16_512, 20, 264), 0);
         // 20 row blocks × 20: 13 splits give 260 blocks of 2 units, as a stream would.
-        assert_eq!(choose_stream(GgmlType::Q4_K, plan(0, 13), 2560, 20, 264), 0);
-        assert_eq!(choose_stream(GgmlType::Q6_K, plan(0, 1), 248_320, 20, 264), 0);
+        assert_eq!(stream_grid_for(GgmlType::Q4_K, plan(0, 13), 2560, 20, 264), 0);
+        assert_eq!(stream_grid_for(GgmlType::Q6_K, plan(0, 1), 248_320, 20, 264), 0);
     }
 
     /// Every kernel name the launcher can pick is an entry point of the embedded PTX.

@@ -9,7 +9,8 @@ use flashtree_quants::GgmlType;
 
 use super::format::{family_for, qmm_needs_pairs, swiglu_rows, to_u32};
 use super::kernels::{
-    choose_plan, choose_stream, cluster_residency, launch, one_tile_slots, spread_for, stream_format_of, uses_cluster,
+    choose_plan, choose_stream, cluster_residency, launch, one_tile_slots, spread_for, stream_format_of,
+    stream_grid_for, uses_cluster,
 };
 use super::pack::{pack_gate_up, pack_weights};
 use super::QmmWorkspace;
@@ -221,6 +222,18 @@ impl QWeight {
     pub fn set_stream(&mut self, on: bool) {
         self.stream_on = on && self.stream_grid != 0;
         self.cluster = !self.stream_on && uses_cluster(self.ty, self.plan);
+    }
+
+    /// The stream-K grid the upload would choose for this matrix on `gpu` with
+    /// `FLASHTREE_QMM_STREAM=1` (`kernels.rs`, `choose_stream`), 0 where there is none
+    /// (`bench-qmm` compares it with the split plan whatever the switch).
+    pub fn stream_candidate(&self, gpu: &Gpu) -> Result<u32, GpuError> {
+        if !stream_format_of(self.ty) {
+            return Ok(0);
+        }
+        let family = family_for(self.ty, self.out(), self.inp())?;
+        let slots = one_tile_slots(gpu, &family)?;
+        Ok(stream_grid_for(self.ty, self.plan, self.rows, self.inp / family.geometry.0, slots))
     }
 
     /// Runs its products on a stream-K partition over `grid` blocks (tests of the partition on
