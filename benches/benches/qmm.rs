@@ -96,7 +96,7 @@ fn main() {
         let bytes = host.len();
         let copies = (2 * l2).div_ceil(bytes).max(1);
         let packed = PackedWeight::pack(ty, &host, out, inp).unwrap();
-        let mut ws_bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(&gpu).unwrap()).collect();
+        let ws_bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(&gpu).unwrap()).collect();
         drop(packed);
         drop(host);
         let x: Vec<f32> = (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
@@ -113,7 +113,6 @@ fn main() {
                 );
             }
         }
-        stream_cases(&gpu, &mut ws_bufs, &format!("{ty:?} {inp}->{out}"), bytes, xs, ys, false, ceiling, &mut ws);
         let (mut t1, mut m1) = (0.0, 0.0);
         for n in NS {
             // Whole call: activation prep + matmul.
@@ -171,9 +170,8 @@ fn swiglu_cases(gpu: &Gpu, c: &mut criterion::Criterion, ceiling: f64, l2: usize
         let packed = PackedWeight::pack_gate_up(ty, &gate, &up, ff, inp).unwrap();
         drop((gate, up));
         let copies = (2 * l2).div_ceil(bytes).max(1);
-        let mut bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
+        let bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
         drop(packed);
-        stream_cases(gpu, &mut bufs, &format!("swiglu {name}"), bytes, xs, ys, true, ceiling, ws);
         let (mut f1, mut p1) = (0.0, 0.0);
         for n in NS {
             bufs[0].prepare_x(gpu, xs, n, ws).unwrap();
@@ -213,62 +211,4 @@ fn prep_cases(gpu: &Gpu, w: &QWeight, n: usize, ys: DevSpan<f32>, ff: usize, cei
     let note = format!("scanning every block's column; maxima/scan = {:.3}", maxes / scan);
     report("qmm-prep", &format!("scan ff={ff} n={n}"), bytes, scan, ceiling, &note);
     report("qmm-prep", &format!("swiglu maxima ff={ff} n={n}"), bytes, maxes, ceiling, "column max from the epilogue");
-}
-
-/// Where the shape has a stream-K partition (`QWeight::stream_candidate`, whatever
-/// `FLASHTREE_QMM_STREAM` says): the matmul on prepared x at n = 1, 16, 22 with the split plan,
-/// the stream-K partition, and the partition without its reduction (`set_partials_only`: the
-/// split row blocks publish partials and stop — a lower bound for a reduction done elsewhere),
-/// measured in that order per n (`qmm-stream`). Leaves the weights as the upload chose.
-#[allow(clippy::too_many_arguments)]
-fn stream_cases(
-    gpu: &Gpu,
-    bufs: &mut [QWeight],
-    name: &str,
-    bytes: usize,
-    xs: DevSpan<f32>,
-    ys: DevSpan<f32>,
-    swiglu: bool,
-    ceiling: f64,
-    ws: &mut QmmWorkspace,
-) {
-    let grid = bufs[0].stream_candidate(gpu).unwrap();
-    if grid == 0 {
-        return;
-    }
-    let chosen = bufs[0].stream_chosen();
-    bufs.iter_mut().for_each(|w| w.set_stream_grid(grid).unwrap());
-    let product = |w: &QWeight, n: usize, ws: &mut QmmWorkspace| {
-        if swiglu {
-            w.swiglu(gpu, n, ys, ws)
-        } else {
-            w.matmul(gpu, n, ys, ws)
-        }
-    };
-    println!(
-        "INFO qmm-stream {name}: split plan {:?} vs a stream-K grid of {} blocks",
-        bufs[0].plan(),
-        bufs[0].stream()
-    );
-    for n in [1usize, 16, 22] {
-        bufs[0].prepare_x(gpu, xs, n, ws).unwrap();
-        let mut time = |stream: bool, partials: bool, ws: &mut QmmWorkspace| {
-            bufs.iter_mut().for_each(|w| {
-                w.set_stream(stream);
-                w.set_partials_only(partials);
-            });
-            median_secs(gpu, 20, |i| product(&bufs[i % bufs.len()], n, ws))
-        };
-        let split = time(false, false, ws);
-        let stream = time(true, false, ws);
-        let partials = time(true, true, ws);
-        for (what, secs) in [("split plan", split), ("stream-K", stream), ("stream-K, partials only", partials)] {
-            let note = format!("matmul only; / split plan = {:.3}", secs / split);
-            report("qmm-stream", &format!("{name} n={n} {what}"), bytes as f64, secs, ceiling, &note);
-        }
-    }
-    for w in bufs.iter_mut() {
-        w.set_partials_only(false);
-        w.set_stream_grid(if chosen { grid } else { 0 }).unwrap();
-    }
 }

@@ -258,18 +258,6 @@ pub struct QmmParams {
     /// at once (then the waiting blocks cannot hold the slots the others need):
     /// [`qmm_spread_reduction`].
     pub reduce_spread: u32,
-    /// 0: the split plan above (`ksplit`, `full_row_blocks`, `cluster`). Otherwise the launch is
-    /// a stream-K partition over a grid of `stream` blocks ([`qmm_stream`]): block `g` takes the
-    /// units `⌊g·U/stream⌋ ..` of the row-block-major `U = row_blocks · blocks_per_row` (one or two
-    /// items, [`qmm_stream::qmm_stream_items`]); a row block covered by one piece is stored
-    /// directly, otherwise its pieces publish partials `[piece][c][o]` and the last piece to
-    /// arrive adds them in piece order from 0.0 (`cluster` and `reduce_spread` are 0). The
-    /// partition depends on the shape and the grid only, so a column's bits do not depend on `n`.
-    pub stream: u32,
-    /// Non-zero (only with `stream`; a measurement mode of `bench-qmm`, never the engine's): the
-    /// pieces of a split row block publish their partials and stop — no counter, no reduction,
-    /// `y` of those row blocks is not written. It times a stream-K launch without its reduction.
-    pub partials_only: u32,
 }
 
 /// Bytes of the packed blocks of a `[out_features, in_features]` matrix of a `qmm_*` format with

@@ -1,6 +1,11 @@
-//! Stream-K partition of a `qmm_*` product ([`crate::QmmParams::stream`]): the kernels
-//! (`gpu-kernels` `qmatmul::tile`, `qmatmul::tile_wg`) and the host plan share this one
-//! definition (docs/perf/spec.md, "The round after the fifteenth session").
+//! Stream-K partition of a `qmm_*` product, proven on the host; **no kernel uses it**. The
+//! sixteenth engine session ran it in the Q4_K/Q6_K kernels (one or two items per block, the
+//! last-arriving piece adding the partials) and measured it slower than the split plans in the
+//! engine — the kernels' extra code cost the default path 0.44 ms per 22-node verify, and the
+//! stream launches' reduction more than the balance saved — so the kernels were reverted
+//! (docs/perf/qmatmul.md, "Sixteenth engine session"; the patch is in
+//! `docs/perf/archive/2026-11-26-qmm-stream-k/`). What a next attempt needs from here: the
+//! partition and its 32-bit per-item form ([`qmm_stream_item`]).
 //!
 //! The product's work is `U = row_blocks · blocks_per_row` units (one unit: one weight block of
 //! K for one 128-row block), ordered row block major. Block `g` of a grid of `grid` blocks takes
@@ -13,19 +18,6 @@
 //! lowest K range — the split order of the K-split reduction, so a column's sum is
 //! `((0 + P_0) + P_1) + …` in piece order, and the partition depends on the shape and the grid
 //! only, never on the number of columns (a column's bits are the same at every n).
-
-/// Which formats' `qmm_*` kernels run stream-K partitions ([`crate::QmmParams::stream`]; the
-/// host plans streams for these only): Q4_K and Q6_K, the 27B's layer shapes that a K split
-/// leaves unbalanced on 264 slots. Q5_K's one 27B shape (129 row blocks in 2 splits) is already
-/// balanced, and a second item spills its warpgroup kernels, as it does Q8_0's two-buffer ones;
-/// the float formats' kernels run at 80 registers.
-pub mod qmm_stream_format {
-    pub const Q4_K: bool = true;
-    pub const Q5_K: bool = false;
-    pub const Q6_K: bool = true;
-    pub const Q8_0: bool = false;
-    pub const FLOAT: bool = false;
-}
 
 /// One item of a stream-K block: weight blocks `b0 .. b1` of row block `row_block`, which is
 /// piece `piece` of that row block's `pieces` (in K order).

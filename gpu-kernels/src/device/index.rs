@@ -18,15 +18,6 @@ pub fn thread_y() -> u32 {
 pub fn block_x() -> u32 {
     unsafe { nvptx::_block_idx_x() as u32 }
 }
-/// `blockIdx.x` read by an instruction the compiler may not merge with another read or move
-/// out of a loop: for values a kernel recomputes where it needs them rather than keep live in a
-/// register through its main loop (`qmatmul::epilogue::block_item`).
-#[inline(always)]
-pub fn block_x_reread() -> u32 {
-    let b: u32;
-    unsafe { asm!("mov.u32 {0}, %ctaid.x;", out(reg32) b, options(nostack)) };
-    b
-}
 /// `blockIdx.y`.
 #[inline(always)]
 pub fn block_y() -> u32 {

@@ -25,12 +25,6 @@
 //!   0.0 — the global path's additions, so its bits — with no partial-sum traffic through L2, no
 //!   counter and no lone last block; a final cluster barrier keeps every block's shared memory
 //!   alive until its peers have read it.
-//! * Stream-K (`QmmParams::stream`, `kernel_abi::qmm_stream`): the item's `(row block, piece,
-//!   pieces)` take the place of `(row block, split, ksplit)` — one piece stores `y` directly;
-//!   several publish partials and the last piece to arrive adds them in piece order, as the
-//!   last-block path above (no cluster, no spread: a waiting piece would wait for its
-//!   neighbour's other item). `QmmParams::partials_only` (a measurement mode) stops after the
-//!   partials.
 //! * Fused SwiGLU, every path: the block that writes a row group's `y` (spread: each split, for the
 //!   columns it wrote) also publishes, per column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
 //!   max, NaN above inf, order-independent) at `ymax[c · row_blocks + rb]` (`rb`: the row block): a shared word
@@ -41,14 +35,12 @@
 //! Everything here is inlined into the kernel (`#[inline(always)]`): a separate function measured
 //! a 24-byte stack frame in every kernel and spills in five (docs/perf/qmatmul.md, session 8).
 
-use kernel_abi::qmm_stream::{qmm_stream_item, qmm_stream_item_count};
 use kernel_abi::{qmm_block_bytes, qmm_block_work, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP};
 
 use super::formats::Format;
 use crate::device::atomic::atomic_max_u32;
 use crate::device::cluster::{cluster_sync, ld_cluster_f32, ld_cluster_u32, map_to_rank};
 use crate::device::fence::fence_gpu;
-use crate::device::index::block_x_reread;
 use crate::device::load::ld_cg_f32;
 use crate::device::math::silu;
 use crate::device::shared::{smem_addr, Shared};
@@ -137,64 +129,6 @@ pub(super) unsafe fn row_scales<F: Format>(w: *const u8, p: QmmParams) -> *const
     }
 }
 
-/// What item `item` of a `qmm_*` block computes: `((row block, weight blocks b0 .. b1),
-/// (row block, split, splits))` — the second triple is [`store`]'s `work`. Split plans
-/// (`p.stream = 0`): the block's one item, `kernel_abi::qmm_block_work`. Stream-K (block formats
-/// only, [`stream_capable`]): item `item` (0 or 1) of `kernel_abi::qmm_stream::qmm_stream_item`,
-/// its piece and the row block's pieces. Recomputed at each use from a fresh read of the block
-/// index, so none of it stays live through the main loop.
-#[inline(always)]
-pub(super) fn block_item<F: Format>(
-    p: QmmParams,
-    blocks_per_row: u32,
-    item: u32,
-) -> ((u32, u32, u32), (u32, u32, u32)) {
-    let row_blocks = p.out_features.div_ceil(QMM_ROWS_PER_BLOCK);
-    if stream_capable::<F>() && p.stream != 0 {
-        let it = qmm_stream_item(block_x_reread(), item, row_blocks, blocks_per_row, p.stream);
-        return ((it.row_block, it.b0, it.b1), (it.row_block, it.piece, it.pieces));
-    }
-    let (rb, s, k) = qmm_block_work(block_x(), row_blocks, p.full_row_blocks, p.ksplit, p.cluster);
-    ((rb, s * blocks_per_row / k, (s + 1) * blocks_per_row / k), (rb, s, k))
-}
-
-/// Items of this block: 1, or with `p.stream` the block's stream-K item count (1 or 2).
-#[inline(always)]
-pub(super) fn block_items<F: Format>(p: QmmParams, blocks_per_row: u32) -> u32 {
-    if !stream_capable::<F>() || p.stream == 0 {
-        return 1;
-    }
-    qmm_stream_item_count(block_x_reread(), p.out_features.div_ceil(QMM_ROWS_PER_BLOCK), blocks_per_row, p.stream)
-}
-
-/// Runs a `qmm_*` block's items: `run_item(item, chunks of the earlier items, p)` returns the
-/// item's x chunks. A split plan: its one item, with `stream` and `partials_only` known to be 0
-/// (so the code is that of a kernel without stream-K). A stream-K partition (stream-capable
-/// formats): one or two items, with `cluster` and `reduce_spread` known to be 0 (their epilogue
-/// paths are not compiled into it, which keeps the two items within the kernel's registers).
-#[inline(always)]
-pub(super) fn run_items<F: Format>(
-    p: QmmParams,
-    blocks_per_row: u32,
-    mut run_item: impl FnMut(u32, u32, QmmParams) -> u32,
-) {
-    if stream_capable::<F>() && p.stream != 0 {
-        let p = QmmParams { cluster: 0, reduce_spread: 0, ..p };
-        let chunks = run_item(0, 0, p);
-        if block_items::<F>(p, blocks_per_row) > 1 {
-            run_item(1, chunks, p);
-        }
-    } else {
-        run_item(0, 0, QmmParams { stream: 0, partials_only: 0, ..p });
-    }
-}
-
-/// Whether format `F`'s kernels run stream-K partitions (`QmmParams::stream`,
-/// `kernel_abi::qmm_stream::qmm_stream_format`).
-#[inline(always)]
-pub(super) const fn stream_capable<F: Format>() -> bool {
-    F::STREAM
-}
 /// `v` times row `row`'s scale for row-scaled formats (`rscale` from [`row_scales`]), else `v`.
 #[inline(always)]
 unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
@@ -215,7 +149,6 @@ unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
 pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     acc: &[[f32; 4]; T],
     p: QmmParams,
-    work: (u32, u32, u32),
     rscale: *const f32,
     xscale: *const f32,
     partial: *mut f32,
@@ -225,10 +158,10 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
 ) {
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
-    // Row block, split (stream-K: piece) and the row block's split count (from [`block_work`]
-    // at the caller, after its main loop, rather than kept live through it).
+    // Row block, split and the row block's split count (`kernel_abi::qmm_block_work`; recomputed
+    // here rather than kept live through the kernel's main loop).
     let row_blocks = p.out_features.div_ceil(QMM_ROWS_PER_BLOCK);
-    let (rb, split, ksplit) = work;
+    let (rb, split, ksplit) = qmm_block_work(block_x(), row_blocks, p.full_row_blocks, p.ksplit, p.cluster);
     let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let out = p.out_features as usize;
     let rows = [row0 + g, row0 + g + 8];
@@ -374,9 +307,6 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     // or, `p.reduce_spread`, every split reduces its share of the columns once all have published.
     let plane = QMM_MAX_N as usize * out;
     for_each_output(&mut |v, col, row| *partial.add(split as usize * plane + col * out + row) = v);
-    if p.partials_only != 0 {
-        return;
-    }
     fence_gpu();
     sync_threads();
     let group_rows = QMM_ROWS_PER_BLOCK.min(p.out_features - rb * QMM_ROWS_PER_BLOCK).max(1);

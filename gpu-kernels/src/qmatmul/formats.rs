@@ -27,7 +27,6 @@
 //!   `|ŵ − w| ≤ 2^-10 |w|` (f16 subnormals add ≤ 2^-25 absolute). BF16 is stored as row-scaled
 //!   f16 (see [`Half`]); F32 as bf16 hi + lo (see [`F32W`]).
 
-use kernel_abi::qmm_stream::qmm_stream_format;
 use kernel_abi::{qmm_format, qmm_lanes, qmm_row_scaled, qmm_stages_x};
 
 use crate::device::convert::pack_bf16x2;
@@ -130,8 +129,6 @@ pub trait Format {
     /// Row-scaled formats (`kernel_abi::qmm_row_scaled`): each output is multiplied by its row's
     /// power-of-two scale, stored as f32 after the packed blocks.
     const ROW_SCALED: bool = false;
-    /// Whether the format's kernels run stream-K partitions (`kernel_abi::qmm_stream::qmm_stream_format`).
-    const STREAM: bool = qmm_stream_format::FLOAT;
     /// Products taken from zero and scaled in f32: per unit (Q8_0, `acc += d·P` with
     /// `unit_scales`) or, with `SUPER`, per super-block (K-quants, [`KScales`]).
     const PRODUCTS_FROM_ZERO: bool = false;
@@ -291,7 +288,6 @@ impl Format for Q4K {
     const BYTES: u32 = qmm_format::Q4_K.1;
     const PER_STAGE: u32 = qmm_format::Q4_K.2;
     const STAGES_X: bool = qmm_stages_x::Q4_K;
-    const STREAM: bool = qmm_stream_format::Q4_K;
     const BF16: bool = false;
     const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q4kLane;
@@ -357,7 +353,6 @@ impl Format for Q5K {
     const BYTES: u32 = qmm_format::Q5_K.1;
     const PER_STAGE: u32 = qmm_format::Q5_K.2;
     const STAGES_X: bool = qmm_stages_x::Q5_K;
-    const STREAM: bool = qmm_stream_format::Q5_K;
     const BF16: bool = false;
     const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q5kLane;
@@ -444,7 +439,6 @@ impl Format for Q6K {
     const BYTES: u32 = qmm_format::Q6_K.1;
     const PER_STAGE: u32 = qmm_format::Q6_K.2;
     const STAGES_X: bool = qmm_stages_x::Q6_K;
-    const STREAM: bool = qmm_stream_format::Q6_K;
     const BF16: bool = false;
     type Lane = Q6kLane;
     const ZERO: Q6kLane = Q6kLane { ql: [[[[0; 2]; 2]; 2]; 2], qh: [[[0; 2]; 2]; 2], dsc: [[0; 4]; 2] };
@@ -536,7 +530,6 @@ impl Format for Q8_0 {
     const BYTES: u32 = qmm_format::Q8_0.1;
     const PER_STAGE: u32 = qmm_format::Q8_0.2;
     const STAGES_X: bool = qmm_stages_x::Q8_0;
-    const STREAM: bool = qmm_stream_format::Q8_0;
     const BF16: bool = false;
     const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q8_0Lane;

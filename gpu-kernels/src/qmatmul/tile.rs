@@ -3,12 +3,9 @@
 //! multi-tile kernels listed in `kernel_abi::qmm_wgmma` are in [`super::tile_wg`] instead).
 //!
 //! Geometry: 256-thread blocks of 8 warps; block `b` of the 1-D grid computes row block `r` and
-//! K split `s` of that row block's `k` splits (`kernel_abi::qmm_block_work`: the plan's leading
-//! row blocks unsplit, the others in `ksplit` splits — fixed by the shape and the device), or,
-//! with a stream-K partition (`QmmParams::stream`, K-quants), one or two items `(row block, K
-//! range)` one after the other, each with its own pipeline and epilogue
-//! (`super::epilogue::run_items`); warp `w` computes output rows `16·(8·r + w) .. +16` over the
-//! item's weight blocks. W is packed per 16-row group in lane order
+//! K split `s` of that row block's `k` splits (`kernel_abi::qmm_block_range`: the plan's leading
+//! row blocks unsplit, the others in `ksplit` splits — fixed by the shape and the device), and
+//! its warp `w` output rows `16·(8·r + w) .. +16` over the split's weight blocks. W is packed per 16-row group in lane order
 //! (`host::gpu::qmatmul::PackedWeight::pack`, layout in `kernel_abi::qmm_lanes`): lane `(g, t)`
 //! loads exactly the bytes it multiplies — its private 16-byte chunks, which the 32 lanes read
 //! as 512 contiguous bytes per load, and the per-row headers of rows `g` and `g + 8` — with
@@ -48,7 +45,9 @@
 //! Traffic: weight bytes once, plus x (`8·T·in·2` per 128-row block, mostly L1/L2 hits),
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
-use kernel_abi::{qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{
+    qmm_block_range, qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS,
+};
 
 use super::formats::{add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
@@ -80,272 +79,268 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
     let xs_on = qmm_xs_smem_bytes(T as u32, F::STAGES_X) > 0;
-    // Item `item` of the block (`super::epilogue::block_item`) under the parameters `p`: its
-    // pipeline and epilogue (`super::epilogue::run_items`).
+    // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
-    let run_item = #[inline(always)]
-    |item: u32, _kc_base: u32, p: QmmParams| -> u32 {
-        let ((rb, b0, b1), _) = super::epilogue::block_item::<F>(p, blocks, item);
-        let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
-        let units = F::ELEMS / 32;
-        let k = p.in_features as usize;
+    let (rb, b0, b1) = qmm_block_range(
+        block_x(),
+        p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
+        p.full_row_blocks,
+        p.ksplit,
+        p.cluster,
+        blocks,
+    );
+    let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
+    let units = F::ELEMS / 32;
+    let k = p.in_features as usize;
 
-        // Packed W: row group `row0 / 16`, block `b` (16 rows in lane order, `16·BYTES` bytes) at
-        // `((row0/16)·blocks + b)·16·BYTES`. Offsets are u32 (the host keeps packed W < 4 GiB).
-        let block16 = 16 * F::BYTES;
-        let group = w.add(((row0 / 16) * blocks * block16) as usize);
-        let stages = (b1 - b0).div_ceil(F::PER_STAGE);
-        // The x column this lane loads (`g`, or `n − 1` for padding columns) and the unit-sum pair.
-        let xcol = g.min(p.n - 1) as usize;
+    // Packed W: row group `row0 / 16`, block `b` (16 rows in lane order, `16·BYTES` bytes) at
+    // `((row0/16)·blocks + b)·16·BYTES`. Offsets are u32 (the host keeps packed W < 4 GiB).
+    let block16 = 16 * F::BYTES;
+    let group = w.add(((row0 / 16) * blocks * block16) as usize);
+    let stages = (b1 - b0).div_ceil(F::PER_STAGE);
+    // The x column this lane loads (`g`, or `n − 1` for padding columns) and the unit-sum pair.
+    let xcol = g.min(p.n - 1) as usize;
 
-        // The lane's data of stage `st` (blocks past `b1` are not loaded): plain 16-byte loads
-        // straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`).
-        let load_stage = #[inline(always)]
-        |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
+    // The lane's data of stage `st` (blocks past `b1` are not loaded): plain 16-byte loads
+    // straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`).
+    let load_stage = #[inline(always)]
+    |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
 
-        // Multi-tile kernels with f16 activations stage x in shared memory per chunk of
-        // `QMM_XS_CHUNK_UNITS` units (all 8 warps read the same columns): one cooperative copy per
-        // chunk instead of every warp loading every fragment from L1, and the fragments are read just
-        // before their mma. The values are the same as in global memory, so results do not change.
-        let xs_smem = smem_addr(dynamic_smem());
-        let stage_x_chunk = #[inline(always)]
-        |unit0: usize, nunits: usize| {
-            let n = p.n as usize;
-            let total = nunits * n * 4;
-            let mut i = thread_x() as usize;
-            while i < total {
-                let (u, rem) = (i / (4 * n), i % (4 * n));
-                let (col, q) = (rem / 4, rem % 4);
-                let v = ld_v4(xh.add(col * k + (unit0 + u) * 32 + 8 * q) as *const U32x4).0;
-                st_shared_v4(xs_smem + (2 * ((u * 8 * T + col) * 32 + 8 * q)) as u32, v);
-                i += block_dim_x() as usize;
-            }
-        };
-        let mut acc = [[0.0f32; 4]; T];
-        // The math of stage `st` on its lane data `cur` (`chunk_unit0`: first unit of the staged x).
-        // The `#[inline(always)]` on this file's closures is part of the measured code generation:
-        // without it LLVM inlines differently (other register counts, and `qmm_f16_nt3` spills).
-        let mut stage_math = #[inline(always)]
-        |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: usize| {
-            let b = b0 + st * F::PER_STAGE;
-            let b_end = (b + F::PER_STAGE).min(b1);
-            // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
-            // before any of its math, so their latency overlaps instead of stalling every unit.
-            const MAX_STAGE_UNITS: usize = 8;
-            let stage_units = (F::PER_STAGE * units) as usize;
-            let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
-            let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
-            // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
-            let unit0 = (b * units) as usize;
-            let valid_units = ((b_end - b) * units) as usize;
-            // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
-            // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
-            let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
-            let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
-            // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
-            // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
-            // are never stored, and a column's products never mix with another's.
-            if T == 1 && F::SUPER {
-                let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
-                let mut i = 0;
-                while i < MAX_STAGE_BLOCKS {
-                    if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
-                        let v = ld_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
-                        gs[i] = [v[0].to_bits(), v[1].to_bits()];
-                    }
-                    i += 1;
+    // Multi-tile kernels with f16 activations stage x in shared memory per chunk of
+    // `QMM_XS_CHUNK_UNITS` units (all 8 warps read the same columns): one cooperative copy per
+    // chunk instead of every warp loading every fragment from L1, and the fragments are read just
+    // before their mma. The values are the same as in global memory, so results do not change.
+    let xs_smem = smem_addr(dynamic_smem());
+    let stage_x_chunk = #[inline(always)]
+    |unit0: usize, nunits: usize| {
+        let n = p.n as usize;
+        let total = nunits * n * 4;
+        let mut i = thread_x() as usize;
+        while i < total {
+            let (u, rem) = (i / (4 * n), i % (4 * n));
+            let (col, q) = (rem / 4, rem % 4);
+            let v = ld_v4(xh.add(col * k + (unit0 + u) * 32 + 8 * q) as *const U32x4).0;
+            st_shared_v4(xs_smem + (2 * ((u * 8 * T + col) * 32 + 8 * q)) as u32, v);
+            i += block_dim_x() as usize;
+        }
+    };
+    let mut acc = [[0.0f32; 4]; T];
+    // The math of stage `st` on its lane data `cur` (`chunk_unit0`: first unit of the staged x).
+    // The `#[inline(always)]` on this file's closures is part of the measured code generation:
+    // without it LLVM inlines differently (other register counts, and `qmm_f16_nt3` spills).
+    let mut stage_math = #[inline(always)]
+    |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: usize| {
+        let b = b0 + st * F::PER_STAGE;
+        let b_end = (b + F::PER_STAGE).min(b1);
+        // With one tile (n ≤ 8, the decode case) the x fragments of the whole stage are loaded
+        // before any of its math, so their latency overlaps instead of stalling every unit.
+        const MAX_STAGE_UNITS: usize = 8;
+        let stage_units = (F::PER_STAGE * units) as usize;
+        let mut xs = [[0u32; 4]; MAX_STAGE_UNITS];
+        let mut xls = [[0u32; 4]; MAX_STAGE_UNITS];
+        // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
+        let unit0 = (b * units) as usize;
+        let valid_units = ((b_end - b) * units) as usize;
+        // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
+        // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
+        let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
+        let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
+        // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
+        // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
+        // are never stored, and a column's products never mix with another's.
+        if T == 1 && F::SUPER {
+            let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
+            let mut i = 0;
+            while i < MAX_STAGE_BLOCKS {
+                if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
+                    let v = ld_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
+                    gs[i] = [v[0].to_bits(), v[1].to_bits()];
                 }
+                i += 1;
             }
+        }
+        if T == 1 {
+            let at = xcol * k + unit0 * 32 + 8 * t as usize;
+            let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
+            let bbase = xb_hi.add(at);
+            let mut i = 0;
+            while i < MAX_STAGE_UNITS {
+                if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
+                    if F::BF16 {
+                        xs[i] = ld_v4(bbase.add(32 * i) as *const U32x4).0;
+                        xls[i] = ld_v4(lbase.add(32 * i) as *const U32x4).0;
+                    } else {
+                        xs[i] = ld_v4(hbase.add(32 * i) as *const U32x4).0;
+                    }
+                }
+                i += 1;
+            }
+        }
+        // B fragments (both k16 steps) of unit `unit` (`u` of stage block `i_blk`) for every tile:
+        // column `8·tile + g`, and for BF16 pairs the lo parts. One tile: from the stage prefetch.
+        // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column n − 1: same cache
+        // lines, so x traffic stays proportional to n.
+        let x_frags = #[inline(always)]
+        |i_blk: u32, u: u32, unit: usize| {
+            let mut xf = [[0u32; 4]; T];
+            let mut xl = [[0u32; 4]; T];
             if T == 1 {
-                let at = xcol * k + unit0 * 32 + 8 * t as usize;
-                let (hbase, lbase) = (xh.add(at), xb_lo.add(at));
-                let bbase = xb_hi.add(at);
-                let mut i = 0;
-                while i < MAX_STAGE_UNITS {
-                    if i < stage_units && (F::PER_STAGE == 1 || i < valid_units) {
-                        if F::BF16 {
-                            xs[i] = ld_v4(bbase.add(32 * i) as *const U32x4).0;
-                            xls[i] = ld_v4(lbase.add(32 * i) as *const U32x4).0;
-                        } else {
-                            xs[i] = ld_v4(hbase.add(32 * i) as *const U32x4).0;
-                        }
+                let xi = (i_blk * units + u) as usize;
+                xf[0] = xs[xi];
+                xl[0] = xls[xi];
+            } else {
+                let mut tile = 0;
+                while tile < T {
+                    let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                    let at = col * k + unit * 32 + 8 * t as usize;
+                    if F::BF16 {
+                        xf[tile] = ld_v4(xb_hi.add(at) as *const U32x4).0;
+                        xl[tile] = ld_v4(xb_lo.add(at) as *const U32x4).0;
+                    } else if xs_on {
+                        // Staged chunk: unit-major, 8·T columns of 32 halves (512 contiguous bytes
+                        // per warp load: no bank conflict).
+                        let at = ((unit - chunk_unit0) * 8 * T + col) * 32 + 8 * t as usize;
+                        xf[tile] = ld_shared_v4(xs_smem + 2 * at as u32);
+                    } else {
+                        xf[tile] = ld_v4(xh.add(at) as *const U32x4).0;
                     }
-                    i += 1;
+                    tile += 1;
                 }
             }
-            // B fragments (both k16 steps) of unit `unit` (`u` of stage block `i_blk`) for every tile:
-            // column `8·tile + g`, and for BF16 pairs the lo parts. One tile: from the stage prefetch.
-            // Padding columns (c ≥ n, never written by `qmm_prep_x`) load column n − 1: same cache
-            // lines, so x traffic stays proportional to n.
-            let x_frags = #[inline(always)]
-            |i_blk: u32, u: u32, unit: usize| {
-                let mut xf = [[0u32; 4]; T];
-                let mut xl = [[0u32; 4]; T];
-                if T == 1 {
-                    let xi = (i_blk * units + u) as usize;
-                    xf[0] = xs[xi];
-                    xl[0] = xls[xi];
-                } else {
-                    let mut tile = 0;
-                    while tile < T {
-                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                        let at = col * k + unit * 32 + 8 * t as usize;
-                        if F::BF16 {
-                            xf[tile] = ld_v4(xb_hi.add(at) as *const U32x4).0;
-                            xl[tile] = ld_v4(xb_lo.add(at) as *const U32x4).0;
-                        } else if xs_on {
-                            // Staged chunk: unit-major, 8·T columns of 32 halves (512 contiguous bytes
-                            // per warp load: no bank conflict).
-                            let at = ((unit - chunk_unit0) * 8 * T + col) * 32 + 8 * t as usize;
-                            xf[tile] = ld_shared_v4(xs_smem + 2 * at as u32);
-                        } else {
-                            xf[tile] = ld_v4(xh.add(at) as *const U32x4).0;
-                        }
-                        tile += 1;
-                    }
+            (xf, xl)
+        };
+        unroll_stage_blocks::<F>(
+            #[inline(always)]
+            |i_blk| {
+                let bb = b + i_blk;
+                if bb >= b_end {
+                    return;
                 }
-                (xf, xl)
-            };
-            unroll_stage_blocks::<F>(
-                #[inline(always)]
-                |i_blk| {
-                    let bb = b + i_blk;
-                    if bb >= b_end {
-                        return;
-                    }
-                    let lanedata = cur[i_blk as usize];
-                    if F::SUPER {
-                        // K-quant super-block: one product `P` over the block's units with the
-                        // scaled fragments `sc_u·q`, then `d·P` and the mins' correction product
-                        // (see `formats::KScales`).
-                        let ks = F::super_scales(&lanedata, t);
-                        let mut pb = [[0.0f32; 4]; T];
-                        unroll_units::<F>(
-                            #[inline(always)]
-                            |u| {
-                                let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
-                                let a0 = ks.scale_frag(F::frag(&lanedata, u, 0), u);
-                                let mut tile = 0;
-                                while tile < T {
-                                    let bf = [xf[tile][0], xf[tile][1]];
-                                    if u == 0 {
-                                        pb[tile] = mma_f16_16816_zero_ordered(a0, bf);
-                                    } else {
-                                        mma_f16_16816_ordered(&mut pb[tile], a0, bf);
-                                    }
-                                    tile += 1;
-                                }
-                                let a1 = ks.scale_frag(F::frag(&lanedata, u, 1), u);
-                                let mut tile = 0;
-                                while tile < T {
-                                    mma_f16_16816_ordered(&mut pb[tile], a1, [xf[tile][2], xf[tile][3]]);
-                                    tile += 1;
-                                }
-                            },
-                        );
-                        let mut tile = 0;
-                        while tile < T {
-                            let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                            let bs = if T == 1 {
-                                gs[i_blk as usize]
-                            } else {
-                                let at = (bb as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-                                let v = ld_v2_f32(sums_h.add(at) as *const f32);
-                                [v[0].to_bits(), v[1].to_bits()]
-                            };
-                            ks.finish_tile(bs, &pb[tile], &mut acc[tile]);
-                            tile += 1;
-                        }
-                        return;
-                    }
+                let lanedata = cur[i_blk as usize];
+                if F::SUPER {
+                    // K-quant super-block: one product `P` over the block's units with the
+                    // scaled fragments `sc_u·q`, then `d·P` and the mins' correction product
+                    // (see `formats::KScales`).
+                    let ks = F::super_scales(&lanedata, t);
+                    let mut pb = [[0.0f32; 4]; T];
                     unroll_units::<F>(
                         #[inline(always)]
                         |u| {
-                            let unit = (bb * units + u) as usize;
-                            // B fragments of both k16 steps for every tile: column = 8·tile + g.
-                            let (xf, xl) = x_frags(i_blk, u, unit);
-                            if F::PRODUCTS_FROM_ZERO {
-                                // P = Σ q·x̂ over the unit from a zero accumulator (A = q exact),
-                                // then acc += d·P per (row, column).
-                                let mut pu = [[0.0f32; 4]; T];
-                                let mut h = 0;
-                                while h < 2 {
-                                    let a = F::frag(&lanedata, u, h);
-                                    let mut tile = 0;
-                                    while tile < T {
-                                        let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
-                                        mma_f16_16816_ordered(&mut pu[tile], a, bf);
-                                        tile += 1;
-                                    }
-                                    h += 1;
+                            let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
+                            let a0 = ks.scale_frag(F::frag(&lanedata, u, 0), u);
+                            let mut tile = 0;
+                            while tile < T {
+                                let bf = [xf[tile][0], xf[tile][1]];
+                                if u == 0 {
+                                    pb[tile] = mma_f16_16816_zero_ordered(a0, bf);
+                                } else {
+                                    mma_f16_16816_ordered(&mut pb[tile], a0, bf);
                                 }
-                                add_unit_product(F::unit_scales(&lanedata, u), &pu, &mut acc);
-                                return;
+                                tile += 1;
                             }
-                            let mut step = #[inline(always)]
-                            |h: u32| {
+                            let a1 = ks.scale_frag(F::frag(&lanedata, u, 1), u);
+                            let mut tile = 0;
+                            while tile < T {
+                                mma_f16_16816_ordered(&mut pb[tile], a1, [xf[tile][2], xf[tile][3]]);
+                                tile += 1;
+                            }
+                        },
+                    );
+                    let mut tile = 0;
+                    while tile < T {
+                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                        let bs = if T == 1 {
+                            gs[i_blk as usize]
+                        } else {
+                            let at = (bb as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
+                            let v = ld_v2_f32(sums_h.add(at) as *const f32);
+                            [v[0].to_bits(), v[1].to_bits()]
+                        };
+                        ks.finish_tile(bs, &pb[tile], &mut acc[tile]);
+                        tile += 1;
+                    }
+                    return;
+                }
+                unroll_units::<F>(
+                    #[inline(always)]
+                    |u| {
+                        let unit = (bb * units + u) as usize;
+                        // B fragments of both k16 steps for every tile: column = 8·tile + g.
+                        let (xf, xl) = x_frags(i_blk, u, unit);
+                        if F::PRODUCTS_FROM_ZERO {
+                            // P = Σ q·x̂ over the unit from a zero accumulator (A = q exact),
+                            // then acc += d·P per (row, column).
+                            let mut pu = [[0.0f32; 4]; T];
+                            let mut h = 0;
+                            while h < 2 {
                                 let a = F::frag(&lanedata, u, h);
-                                let a_lo = F::frag_lo(&lanedata, u, h);
                                 let mut tile = 0;
                                 while tile < T {
                                     let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
-                                    if F::BF16 {
-                                        let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
-                                        mma_bf16_16816(&mut acc[tile], a, bf);
-                                        mma_bf16_16816(&mut acc[tile], a, bl);
-                                        if let Some(alo) = a_lo {
-                                            mma_bf16_16816(&mut acc[tile], alo, bf);
-                                        }
-                                    } else {
-                                        mma_f16_16816(&mut acc[tile], a, bf);
-                                    }
+                                    mma_f16_16816_ordered(&mut pu[tile], a, bf);
                                     tile += 1;
                                 }
-                            };
-                            step(0);
-                            step(1);
-                        },
-                    );
-                },
-            );
-        };
-        // Software pipeline in registers, one stage ahead (`run_stages`). Only the weights are read
-        // before `griddepcontrol.wait`: they are the one input no kernel of a chain writes.
-        let first = load_stage(0);
-        if item > 0 {
-            // Every warp is past the previous item's epilogue (its shared flag and column maxima).
-            sync_threads();
-        }
-        grid_dependency_wait();
-        let (mut chunk_end, mut chunk_unit0) = (b0, 0usize);
-        run_stages(
-            two_buffers::<F, T>(),
-            stages,
-            first,
-            load_stage,
-            #[inline(always)]
-            |st, cur| {
-                if xs_on {
-                    let b = b0 + st * F::PER_STAGE;
-                    if b >= chunk_end {
-                        // Next x chunk (the whole block agrees: every warp has the same split). The
-                        // next stage's weights are already in flight.
-                        sync_threads();
-                        chunk_end = (b + QMM_XS_CHUNK_UNITS * 32 / F::ELEMS).min(b1);
-                        chunk_unit0 = (b * units) as usize;
-                        stage_x_chunk(chunk_unit0, ((chunk_end - b) * units) as usize);
-                        sync_threads();
-                    }
-                }
-                stage_math(st, cur, chunk_unit0);
+                                h += 1;
+                            }
+                            add_unit_product(F::unit_scales(&lanedata, u), &pu, &mut acc);
+                            return;
+                        }
+                        let mut step = #[inline(always)]
+                        |h: u32| {
+                            let a = F::frag(&lanedata, u, h);
+                            let a_lo = F::frag_lo(&lanedata, u, h);
+                            let mut tile = 0;
+                            while tile < T {
+                                let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
+                                if F::BF16 {
+                                    let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
+                                    mma_bf16_16816(&mut acc[tile], a, bf);
+                                    mma_bf16_16816(&mut acc[tile], a, bl);
+                                    if let Some(alo) = a_lo {
+                                        mma_bf16_16816(&mut acc[tile], alo, bf);
+                                    }
+                                } else {
+                                    mma_f16_16816(&mut acc[tile], a, bf);
+                                }
+                                tile += 1;
+                            }
+                        };
+                        step(0);
+                        step(1);
+                    },
+                );
             },
         );
-        let rscale = super::epilogue::row_scales::<F>(w, p);
-        let (_, work) = super::epilogue::block_item::<F>(p, blocks, item);
-        super::epilogue::store::<F, T, SWIGLU>(&acc, p, work, rscale, xscale, partial, counters, y, ymax);
-        0
     };
-    super::epilogue::run_items::<F>(p, blocks, run_item);
+    // Software pipeline in registers, one stage ahead (`run_stages`). Only the weights are read
+    // before `griddepcontrol.wait`: they are the one input no kernel of a chain writes.
+    let first = load_stage(0);
+    grid_dependency_wait();
+    let (mut chunk_end, mut chunk_unit0) = (b0, 0usize);
+    run_stages(
+        two_buffers::<F, T>(),
+        stages,
+        first,
+        load_stage,
+        #[inline(always)]
+        |st, cur| {
+            if xs_on {
+                let b = b0 + st * F::PER_STAGE;
+                if b >= chunk_end {
+                    // Next x chunk (the whole block agrees: every warp has the same split). The
+                    // next stage's weights are already in flight.
+                    sync_threads();
+                    chunk_end = (b + QMM_XS_CHUNK_UNITS * 32 / F::ELEMS).min(b1);
+                    chunk_unit0 = (b * units) as usize;
+                    stage_x_chunk(chunk_unit0, ((chunk_end - b) * units) as usize);
+                    sync_threads();
+                }
+            }
+            stage_math(st, cur, chunk_unit0);
+        },
+    );
+    let rscale = super::epilogue::row_scales::<F>(w, p);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Whether a `mma.sync` kernel runs its stages over two alternating register buffers

@@ -35,7 +35,7 @@
 //!
 //! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{qmm_block_range, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{load_stage, run_stages, MAX_STAGE_BLOCKS};
@@ -83,11 +83,26 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     launch_dependents();
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
+    // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
+    let blocks = p.in_features / F::ELEMS;
+    let (rb, b0, b1) = qmm_block_range(
+        block_x(),
+        p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
+        p.full_row_blocks,
+        p.ksplit,
+        p.cluster,
+        blocks,
+    );
+    let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
     let n = p.n as usize;
     let block16 = 16 * F::BYTES;
-    let blocks = p.in_features / F::ELEMS;
+    let group = w.add(((row0 / 16) * blocks * block16) as usize);
+    let stages = (b1 - b0).div_ceil(F::PER_STAGE);
+
+    let load_stage = #[inline(always)]
+    |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
 
     // x: two buffers of `CHUNK_UNITS` units in the core-matrix layout, filled by bulk copies
     // straight from the `qmm_prep_x` plane (`prep::core_matrix_slot`): chunk `k + 1` is copied
@@ -95,6 +110,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     let xs = smem_addr(dynamic_smem());
     let buf_bytes = T as u32 * TILE_SLAB;
     let chunk_blocks = CHUNK_UNITS * 32 / F::ELEMS;
+    let chunks = (b1 - b0).div_ceil(chunk_blocks);
     // Transaction barrier `i` completes once per chunk copied into buffer `i`. Thread 0 issues
     // every chunk's copies; the other threads first wait on a barrier after the loop's first
     // block-wide barrier, which orders them after the initialisation.
@@ -104,7 +120,26 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
         mbarrier::init(bars + 8, 1);
         mbarrier::fence_init();
     }
+    // Chunk `kc` into buffer `kc % 2`: per tile one bulk copy of its contiguous run of k16
+    // steps (`prep::core_matrix_slot`: tile-major plane, 256 bytes per tile and step) to the
+    // buffer's tile slab (`TILE_SLAB` bytes apart), all counted off barrier `kc % 2`.
     let steps_total = 2 * (k as u32 / 32);
+    let issue_chunk = #[inline(always)]
+    |kc: u32| {
+        if thread_x() != 0 {
+            return;
+        }
+        let cb0 = b0 + kc * chunk_blocks;
+        let (s0, nsteps) = (2 * cb0 * units, 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units);
+        let bar = bars + 8 * (kc % 2);
+        mbarrier::arrive_expect_tx(bar, T as u32 * nsteps * 256);
+        let mut tile = 0;
+        while tile < T as u32 {
+            let src = (xcm as *const u8).add(((tile * steps_total + s0) * 256) as usize);
+            mbarrier::bulk_copy_g2s(xs + (kc % 2) * buf_bytes + tile * TILE_SLAB, src, nsteps * 256, bar);
+            tile += 1;
+        }
+    };
     // The descriptor of k16 step `h` of unit `unit_in_chunk` of buffer `buf`: core matrices
     // K-adjacent at 128 bytes (LBO), N-adjacent (the next tile) at `TILE_SLAB` (SBO).
     // (Start address and LBO are the low word: steps are added there, as 32-bit adds.)
@@ -116,226 +151,179 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
         (lo, (desc0 >> 32) as u32)
     };
 
-    // Item `item` of the block (`super::epilogue::block_item`) under the parameters `p`: its
-    // pipeline and epilogue; returns its x chunks. The x chunks are counted across items
-    // (`kc_base`: chunks of the earlier items), so chunk `kc` of the block goes to buffer
-    // `kc % 2` and completes phase `kc / 2` of its barrier whichever item it belongs to.
-    let run_item = #[inline(always)]
-    |item: u32, kc_base: u32, p: QmmParams| -> u32 {
-        let ((rb, b0, b1), _) = super::epilogue::block_item::<F>(p, blocks, item);
-        let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
-        let group = w.add(((row0 / 16) * blocks * block16) as usize);
-        let stages = (b1 - b0).div_ceil(F::PER_STAGE);
+    let mut acc = [[0.0f32; 4]; T];
+    // K-quant formats: the block's product `P` (`formats::KScales`). Kept for the whole kernel:
+    // only products define it (`ptxas` serializes the products if another instruction writes an
+    // accumulator inside a pipeline stage).
+    let mut pb = [[0.0f32; 4]; T];
+    // Per-unit formats: the two unit-product buffers (likewise only defined by products).
+    let (mut pu0, mut pu1) = ([[0.0f32; 4]; T], [[0.0f32; 4]; T]);
+    let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
 
-        let load_stage = #[inline(always)]
-        |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
-        let chunks = (b1 - b0).div_ceil(chunk_blocks);
-        // The item's chunk `kc` (the block's chunk `kc_base + kc`) into buffer `(kc_base + kc) % 2`:
-        // per tile one bulk copy of its contiguous run of k16 steps (`prep::core_matrix_slot`:
-        // tile-major plane, 256 bytes per tile and step) to the buffer's tile slab (`TILE_SLAB` bytes
-        // apart), all counted off that buffer's barrier.
-        let issue_chunk = #[inline(always)]
-        |kc: u32| {
-            if thread_x() != 0 {
-                return;
+    // One stage's math on its lane data `cur` (`chunk_unit0`: first unit of the staged chunk).
+    let mut stage_math = #[inline(always)]
+    |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: u32, buf: u32| {
+        let b = b0 + st * F::PER_STAGE;
+        let b_end = (b + F::PER_STAGE).min(b1);
+        let stage_units = (b_end - b) * units;
+        // Units of a whole stage (a compile-time constant); a stage is partial only at the end
+        // of a K split whose block count is not a multiple of PER_STAGE.
+        let max_units = F::PER_STAGE * units;
+        let full = F::PER_STAGE == 1 || stage_units == max_units;
+        let valid = #[inline(always)]
+        |i: u32| i < max_units && (F::PER_STAGE == 1 || i < stage_units);
+        let su0 = b * units - chunk_unit0;
+        // K-quant super-blocks (PER_STAGE = 1): the scales of the stage's one block.
+        let ks = F::super_scales(&cur[0], t);
+        // Issues unit `i` of the stage (its two k16 steps) into `d`: from zero (`fresh`) or onto d.
+        let issue = #[inline(always)]
+        |i: u32, d: &mut [[f32; 4]; T], fresh: bool| {
+            let (blk, u) = (i / units, i % units);
+            let (mut a0, mut a1) = (F::frag(&cur[blk as usize], u, 0), F::frag(&cur[blk as usize], u, 1));
+            if F::SUPER {
+                a0 = ks.scale_frag(a0, u);
+                a1 = ks.scale_frag(a1, u);
             }
-            let cb0 = b0 + kc * chunk_blocks;
-            let (s0, nsteps) = (2 * cb0 * units, 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units);
-            let buf = (kc_base + kc) % 2;
-            let bar = bars + 8 * buf;
-            mbarrier::arrive_expect_tx(bar, T as u32 * nsteps * 256);
-            let mut tile = 0;
-            while tile < T as u32 {
-                let src = (xcm as *const u8).add(((tile * steps_total + s0) * 256) as usize);
-                mbarrier::bulk_copy_g2s(xs + buf * buf_bytes + tile * TILE_SLAB, src, nsteps * 256, bar);
-                tile += 1;
+            wgmma::fence();
+            wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh);
+            wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
+            wgmma::commit();
+        };
+        // Waits until unit `i`'s product is complete, with units up to `i + DEPTH − 1` issued.
+        let wait_unit = #[inline(always)]
+        |i: u32| {
+            let later = (max_units - 1 - i).min(DEPTH as u32 - 1);
+            if !full || later == 0 {
+                wgmma::wait::<0>();
+            } else if later == 1 {
+                wgmma::wait::<1>();
+            } else if later == 2 {
+                wgmma::wait::<2>();
+            } else {
+                wgmma::wait::<3>();
             }
         };
-
-        let mut acc = [[0.0f32; 4]; T];
-        // K-quant formats: the block's product `P` (`formats::KScales`). Kept for the whole kernel:
-        // only products define it (`ptxas` serializes the products if another instruction writes an
-        // accumulator inside a pipeline stage).
-        let mut pb = [[0.0f32; 4]; T];
-        // Per-unit formats: the two unit-product buffers (likewise only defined by products).
-        let (mut pu0, mut pu1) = ([[0.0f32; 4]; T], [[0.0f32; 4]; T]);
-        let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
-
-        // One stage's math on its lane data `cur` (`chunk_unit0`: first unit of the staged chunk).
-        let mut stage_math = #[inline(always)]
-        |st: u32, cur: &[F::Lane; MAX_STAGE_BLOCKS], chunk_unit0: u32, buf: u32| {
-            let b = b0 + st * F::PER_STAGE;
-            let b_end = (b + F::PER_STAGE).min(b1);
-            let stage_units = (b_end - b) * units;
-            // Units of a whole stage (a compile-time constant); a stage is partial only at the end
-            // of a K split whose block count is not a multiple of PER_STAGE.
-            let max_units = F::PER_STAGE * units;
-            let full = F::PER_STAGE == 1 || stage_units == max_units;
-            let valid = #[inline(always)]
-            |i: u32| i < max_units && (F::PER_STAGE == 1 || i < stage_units);
-            let su0 = b * units - chunk_unit0;
-            // K-quant super-blocks (PER_STAGE = 1): the scales of the stage's one block.
-            let ks = F::super_scales(&cur[0], t);
-            // Issues unit `i` of the stage (its two k16 steps) into `d`: from zero (`fresh`) or onto d.
-            let issue = #[inline(always)]
-            |i: u32, d: &mut [[f32; 4]; T], fresh: bool| {
-                let (blk, u) = (i / units, i % units);
-                let (mut a0, mut a1) = (F::frag(&cur[blk as usize], u, 0), F::frag(&cur[blk as usize], u, 1));
-                if F::SUPER {
-                    a0 = ks.scale_frag(a0, u);
-                    a1 = ks.scale_frag(a1, u);
-                }
-                wgmma::fence();
-                wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh);
-                wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
-                wgmma::commit();
-            };
-            // Waits until unit `i`'s product is complete, with units up to `i + DEPTH − 1` issued.
-            let wait_unit = #[inline(always)]
-            |i: u32| {
-                let later = (max_units - 1 - i).min(DEPTH as u32 - 1);
-                if !full || later == 0 {
-                    wgmma::wait::<0>();
-                } else if later == 1 {
-                    wgmma::wait::<1>();
-                } else if later == 2 {
-                    wgmma::wait::<2>();
-                } else {
-                    wgmma::wait::<3>();
-                }
-            };
-            if !F::PRODUCTS_FROM_ZERO {
-                // Scaled formats: every product straight into the accumulators, in unit order; at
-                // most DEPTH groups in flight (their A registers stay live until they complete).
-                unroll_below(
-                    8,
-                    #[inline(always)]
-                    |i| {
-                        let i = i as u32;
-                        if valid(i) {
-                            issue(i, &mut acc, false);
-                            if i + 1 >= DEPTH as u32 {
-                                wait_unit(i + 1 - DEPTH as u32);
-                            }
-                        }
-                    },
-                );
-                return;
-            }
-            // Per-unit formats (Q8_0): units in pairs — unit `i`'s product from zero into buffer
-            // `i % 2`, both products of a pair issued back to back, one `wait_group 0`, then both
-            // `acc += d·P` in unit order (the order of `super::tile`: the same bits). Scaling one
-            // unit while the next one's product runs instead reads a buffer under an asynchronous
-            // product, which makes ptxas serialize every product of the kernel (remark C7514: each
-            // `HGMMA` followed by a full wait; docs/perf/qmatmul.md sessions 16–17).
-            if !F::SUPER {
-                // Ends unit `i` from its buffer (`i % 2`: a compile-time choice at each call).
-                let finish = #[inline(always)]
-                |i: u32, pu0: &mut [[f32; 4]; T], pu1: &mut [[f32; 4]; T], acc: &mut [[f32; 4]; T]| {
-                    let pu = if i % 2 == 0 { pu0 } else { pu1 };
-                    wgmma::fence_operands(pu);
-                    add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
-                };
-                unroll_below(
-                    8,
-                    #[inline(always)]
-                    |i| {
-                        let i = i as u32;
-                        if valid(i) {
-                            issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
-                            if i % 2 == 1 || !valid(i + 1) {
-                                wgmma::wait::<0>();
-                                if i % 2 == 1 {
-                                    finish(i - 1, &mut pu0, &mut pu1, &mut acc);
-                                }
-                                finish(i, &mut pu0, &mut pu1, &mut acc);
-                            }
-                        }
-                    },
-                );
-                return;
-            }
-            // K-quant super-blocks (PER_STAGE = 1): the block's product `P` from zero over its 8
-            // units (at most DEPTH in flight), then `d·P` and the mins' correction exactly as
-            // `super::tile`.
-            let mut bs = [[0u32; 2]; T];
-            let mut tile = 0;
-            while tile < T {
-                let col = (8 * tile + g as usize).min(n - 1);
-                let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-                let v = ld_v2_f32(sums_h.add(at) as *const f32);
-                bs[tile] = [v[0].to_bits(), v[1].to_bits()];
-                tile += 1;
-            }
+        if !F::PRODUCTS_FROM_ZERO {
+            // Scaled formats: every product straight into the accumulators, in unit order; at
+            // most DEPTH groups in flight (their A registers stay live until they complete).
             unroll_below(
                 8,
                 #[inline(always)]
                 |i| {
                     let i = i as u32;
-                    if i < units {
-                        issue(i, &mut pb, i == 0);
-                        if i + 1 >= DEPTH as u32 && i + 1 < units {
+                    if valid(i) {
+                        issue(i, &mut acc, false);
+                        if i + 1 >= DEPTH as u32 {
                             wait_unit(i + 1 - DEPTH as u32);
                         }
                     }
                 },
             );
-            wgmma::wait::<0>();
-            wgmma::fence_operands(&mut pb);
-            let mut tile = 0;
-            while tile < T {
-                ks.finish_tile(bs[tile], &pb[tile], &mut acc[tile]);
-                tile += 1;
-            }
-        };
-
-        // Register pipeline of weight stages as in `super::tile`. x chunk `k` starts at block
-        // `b0 + k·chunk_blocks`: there every product reading buffer `(k + 1) % 2` (chunk `k − 1`) has
-        // completed and every thread is past it (the block barrier), chunk `k + 1` is requested into
-        // it, and chunk `k` (requested a chunk earlier) is waited for on its transaction barrier.
-        let first = load_stage(0);
-        if item > 0 {
-            // Every warp is past the previous item's epilogue (its shared flag and column maxima).
-            // (The first chunk's buffer held the block's chunk `kc_base − 2`, whose products every
-            // thread finished before the barrier at chunk `kc_base − 1`.)
-            sync_threads();
+            return;
         }
-        grid_dependency_wait();
-        issue_chunk(0);
-        let (mut chunk_unit0, mut buf) = (0u32, 0u32);
-        run_stages(
-            TWO,
-            stages,
-            first,
-            load_stage,
-            #[inline(always)]
-            |st, cur| {
-                let b = b0 + st * F::PER_STAGE;
-                if (b - b0) % chunk_blocks == 0 {
-                    let kc = (b - b0) / chunk_blocks;
-                    // Every product reading the other buffer (the block's previous chunk) has
-                    // completed and every thread is past it: chunk `kc + 1` may be copied into it.
-                    wgmma::wait::<0>();
-                    sync_threads();
-                    if kc + 1 < chunks {
-                        issue_chunk(kc + 1);
+        // Per-unit formats (Q8_0): units in pairs — unit `i`'s product from zero into buffer
+        // `i % 2`, both products of a pair issued back to back, one `wait_group 0`, then both
+        // `acc += d·P` in unit order (the order of `super::tile`: the same bits). Scaling one
+        // unit while the next one's product runs instead reads a buffer under an asynchronous
+        // product, which makes ptxas serialize every product of the kernel (remark C7514: each
+        // `HGMMA` followed by a full wait; docs/perf/qmatmul.md sessions 16–17).
+        if !F::SUPER {
+            // Ends unit `i` from its buffer (`i % 2`: a compile-time choice at each call).
+            let finish = #[inline(always)]
+            |i: u32, pu0: &mut [[f32; 4]; T], pu1: &mut [[f32; 4]; T], acc: &mut [[f32; 4]; T]| {
+                let pu = if i % 2 == 0 { pu0 } else { pu1 };
+                wgmma::fence_operands(pu);
+                add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
+            };
+            unroll_below(
+                8,
+                #[inline(always)]
+                |i| {
+                    let i = i as u32;
+                    if valid(i) {
+                        issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
+                        if i % 2 == 1 || !valid(i + 1) {
+                            wgmma::wait::<0>();
+                            if i % 2 == 1 {
+                                finish(i - 1, &mut pu0, &mut pu1, &mut acc);
+                            }
+                            finish(i, &mut pu0, &mut pu1, &mut acc);
+                        }
                     }
-                    let at = kc_base + kc;
-                    mbarrier::wait_parity(bars + 8 * (at % 2), (at / 2) % 2);
-                    chunk_unit0 = b * units;
-                    buf = at % 2;
+                },
+            );
+            return;
+        }
+        // K-quant super-blocks (PER_STAGE = 1): the block's product `P` from zero over its 8
+        // units (at most DEPTH in flight), then `d·P` and the mins' correction exactly as
+        // `super::tile`.
+        let mut bs = [[0u32; 2]; T];
+        let mut tile = 0;
+        while tile < T {
+            let col = (8 * tile + g as usize).min(n - 1);
+            let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
+            let v = ld_v2_f32(sums_h.add(at) as *const f32);
+            bs[tile] = [v[0].to_bits(), v[1].to_bits()];
+            tile += 1;
+        }
+        unroll_below(
+            8,
+            #[inline(always)]
+            |i| {
+                let i = i as u32;
+                if i < units {
+                    issue(i, &mut pb, i == 0);
+                    if i + 1 >= DEPTH as u32 && i + 1 < units {
+                        wait_unit(i + 1 - DEPTH as u32);
+                    }
                 }
-                stage_math(st, cur, chunk_unit0, buf);
             },
         );
         wgmma::wait::<0>();
-        wgmma::fence_operands(&mut acc);
-        let rscale = super::epilogue::row_scales::<F>(w, p);
-        let (_, work) = super::epilogue::block_item::<F>(p, blocks, item);
-        super::epilogue::store::<F, T, SWIGLU>(&acc, p, work, rscale, xscale, partial, counters, y, ymax);
-        chunks
+        wgmma::fence_operands(&mut pb);
+        let mut tile = 0;
+        while tile < T {
+            ks.finish_tile(bs[tile], &pb[tile], &mut acc[tile]);
+            tile += 1;
+        }
     };
-    super::epilogue::run_items::<F>(p, blocks, run_item);
+
+    // Register pipeline of weight stages as in `super::tile`. x chunk `k` starts at block
+    // `b0 + k·chunk_blocks`: there every product reading buffer `(k + 1) % 2` (chunk `k − 1`) has
+    // completed and every thread is past it (the block barrier), chunk `k + 1` is requested into
+    // it, and chunk `k` (requested a chunk earlier) is waited for on its transaction barrier.
+    let first = load_stage(0);
+    grid_dependency_wait();
+    issue_chunk(0);
+    let (mut chunk_unit0, mut buf) = (0u32, 0u32);
+    run_stages(
+        TWO,
+        stages,
+        first,
+        load_stage,
+        #[inline(always)]
+        |st, cur| {
+            let b = b0 + st * F::PER_STAGE;
+            if (b - b0) % chunk_blocks == 0 {
+                let kc = (b - b0) / chunk_blocks;
+                // Every product reading buffer `(kc + 1) % 2` (chunk `kc − 1`) has completed
+                // and every thread is past it: chunk `kc + 1` may be copied into it.
+                wgmma::wait::<0>();
+                sync_threads();
+                if kc + 1 < chunks {
+                    issue_chunk(kc + 1);
+                }
+                mbarrier::wait_parity(bars + 8 * (kc % 2), (kc / 2) % 2);
+                chunk_unit0 = b * units;
+                buf = kc % 2;
+            }
+            stage_math(st, cur, chunk_unit0, buf);
+        },
+    );
+    wgmma::wait::<0>();
+    wgmma::fence_operands(&mut acc);
+    let rscale = super::epilogue::row_scales::<F>(w, p);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Every kernel here has blocks of 256 threads and a budget of 128 registers (two blocks per

@@ -142,9 +142,7 @@ pub fn gdn_mixed_stride(cfg: &Qwen35Config, g: &Gguf) -> usize {
     }
 }
 
-/// The mixer of a layer. (One per layer, held for the model's lifetime: the variants' size
-/// difference — the DeltaNet mixer holds more [`QWeight`] handles — costs nothing worth a box.)
-#[allow(clippy::large_enum_variant)]
+/// The mixer of a layer.
 pub enum MixerWeights {
     Attention {
         proj: AttnProj,

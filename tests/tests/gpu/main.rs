@@ -16,7 +16,6 @@ mod norm;
 mod qmatmul;
 mod qmm;
 mod qmm_prep_norm;
-mod qmm_stream;
 mod qmm_swiglu;
 mod qmm_swiglu_prep;
 mod sample;

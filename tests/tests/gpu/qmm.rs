@@ -201,7 +201,7 @@ pub(crate) fn expected(c: &Case, x: &[f32], n: usize) -> Vec<(f64, f64)> {
     res
 }
 
-pub(crate) fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
+fn check(c: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
     for (i, &(want, tol)) in expected(c, x, n).iter().enumerate() {
         let (col, o) = (i / c.out, i % c.out);
         let got = y[i] as f64;
@@ -405,8 +405,6 @@ fn qmm_cluster_reduction_equals_the_global_reduction_bitwise() {
                 let c = case(ty, out, blocks, 40 + i as u64);
                 (QWeight::upload(gpu, ty, &c.raw, out, c.inp).unwrap(), c.inp)
             };
-            // The split plan's reductions (not a stream-K partition, under `FLASHTREE_QMM_STREAM=1`).
-            w.set_stream(false);
             if !w.cluster_reduction() {
                 // Only where the run turned clusters off, or the device's residency gave this
                 // shape unsplit row blocks.
@@ -479,7 +477,6 @@ fn qmm_spread_reduction_equals_the_last_block_reduction_bitwise() {
             } else {
                 QWeight::upload(gpu, ty, &random_weights(ty, out, inp, &mut rng), out, inp).unwrap()
             };
-            w.set_stream(false);
             w.set_cluster_reduction(false);
             for n in [1usize, 3, 8, 9, 22, 32, 40] {
                 if !w.spread_reduction(gpu, n.min(32), swiglu).unwrap() {

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use super::qmm::{activations, case, expected, qmm_block, Case, TYPES};
 
 /// Gate and up `[ff, in]` of type `ty` (independent random weights).
-pub(crate) fn gate_up(ty: GgmlType, ff: usize, blocks: usize, seed: u64) -> (Case, Case) {
+fn gate_up(ty: GgmlType, ff: usize, blocks: usize, seed: u64) -> (Case, Case) {
     (case(ty, ff, blocks, seed), case(ty, ff, blocks, seed ^ 0x5151))
 }
 
@@ -36,7 +36,7 @@ fn run(gpu: &Gpu, gate: &Case, up: &Case, x: &[f32], n: usize) -> Vec<f32> {
     gpu.download(&dy).unwrap()
 }
 
-pub(crate) fn check(gate: &Case, up: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
+fn check(gate: &Case, up: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
     let (eg, eu) = (expected(gate, x, n), expected(up, x, n));
     for (i, (&(g, dg), &(u, du))) in eg.iter().zip(&eu).enumerate() {
         let silu_g = swiglu(g, 1.0);

@@ -102,76 +102,6 @@ pub(super) fn choose_plan(
     Ok(QmmSplitPlan { full: plan.full, ksplit: plan.ksplit.clamp(1, 16).min(blocks_per_row.max(1)) })
 }
 
-/// `FLASHTREE_QMM_STREAM=1`: stream-K partitions where [`choose_stream`] finds one (off by
-/// default: with its reduction by the last-arriving piece a stream-K launch measured no faster
-/// than the split plans, and up to 1.33× slower on the 27B's small shapes — docs/perf/qmatmul.md,
-/// sixteenth engine session; read once per process).
-fn stream_enabled() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_STREAM").is_ok_and(|v| v == "1"))
-}
-
-/// Whether products of `ty` can run stream-K partitions (`kernel_abi::qmm_stream::qmm_stream_format`).
-pub(super) fn stream_format_of(ty: GgmlType) -> bool {
-    use kernel_abi::qmm_stream::qmm_stream_format as f;
-    match ty {
-        GgmlType::Q4_K => f::Q4_K,
-        GgmlType::Q5_K => f::Q5_K,
-        GgmlType::Q6_K => f::Q6_K,
-        GgmlType::Q8_0 => f::Q8_0,
-        _ => f::FLOAT,
-    }
-}
-
-/// Most weight blocks (of K, per 128-row block) one block slot works through under `plan` on a
-/// device of `slots` one-tile slots: the unsplit waves' whole rows, then the split row blocks'
-/// waves of `⌈blocks_per_row / ksplit⌉`.
-pub(super) fn plan_busiest_units(plan: QmmSplitPlan, row_blocks: u32, blocks_per_row: u32, slots: u32) -> u64 {
-    let slots = slots.max(1) as u64;
-    let full = plan.full.min(row_blocks) as u64;
-    let split = (row_blocks as u64 - full) * plan.ksplit.max(1) as u64;
-    full.div_ceil(slots) * blocks_per_row as u64
-        + split.div_ceil(slots) * (blocks_per_row as u64).div_ceil(plan.ksplit.max(1) as u64)
-}
-
-/// The stream-K grid of every product of a `[out, inp]` matrix of `ty` with split plan `plan`
-/// (`QmmParams::stream`), or 0 to keep the plan: a stream-capable format whose `U` weight blocks
-/// (`row blocks × blocks per row`) split over the device's `slots` one-tile slots as at most two
-/// items per block (`qmm_stream_fits_u32`), in at most 16 pieces per row block (the partial
-/// planes of the workspace), with fewer units in its busiest block than the plan's busiest slot
-/// works through ([`plan_busiest_units`]). The 27B on nvidia-h200's 264 slots: Q4_K 17408 → 5120
-/// 14 → 11 units, 6144 → 5120 5 → 4, Q6_K 17408 → 5120 12 → 11, the fused gate/up 20 + a second
-/// wave of 2 → 21. A function of the shape and the device only (every n the same partition).
-/// Only with `FLASHTREE_QMM_STREAM=1` ([`stream_enabled`]).
-pub(super) fn choose_stream(ty: GgmlType, plan: QmmSplitPlan, out: u32, blocks_per_row: u32, slots: u32) -> u32 {
-    if !stream_enabled() {
-        return 0;
-    }
-    stream_grid_for(ty, plan, out, blocks_per_row, slots)
-}
-
-/// [`choose_stream`]'s rule without the switch.
-pub(super) fn stream_grid_for(ty: GgmlType, plan: QmmSplitPlan, out: u32, blocks_per_row: u32, slots: u32) -> u32 {
-    use kernel_abi::qmm_stream::{qmm_stream_fits_u32, qmm_stream_max_pieces, qmm_stream_max_units};
-    let row_blocks = out.div_ceil(QMM_ROWS_PER_BLOCK);
-    if !stream_format_of(ty) || ksplit_override().is_some() || !qmm_stream_fits_u32(row_blocks, blocks_per_row, slots) {
-        return 0;
-    }
-    let stream = qmm_stream_max_units(row_blocks, blocks_per_row, slots) as u64;
-    if qmm_stream_max_pieces(row_blocks, blocks_per_row, slots) > 16
-        || stream >= plan_busiest_units(plan, row_blocks, blocks_per_row, slots)
-    {
-        return 0;
-    }
-    slots
-}
-
-/// Block slots of the family's one-tile kernel on `gpu` (its resident blocks), the grid a
-/// stream-K partition runs on.
-pub(super) fn one_tile_slots(gpu: &Gpu, family: &QmmFamily) -> Result<u32, GpuError> {
-    gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)
-}
-
 /// The `qmm_*` kernel of a family for `tiles` tiles of 8 columns, plain or fused SwiGLU.
 fn kernel_name(prefix: &str, tiles: usize, swiglu: bool) -> Option<&'static str> {
     // `(prefix, [prefix_nt1 …], [prefix_swiglu_nt1 …])`: the names `gpu-kernels` exports.
@@ -265,9 +195,7 @@ pub(super) fn spread_for(gpu: &Gpu, w: &QWeight, n: usize, swiglu: bool) -> Resu
     let tiles = n.clamp(1, QMM_MAX_N as usize).div_ceil(8);
     let name = kernel_name(family.prefix, tiles, swiglu)
         .ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {}", family.prefix)))?;
-    Ok(w.stream() == 0
-        && !launch_clustered(gpu, w, n, swiglu)?
-        && reduce_spread(gpu, w, name, family.smem_bytes(tiles as u32), tiles)?)
+    Ok(!launch_clustered(gpu, w, n, swiglu)? && reduce_spread(gpu, w, name, family.smem_bytes(tiles as u32), tiles)?)
 }
 
 /// Whether a product over `n ≤ QMM_MAX_N` tokens runs as clusters: only when one cluster per row
@@ -328,24 +256,20 @@ pub(super) fn launch(
             cluster: 0,
             swiglu_ff: to_u32(ff.unwrap_or(0), "ff")?,
             reduce_spread: 0,
-            stream: 0,
-            partials_only: w.partials_only() as u32,
         };
         let name =
             kernel_name(prefix, tiles, swiglu).ok_or_else(|| GpuError::shape(op, format!("no kernel for {prefix}")))?;
         // Multi-tile kernels that stage x keep x chunks in dynamic shared memory.
         let smem = family.smem_bytes(tiles as u32);
         gpu.allow_dynamic_smem(name, smem)?;
-        let stream = w.stream();
-        let clustered = stream == 0 && launch_clustered(gpu, w, cols, swiglu)?;
-        let spread = stream == 0 && !clustered && reduce_spread(gpu, w, name, smem, tiles)?;
-        let p = QmmParams { cluster: clustered as u32, reduce_spread: spread as u32, stream, ..p };
-        let grid = if stream != 0 {
-            stream
-        } else {
-            qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit)
+        let clustered = launch_clustered(gpu, w, cols, swiglu)?;
+        let spread = !clustered && reduce_spread(gpu, w, name, smem, tiles)?;
+        let p = QmmParams { cluster: clustered as u32, reduce_spread: spread as u32, ..p };
+        let cfg = LaunchConfig {
+            grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
+            block_dim: (QMM_WARPS * 32, 1, 1),
+            shared_mem_bytes: smem,
         };
-        let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (QMM_WARPS * 32, 1, 1), shared_mem_bytes: smem };
         let pl = ws.plane(gpu, c)?;
         let ymax = if swiglu {
             ws.ymax_span(gpu, first, cols, parts)?
@@ -391,29 +315,6 @@ mod tests {
     /// Every weight type with a tensor-core kernel family.
     const QMM_TYPES: [GgmlType; 7] =
         [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32];
-
-    /// The 27B's layer shapes on nvidia-h200's 264 one-tile slots, with the plans the device
-    /// gives them (`s15`): each gets a stream-K grid of 264 and fewer units in its busiest block;
-    /// Q5_K never streams; a shape the plan already balances keeps it; the output head (147 units
-    /// per block) is not a two-item partition.
-    #[test]
-    fn the_27b_shapes_choose_a_stream_on_264_slots() {
-        let plan = |full, ksplit| QmmSplitPlan { full, ksplit };
-        // (type, rows, super-blocks per row, plan, busiest units under the plan)
-        for (ty, rows, bpr, p, busiest) in [
-            (GgmlType::Q4_K, 5120, 68, plan(0, 5), 14),
-            (GgmlType::Q4_K, 5120, 24, plan(0, 5), 5),
-            (GgmlType::Q6_K, 5120, 68, plan(0, 6), 12),
-            (GgmlType::Q4_K, 34_816, 20, plan(264, 10), 22),
-        ] {
-            assert_eq!(plan_busiest_units(p, rows / 128, bpr, 264), busiest, "{ty:?} {rows}×{bpr}");
-            assert_eq!(stream_grid_for(ty, p, rows, bpr, 264), 264, "{ty:?} {rows}×{bpr}");
-        }
-        assert_eq!(stream_grid_for(GgmlType::Q5_K, plan(0, 2), 16_512, 20, 264), 0);
-        // 20 row blocks × 20: 13 splits give 260 blocks of 2 units, as a stream would.
-        assert_eq!(stream_grid_for(GgmlType::Q4_K, plan(0, 13), 2560, 20, 264), 0);
-        assert_eq!(stream_grid_for(GgmlType::Q6_K, plan(0, 1), 248_320, 20, 264), 0);
-    }
 
     /// Every kernel name the launcher can pick is an entry point of the embedded PTX.
     #[test]

@@ -8,10 +8,7 @@ use cudarc::driver::CudaSlice;
 use flashtree_quants::GgmlType;
 
 use super::format::{family_for, qmm_needs_pairs, swiglu_rows, to_u32};
-use super::kernels::{
-    choose_plan, choose_stream, cluster_residency, launch, one_tile_slots, spread_for, stream_format_of,
-    stream_grid_for, uses_cluster,
-};
+use super::kernels::{choose_plan, cluster_residency, launch, spread_for, uses_cluster};
 use super::pack::{pack_gate_up, pack_weights};
 use super::QmmWorkspace;
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -63,25 +60,15 @@ impl PackedWeight {
     /// from the number of tokens).
     pub fn upload(&self, gpu: &Gpu) -> Result<QWeight, GpuError> {
         let (rows, inp) = (self.rows as usize, self.inp as usize);
-        let family = family_for(self.ty, rows, inp)?;
-        let plan = choose_plan(gpu, self.ty, &family, rows, inp)?;
-        let stream_grid = if stream_format_of(self.ty) {
-            let bpr = self.inp / family.geometry.0;
-            choose_stream(self.ty, plan, self.rows, bpr, one_tile_slots(gpu, &family)?)
-        } else {
-            0
-        };
+        let plan = choose_plan(gpu, self.ty, &family_for(self.ty, rows, inp)?, rows, inp)?;
         Ok(QWeight {
             ty: self.ty,
             rows: self.rows,
             inp: self.inp,
             kind: self.kind,
             plan,
-            cluster: stream_grid == 0 && uses_cluster(self.ty, plan),
+            cluster: uses_cluster(self.ty, plan),
             spread: true,
-            stream_on: stream_grid != 0,
-            stream_grid,
-            partials_only: false,
             buf: gpu.upload(&self.bytes)?,
         })
     }
@@ -106,12 +93,6 @@ pub struct QWeight {
     /// Whether its split row blocks may reduce spread over the splits where the launch allows it
     /// (`kernels.rs`, `reduce_spread`; [`Self::set_spread_reduction`] for A/B checks).
     spread: bool,
-    /// The stream-K grid chosen at upload (`kernels.rs`, `choose_stream`; 0: none), or set by
-    /// [`Self::set_stream_grid`], and whether products run on it ([`Self::set_stream`]).
-    stream_grid: u32,
-    stream_on: bool,
-    /// `QmmParams::partials_only` (a measurement mode: [`Self::set_partials_only`]).
-    partials_only: bool,
     buf: CudaSlice<u8>,
 }
 
@@ -184,7 +165,7 @@ impl QWeight {
     /// Turns the cluster reduction off, or back on where this matrix's type and plan allow it
     /// (the bitwise A/B test of the two reductions; `FLASHTREE_QMM_CLUSTER=0` for whole runs).
     pub fn set_cluster_reduction(&mut self, on: bool) {
-        self.cluster = on && !self.stream_on && uses_cluster(self.ty, self.plan);
+        self.cluster = on && uses_cluster(self.ty, self.plan);
     }
 
     /// Whether a product over `n` tokens (`swiglu`: the fused kernel) reduces its split row
@@ -199,75 +180,6 @@ impl QWeight {
     /// reductions; `FLASHTREE_QMM_SPREAD=0` for whole runs).
     pub fn set_spread_reduction(&mut self, on: bool) {
         self.spread = on;
-    }
-
-    /// The stream-K grid of its products (`QmmParams::stream`), 0 when they run the split plan.
-    pub fn stream(&self) -> u32 {
-        if self.stream_on {
-            self.stream_grid
-        } else {
-            0
-        }
-    }
-
-    /// Whether the upload chose a stream-K partition for this matrix (`kernels.rs`,
-    /// `choose_stream`: the shape, the device, `FLASHTREE_QMM_STREAM`).
-    pub fn stream_chosen(&self) -> bool {
-        self.stream_grid != 0
-    }
-
-    /// Runs its products on the stream-K partition chosen at upload, or on the split plan (the
-    /// bitwise A/B test and `bench-qmm`; `FLASHTREE_QMM_STREAM=0` for whole runs). The two give
-    /// different bits (another K partition), each the same at every n.
-    pub fn set_stream(&mut self, on: bool) {
-        self.stream_on = on && self.stream_grid != 0;
-        self.cluster = !self.stream_on && uses_cluster(self.ty, self.plan);
-    }
-
-    /// The stream-K grid the upload would choose for this matrix on `gpu` with
-    /// `FLASHTREE_QMM_STREAM=1` (`kernels.rs`, `choose_stream`), 0 where there is none
-    /// (`bench-qmm` compares it with the split plan whatever the switch).
-    pub fn stream_candidate(&self, gpu: &Gpu) -> Result<u32, GpuError> {
-        if !stream_format_of(self.ty) {
-            return Ok(0);
-        }
-        let family = family_for(self.ty, self.out(), self.inp())?;
-        let slots = one_tile_slots(gpu, &family)?;
-        Ok(stream_grid_for(self.ty, self.plan, self.rows, self.inp / family.geometry.0, slots))
-    }
-
-    /// Runs its products on a stream-K partition over `grid` blocks (tests of the partition on
-    /// other grids than the device's slots; 0: the split plan). Errors unless the format runs
-    /// streams and the partition holds at most two items per block in at most 16 pieces per row
-    /// block (`kernel_abi::qmm_stream`).
-    pub fn set_stream_grid(&mut self, grid: u32) -> Result<(), GpuError> {
-        use kernel_abi::qmm_stream::{qmm_stream_fits_u32, qmm_stream_max_pieces};
-        if grid != 0 {
-            let family = family_for(self.ty, self.out(), self.inp())?;
-            let (row_blocks, bpr) = (self.rows.div_ceil(kernel_abi::QMM_ROWS_PER_BLOCK), self.inp / family.geometry.0);
-            if !stream_format_of(self.ty)
-                || !qmm_stream_fits_u32(row_blocks, bpr, grid)
-                || qmm_stream_max_pieces(row_blocks, bpr, grid) > 16
-            {
-                return Err(GpuError::shape(
-                    "qmm stream",
-                    format!("{:?} [{}, {}]: no stream-K partition over {grid} blocks", self.ty, self.rows, self.inp),
-                ));
-            }
-        }
-        (self.stream_grid, self.stream_on) = (grid, grid != 0);
-        self.cluster = grid == 0 && uses_cluster(self.ty, self.plan);
-        Ok(())
-    }
-
-    /// Measurement mode (`bench-qmm` only): stream-K products publish their split row blocks'
-    /// partials and skip the reduction, so those row blocks' `y` is not written.
-    pub fn set_partials_only(&mut self, on: bool) {
-        self.partials_only = on;
-    }
-
-    pub(super) fn partials_only(&self) -> bool {
-        self.partials_only && self.stream_on
     }
 
     pub(super) fn spread_allowed(&self) -> bool {
