@@ -427,23 +427,6 @@ pub struct QmmPrepNormParams {
     pub add: u32,
 }
 
-/// A deferred `qmm` product's partial planes for `qmm_prep_norm_planes`: `planes` planes of raw
-/// split sums `plane` floats apart (`[split][column][row]`), then one x scale per column.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QmmPlanes {
-    pub planes: u32,
-    pub plane: u32,
-}
-
-/// Which formats have deferred-reduction `qmm` kernels (`qmm_<format>_defer_nt<T>`, a uniform
-/// split plan's splits storing raw partial planes for `qmm_prep_norm_planes` to add): Q4_K and
-/// Q6_K, the 27B's output and down projections.
-pub mod qmm_defer {
-    pub const Q4_K: bool = true;
-    pub const Q6_K: bool = true;
-}
-
 /// Elements of one column written by one block of `qmm_prep_x` (grid `(n, ⌈in / this⌉)`).
 pub const QMM_PREP_CHUNK: u32 = 1024;
 

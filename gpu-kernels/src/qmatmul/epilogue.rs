@@ -146,7 +146,7 @@ unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
 /// the module doc; unused by the plain epilogue).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool, const DEFER: bool>(
+pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     acc: &[[f32; 4]; T],
     p: QmmParams,
     rscale: *const f32,
@@ -208,19 +208,6 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool, const 
             tile += 1;
         }
     };
-    if DEFER {
-        // Deferred reduction: every split (a uniform plan, `full_row_blocks = 0`) stores its raw
-        // sums to plane `split`, and block 0 the columns' x scales after the `p.ksplit` planes;
-        // the consumer adds the planes in split order from 0.0 (one plane: taken as is) and
-        // multiplies by the scale — this epilogue's arithmetic, so the same bits
-        // (`prep::qmm_prep_norm_planes`).
-        let plane = QMM_MAX_N as usize * out;
-        for_each_output(&mut |v, col, row| *partial.add(split as usize * plane + col * out + row) = v);
-        if block_x() == 0 && thread_x() < p.n {
-            *partial.add(p.ksplit as usize * plane + thread_x() as usize) = *xscale.add(thread_x() as usize);
-        }
-        return;
-    }
     if ksplit == 1 {
         for_each_output(&mut |v, col, row| {
             *y.add(col * out + row) = row_scaled::<F>(v, rscale, row) * *xscale.add(col)

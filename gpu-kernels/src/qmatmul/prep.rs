@@ -18,7 +18,7 @@
 //! and so is its reference (`flashtree_reference::model::tensor::round_f16_scaled`). Reads then
 //! `n·in·4 + n·m·4·⌈in/1024⌉` bytes.
 
-use kernel_abi::{QmmPlanes, QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
+use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
@@ -372,54 +372,6 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
     p: QmmPrepParams,
     np: QmmPrepNormParams,
 ) {
-    prep_norm::<false>(h, a, w, h_out, xh, xb_hi, xb_lo, xcm, xscale, xsum, p, np, QmmPlanes { planes: 0, plane: 0 });
-}
-
-/// [`qmm_prep_norm`] whose addend is a deferred `qmm` product (`epilogue::store`'s `DEFER`):
-/// `a` holds `ap.planes` planes of raw split sums, `ap.plane` floats apart (`[split][c][o]`), then
-/// the producer's column x scales; the addend of element `(c, o)` is `P_0 · s_c` (one plane) or
-/// `((0 + P_0) + P_1 + …) · s_c` — the producer's own reduction, so `v = h + a` and everything
-/// after it are bitwise [`qmm_prep_norm`]'s on the reduced product. Launch as [`qmm_prep_norm`]
-/// (one launch: `n ≤ QMM_MAX_N`); `np.add` must be set.
-#[no_mangle]
-#[link_section = "nvvm:maxntid=256;minctasm=1"]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "ptx-kernel" fn qmm_prep_norm_planes(
-    h: *const f32,
-    a: *const f32,
-    w: *const f32,
-    h_out: *mut f32,
-    xh: *mut u16,
-    xb_hi: *mut u16,
-    xb_lo: *mut u16,
-    xcm: *mut u16,
-    xscale: *mut f32,
-    xsum: *mut f32,
-    p: QmmPrepParams,
-    np: QmmPrepNormParams,
-    ap: QmmPlanes,
-) {
-    prep_norm::<true>(h, a, w, h_out, xh, xb_hi, xb_lo, xcm, xscale, xsum, p, np, ap);
-}
-
-/// The body of [`qmm_prep_norm`] (`PLANES = false`) and [`qmm_prep_norm_planes`].
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn prep_norm<const PLANES: bool>(
-    h: *const f32,
-    a: *const f32,
-    w: *const f32,
-    h_out: *mut f32,
-    xh: *mut u16,
-    xb_hi: *mut u16,
-    xb_lo: *mut u16,
-    xcm: *mut u16,
-    xscale: *mut f32,
-    xsum: *mut f32,
-    p: QmmPrepParams,
-    np: QmmPrepNormParams,
-    ap: QmmPlanes,
-) {
     launch_dependents();
     let c = block_x();
     if c >= p.n {
@@ -444,29 +396,10 @@ unsafe fn prep_norm<const PLANES: bool>(
     let base = c as usize * k;
     let add = np.add != 0;
     let store = add && block_y() == 0;
-    let (planes, plane) = (ap.planes as usize, ap.plane as usize);
-    // Deferred addend: the producer's column scale, and element `i`'s planes added as the
-    // producer's epilogue would (see `qmm_prep_norm_planes`).
-    let a_scale = if PLANES { *a.add(planes * plane + c as usize) } else { 0.0 };
-    let a_at = |i: usize| -> f32 {
-        if !PLANES {
-            return *a.add(i);
-        }
-        if planes == 1 {
-            return *a.add(i) * a_scale;
-        }
-        let mut sum = 0.0f32;
-        let mut q = 0;
-        while q < planes {
-            sum += *a.add(q * plane + i);
-            q += 1;
-        }
-        sum * a_scale
-    };
     let v_at = |e: usize| -> f32 {
         let mut v = *h.add(base + e);
         if add {
-            v += a_at(base + e);
+            v += *a.add(base + e);
         }
         v
     };
@@ -497,54 +430,12 @@ unsafe fn prep_norm<const PLANES: bool>(
             }
             j += 1;
         }
-        if add && !PLANES {
+        if add {
             let mut j = 0;
             while j < REG_ELEMS {
                 let e = t + 256 * j;
                 if e < k {
                     v[j] += *a.add(base + e);
-                }
-                j += 1;
-            }
-        }
-        if add && PLANES {
-            // The planes two at a time (every element's loads of both in flight together), each
-            // element's adds in plane order.
-            let mut sum = [0.0f32; REG_ELEMS];
-            let mut q = 0;
-            while q < planes {
-                let mut x0 = [0.0f32; REG_ELEMS];
-                let mut x1 = [0.0f32; REG_ELEMS];
-                let mut j = 0;
-                while j < REG_ELEMS {
-                    let e = t + 256 * j;
-                    if e < k {
-                        x0[j] = *a.add(q * plane + base + e);
-                        if q + 1 < planes {
-                            x1[j] = *a.add((q + 1) * plane + base + e);
-                        }
-                    }
-                    j += 1;
-                }
-                let mut j = 0;
-                while j < REG_ELEMS {
-                    if planes == 1 {
-                        sum[j] = x0[j];
-                    } else {
-                        sum[j] += x0[j];
-                        if q + 1 < planes {
-                            sum[j] += x1[j];
-                        }
-                    }
-                    j += 1;
-                }
-                q += 2;
-            }
-            let mut j = 0;
-            while j < REG_ELEMS {
-                let e = t + 256 * j;
-                if e < k {
-                    v[j] += sum[j] * a_scale;
                 }
                 j += 1;
             }

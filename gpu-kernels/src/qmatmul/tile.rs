@@ -61,7 +61,7 @@ use crate::device::*;
 /// fused gate/up epilogue of `QmmParams::swiglu_ff`; a separate kernel so that the plain
 /// kernels' code is not touched by it — a runtime flag changed their register allocation).
 #[inline(always)]
-unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const DEFER: bool>(
+unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
     w: *const u8,
     xh: *const u16,
     xb_hi: *const u16,
@@ -340,7 +340,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const DEFER: bool>(
         },
     );
     let rscale = super::epilogue::row_scales::<F>(w, p);
-    super::epilogue::store::<F, T, SWIGLU, DEFER>(&acc, p, rscale, xscale, partial, counters, y, ymax);
+    super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Whether a `mma.sync` kernel runs its stages over two alternating register buffers
@@ -484,12 +484,7 @@ macro_rules! qmm_kernels {
     // One entry point: `$swiglu` picks the epilogue (`QmmParams::swiglu_ff`).
     (@kernel $fmt:ty, $name:ident, $t:literal, $swiglu:literal, $sect:literal) => {
         qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
-            qmm::<$fmt, $t, $swiglu, false>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
-    };
-    // The deferred-reduction kernel (`epilogue::store`'s `DEFER`).
-    (@defer $fmt:ty, $name:ident, $sect:literal) => {
-        qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
-            qmm::<$fmt, 1, false, true>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
+            qmm::<$fmt, $t, $swiglu>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
     };
     // Per tile count: the plain kernel and its fused SwiGLU twin.
     ($fmt:ty => $($name:ident / $fused:ident = $t:literal @ $sect:literal),+) => {
@@ -504,9 +499,6 @@ macro_rules! qmm_kernels {
 // (`kernel_abi::qmm_wgmma`).
 qmm_kernels!(Q4K =>
     qmm_q4k_nt1 / qmm_q4k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
-// The deferred-reduction kernels of the formats `kernel_abi::qmm_defer` lists.
-qmm_kernels!(@defer Q4K, qmm_q4k_defer_nt1, "nvvm:maxntid=256;minctasm=2");
-qmm_kernels!(@defer Q6K, qmm_q6k_defer_nt1, "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q5K =>
     qmm_q5k_nt1 / qmm_q5k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q6K =>

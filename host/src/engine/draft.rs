@@ -549,7 +549,6 @@ impl DraftEngine {
             [s(&self.c), s(&self.c)],
             &mut cur,
             None,
-            None,
             s(&self.hidden_norm),
             s(&self.x),
             m,
@@ -721,20 +720,7 @@ impl DraftEngine {
             let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
             let window = if sliding { self.cfg.sliding_window.unwrap_or(0) } else { 0 };
             let add = if li == 0 { None } else { Some(s(&self.mix)) };
-            norm_site(
-                gpu,
-                &mut self.ws,
-                eb,
-                &mut cur,
-                add,
-                None,
-                s(&l.attn_norm),
-                s(&self.x),
-                bs,
-                h,
-                eps,
-                &mut |_| Ok(()),
-            )?;
+            norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
             matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
             let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
             let input = AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in };
@@ -780,7 +766,6 @@ impl DraftEngine {
                 eb,
                 &mut cur,
                 Some(s(&self.mix)),
-                None,
                 s(&l.post_norm),
                 s(&self.x),
                 bs,
@@ -798,20 +783,9 @@ impl DraftEngine {
         let slots = |x: DevSpan<f32>| x.sub(h, rows * h, "draft outputs");
         let out_eb = [slots(eb[0])?, slots(eb[1])?];
         let (mix, x) = (slots(s(&self.mix))?, slots(s(&self.x))?);
-        norm_site(
-            gpu,
-            &mut self.ws,
-            out_eb,
-            &mut cur,
-            Some(mix),
-            None,
-            s(&self.output_norm),
-            x,
-            rows,
-            h,
-            eps,
-            &mut |_| Ok(()),
-        )?;
+        norm_site(gpu, &mut self.ws, out_eb, &mut cur, Some(mix), s(&self.output_norm), x, rows, h, eps, &mut |_| {
+            Ok(())
+        })?;
         matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
         topk_logprobs_rows(
             gpu,

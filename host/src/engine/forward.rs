@@ -19,7 +19,7 @@ use crate::gpu::deltanet::{self as gdn, GdnIo, GdnLayerState, GdnShape, GdnWeigh
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
-use crate::gpu::qmatmul::{qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmDeferred, QmmWorkspace};
+use crate::gpu::qmatmul::{qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmWorkspace};
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len, sample_rows};
 use crate::gpu::{DevSpan, Gpu, GpuError};
 use crate::model::Qwen35Config;
@@ -688,15 +688,13 @@ impl Engine {
         let mut cur = 0usize;
         let fused = fused_norm_enabled();
         // Residual add (unless `first`) + RMSNorm with `w` + the matmul prep of the result.
-        // `deferred`: the mixer's product left unreduced ([`mixer_product`]), the addend instead of `mix`.
         let mut norm_site = |w: DevSpan<f32>,
                              first: bool,
-                             deferred: Option<QmmDeferred>,
                              ws: &mut QmmWorkspace,
                              prof: &mut Option<Profile>|
          -> Result<DevSpan<f32>, EngineError> {
             let add = if first { None } else { Some(mix) };
-            norm_site(gpu, ws, hb, &mut cur, add, deferred, w, x, n, d, eps, &mut |k| mark(gpu, prof, k))?;
+            norm_site(gpu, ws, hb, &mut cur, add, w, x, n, d, eps, &mut |k| mark(gpu, prof, k))?;
             Ok(hb[cur])
         };
         // Copies the residual stream (the output of layer `l`) into its feature slot if captured.
@@ -713,9 +711,8 @@ impl Engine {
             }
             Ok(())
         };
-        let mut deferred: Option<QmmDeferred> = None;
         for (l, lw) in self.w.layers.iter().enumerate() {
-            let h = norm_site(s(&lw.attn_norm), l == 0, deferred.take(), &mut self.ws, prof)?;
+            let h = norm_site(s(&lw.attn_norm), l == 0, &mut self.ws, prof)?;
             if l > 0 {
                 copy_out(l - 1, h)?;
             }
@@ -784,7 +781,7 @@ impl Engine {
                     mark(gpu, prof, "attention")?;
                     prepare(gpu, s(&self.ao), n, o.inp(), &mut self.ws)?;
                     mark(gpu, prof, "prep")?;
-                    deferred = mixer_product(gpu, o, n, mix, &mut self.ws)?;
+                    matmul(gpu, o, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
                 MixerWeights::DeltaNet { proj, out, conv, dt_bias, ssm_a, norm } => {
@@ -865,21 +862,21 @@ impl Engine {
                         prepare(gpu, s(&self.go), n, out.inp(), &mut self.ws)?;
                         mark(gpu, prof, "prep")?;
                     }
-                    deferred = mixer_product(gpu, out, n, mix, &mut self.ws)?;
+                    matmul(gpu, out, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
             }
-            norm_site(s(&lw.post_norm), false, deferred.take(), &mut self.ws, prof)?;
+            norm_site(s(&lw.post_norm), false, &mut self.ws, prof)?;
             lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
             // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
             let pairs = self.ws.pairs_needed;
             self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
             mark(gpu, prof, "prep")?;
-            deferred = mixer_product(gpu, &lw.down, n, mix, &mut self.ws)?;
+            matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
         }
-        let h = norm_site(s(&self.w.output_norm), false, deferred.take(), &mut self.ws, prof)?;
+        let h = norm_site(s(&self.w.output_norm), false, &mut self.ws, prof)?;
         copy_out(self.w.layers.len() - 1, h)?;
         matmul(gpu, &self.w.head, n, s(&self.logits), &mut self.ws)?;
         mark(gpu, prof, "lm_head")?;
@@ -1129,9 +1126,7 @@ impl Profile {
 /// default: one kernel, which reads `h` whole in every block, so `h + a` goes to the other buffer
 /// of `eb` and `cur` flips; `after("norm+prep")`) or, with `FLASHTREE_FUSED_NORM=0`,
 /// `add_rms_norm` / `rms_norm_rows` in place into `x` then the prep (`after("norm")`,
-/// `after("prep")`): bitwise the same prepared activations. `deferred` (fused only, with `add`):
-/// the mixer's product whose K-split reduction was left to this site ([`mixer_product`]); `add`
-/// was not written and the fused kernel adds the product's planes instead — the same bits.
+/// `after("prep")`): bitwise the same prepared activations.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn norm_site(
     gpu: &Gpu,
@@ -1139,7 +1134,6 @@ pub(super) fn norm_site(
     eb: [DevSpan<f32>; 2],
     cur: &mut usize,
     add: Option<DevSpan<f32>>,
-    deferred: Option<QmmDeferred>,
     w: DevSpan<f32>,
     x: DevSpan<f32>,
     n: usize,
@@ -1148,14 +1142,7 @@ pub(super) fn norm_site(
     after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), EngineError> {
     let pairs = ws.pairs_needed;
-    if let Some(a) = deferred {
-        if add.is_none() || !fused_norm_enabled() {
-            return Err(GpuError::shape("norm site", "a deferred product needs the fused residual add").into());
-        }
-        ws.prepare_norm_deferred(gpu, eb[*cur], a, eb[1 - *cur], w, n, h, eps, pairs)?;
-        *cur = 1 - *cur;
-        after("norm+prep")?;
-    } else if fused_norm_enabled() {
+    if fused_norm_enabled() {
         ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
         if add.is_some() {
             *cur = 1 - *cur;
@@ -1184,25 +1171,6 @@ fn prepare(gpu: &Gpu, x: DevSpan<f32>, n: usize, inp: usize, ws: &mut QmmWorkspa
 fn matmul(gpu: &Gpu, w: &QWeight, n: usize, y: DevSpan<f32>, ws: &mut QmmWorkspace) -> Result<(), EngineError> {
     w.matmul(gpu, n, y, ws)?;
     Ok(())
-}
-
-/// A mixer's or MLP's output product, read only by the next norm site's residual add: with the
-/// fused norm site and a matrix that defers ([`QWeight::defers`]: Q4_K/Q6_K with a uniform K
-/// split, ≤ 32 tokens) its K-split reduction is left to that site (`Some`, `y` not written),
-/// which saves the product's reduction (a cluster exchange or a last block's pass over the
-/// partials); else `y = W·x` (`None`).
-fn mixer_product(
-    gpu: &Gpu,
-    w: &QWeight,
-    n: usize,
-    y: DevSpan<f32>,
-    ws: &mut QmmWorkspace,
-) -> Result<Option<QmmDeferred>, EngineError> {
-    if fused_norm_enabled() && w.defers(n) {
-        return Ok(Some(w.matmul_deferred(gpu, n, ws)?));
-    }
-    w.matmul(gpu, n, y, ws)?;
-    Ok(None)
 }
 
 fn attn_dims(cfg: &Qwen35Config) -> AttnDims {

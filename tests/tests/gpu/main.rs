@@ -15,7 +15,6 @@ mod graph;
 mod norm;
 mod qmatmul;
 mod qmm;
-mod qmm_defer;
 mod qmm_prep_norm;
 mod qmm_swiglu;
 mod qmm_swiglu_prep;

@@ -102,125 +102,6 @@ pub(super) fn choose_plan(
     Ok(QmmSplitPlan { full: plan.full, ksplit: plan.ksplit.clamp(1, 16).min(blocks_per_row.max(1)) })
 }
 
-/// `FLASHTREE_QMM_DEFER=0`: no deferred reductions ([`defer_allowed`]; an A/B switch, read once
-/// per process).
-fn defer_enabled() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_DEFER").map_or(true, |v| v != "0"))
-}
-
-/// The deferred-reduction kernel of `ty` for `tiles` tiles (`kernel_abi::qmm_defer`).
-fn defer_kernel_name(ty: GgmlType, tiles: usize) -> Option<&'static str> {
-    const Q4K: [&str; 4] = ["qmm_q4k_defer_nt1", "qmm_q4k_defer_nt2", "qmm_q4k_defer_nt3", "qmm_q4k_defer_nt4"];
-    const Q6K: [&str; 4] = ["qmm_q6k_defer_nt1", "qmm_q6k_defer_nt2", "qmm_q6k_defer_nt3", "qmm_q6k_defer_nt4"];
-    let names = match ty {
-        GgmlType::Q4_K if kernel_abi::qmm_defer::Q4_K => &Q4K,
-        GgmlType::Q6_K if kernel_abi::qmm_defer::Q6_K => &Q6K,
-        _ => return None,
-    };
-    names.get(tiles.checked_sub(1)?).copied()
-}
-
-/// Whether a plain product of `w` over `n` tokens can leave its K-split reduction to the
-/// consumer ([`launch_deferred`]): a format with deferred kernels, a uniform plan (every row
-/// block in the same `ksplit` splits) whose planes and column scales fit the workspace's 16
-/// partial planes, one launch (`n ≤ QMM_MAX_N`), and `FLASHTREE_QMM_DEFER` not `0`.
-pub(super) fn defer_allowed(w: &QWeight, n: usize) -> bool {
-    let plan = w.plan();
-    defer_enabled()
-        && w.ff().is_none()
-        && defer_kernel_name(w.ty(), 1).is_some()
-        && plan.full == 0
-        && plan.ksplit < 16
-        && (1..=QMM_MAX_N as usize).contains(&n)
-}
-
-/// Launches `w`'s deferred-reduction kernel over `n` tokens ([`defer_allowed`]): its splits
-/// store their raw sums as `ksplit` planes of the workspace's partials and block 0 the column
-/// x scales after them, for `QmmWorkspace::prepare_norm_deferred` to add (`y` is not written).
-/// Grid `qmm_grid_blocks(⌈out/128⌉, 0, ksplit)`, no clusters.
-pub(super) fn launch_deferred(
-    gpu: &Gpu,
-    w: &QWeight,
-    n: usize,
-    ws: &mut QmmWorkspace,
-) -> Result<QmmDeferred, GpuError> {
-    const OP: &str = "qmm deferred";
-    let (ty, out, inp) = (w.ty(), w.out(), w.inp());
-    if !defer_allowed(w, n) {
-        return Err(GpuError::shape(
-            OP,
-            format!("W {ty:?} [{out}, {inp}], plan {:?}, {n} tokens: no deferred product", w.plan()),
-        ));
-    }
-    ws.check_fits(OP, out, inp)?;
-    ws.check_prepared(OP, n, inp, w.needs_pairs())?;
-    let family = family_for(ty, out, inp)?;
-    let tiles = n.div_ceil(8);
-    let name = defer_kernel_name(ty, tiles).ok_or_else(|| GpuError::shape(OP, format!("no kernel for {ty:?}")))?;
-    let out32 = to_u32(out, "out")?;
-    let plan = w.plan();
-    let p = QmmParams {
-        out_features: out32,
-        in_features: to_u32(inp, "in")?,
-        n: n as u32,
-        ksplit: plan.ksplit,
-        full_row_blocks: 0,
-        cluster: 0,
-        swiglu_ff: 0,
-        reduce_spread: 0,
-    };
-    let smem = family.smem_bytes(tiles as u32);
-    gpu.allow_dynamic_smem(name, smem)?;
-    let cfg = LaunchConfig {
-        grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), 0, plan.ksplit), 1, 1),
-        block_dim: (QMM_WARPS * 32, 1, 1),
-        shared_mem_bytes: smem,
-    };
-    let pl = ws.plane(gpu, 0)?;
-    // Safety: never dereferenced (the deferred kernels write neither `y` nor `ymax`).
-    let none = unsafe { DevSpan::<f32>::from_raw(0, 0) };
-    let none_u32 = unsafe { DevSpan::<u32>::from_raw(0, 0) };
-    let plane = QMM_MAX_N as usize * out;
-    unsafe {
-        ChainedLaunch::new(gpu, name)
-            .buf(w.buf())
-            .span(pl.xh)
-            .span(pl.xb_hi)
-            .span(pl.xb_lo)
-            .span(pl.xcm)
-            .span(pl.xscale)
-            .span(pl.xsum)
-            .buf_mut(&mut ws.partial)
-            .buf_mut(&mut ws.counters)
-            .span(none)
-            .span(none_u32)
-            .value(Param(p))
-            .tag(p.in_features)
-            .launch(cfg)?
-    };
-    let partial = DevSpan::of(gpu, &ws.partial);
-    Ok(QmmDeferred {
-        planes: DevSpan::sub(&partial, 0, plan.ksplit as usize * plane + n, "partial")?,
-        ksplit: plan.ksplit,
-        plane: to_u32(plane, "plane")?,
-        n,
-        out,
-    })
-}
-
-/// A product of [`launch_deferred`] whose reduction is left to its consumer: `ksplit` planes of
-/// raw split sums `plane` floats apart in the workspace's partials, then the `n` column scales
-/// (`kernel_abi::QmmPlanes`). Valid until the workspace's next product.
-#[derive(Clone, Copy, Debug)]
-pub struct QmmDeferred {
-    pub(super) planes: DevSpan<f32>,
-    pub(super) ksplit: u32,
-    pub(super) plane: u32,
-    pub(super) n: usize,
-    pub(super) out: usize,
-}
-
 /// The `qmm_*` kernel of a family for `tiles` tiles of 8 columns, plain or fused SwiGLU.
 fn kernel_name(prefix: &str, tiles: usize, swiglu: bool) -> Option<&'static str> {
     // `(prefix, [prefix_nt1 …], [prefix_swiglu_nt1 …])`: the names `gpu-kernels` exports.
@@ -446,13 +327,8 @@ mod tests {
                     let entry = format!(".entry {name}(");
                     assert!(crate::gpu::KERNELS_PTX.contains(&entry), "{name} is not in the PTX");
                 }
-                if let Some(name) = defer_kernel_name(ty, tiles) {
-                    assert!(crate::gpu::KERNELS_PTX.contains(&format!(".entry {name}(")), "{name} is not in the PTX");
-                }
             }
         }
-        assert!(defer_kernel_name(GgmlType::Q4_K, 4).is_some() && defer_kernel_name(GgmlType::Q6_K, 1).is_some());
-        assert!(defer_kernel_name(GgmlType::Q4_K, 5).is_none() && defer_kernel_name(GgmlType::Q8_0, 1).is_none());
     }
 
     /// The host sizes a kernel's shared memory from `kernel_abi::qmm_wgmma`; the PTX must agree:

@@ -28,7 +28,6 @@ mod workspace;
 
 pub use format::{qmm_format, qmm_is_row_scaled, qmm_needs_pairs, qmm_packed_bytes, qmm_swiglu_rows, QmmFamily};
 pub use gemv::{gemv_bf16, gemv_f32};
-pub use kernels::QmmDeferred;
 pub use pack::bf16_rows_to_scaled_f16;
 pub use weight::{PackedWeight, QWeight};
 pub use workspace::QmmWorkspace;

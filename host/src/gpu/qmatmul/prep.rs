@@ -7,10 +7,9 @@
 //! whichever plane and at whichever column it lands.
 
 use cudarc::driver::LaunchConfig;
-use kernel_abi::{QmmPlanes, QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK};
+use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK};
 
 use super::format::to_u32;
-use super::kernels::QmmDeferred;
 use super::workspace::{chunk_cols, XPlane};
 use super::QmmWorkspace;
 use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
@@ -97,61 +96,6 @@ impl QmmWorkspace {
                     .value(pp)
                     .launch(cfg)
             }
-        })
-    }
-
-    /// [`Self::prepare_norm`] with the residual addend a deferred product `a`
-    /// ([`super::QWeight::matmul_deferred`] over these `n` tokens, `inp` rows) instead of a
-    /// buffer: `qmm_prep_norm_planes` adds `a`'s planes as the product's own epilogue would, so
-    /// `h_out` and the prepared activations are bitwise those of [`Self::prepare_norm`] after
-    /// [`super::QWeight::matmul`]. `a` is consumed (the planes are the workspace's partials).
-    #[allow(clippy::too_many_arguments)]
-    pub fn prepare_norm_deferred(
-        &mut self,
-        gpu: &Gpu,
-        h: DevSpan<f32>,
-        a: QmmDeferred,
-        h_out: DevSpan<f32>,
-        w: DevSpan<f32>,
-        n: usize,
-        inp: usize,
-        eps: f32,
-        pairs: bool,
-    ) -> Result<(), GpuError> {
-        const K: &str = "qmm_prep_norm_planes";
-        h.need(n * inp, K, "h")?;
-        w.need(inp, K, "w")?;
-        h_out.need(n * inp, K, "h_out")?;
-        if h_out.ptr() == h.ptr() {
-            return Err(GpuError::shape(K, "h_out must be another buffer than h"));
-        }
-        if a.n != n || a.out != inp || n > QMM_MAX_N as usize {
-            return Err(GpuError::shape(
-                K,
-                format!(
-                    "a deferred product of {} tokens × {} rows for {n} tokens × {inp} (one launch: ≤ {QMM_MAX_N})",
-                    a.n, a.out
-                ),
-            ));
-        }
-        let np = Param(QmmPrepNormParams { eps, add: 1 });
-        let ap = Param(QmmPlanes { planes: a.ksplit, plane: a.plane });
-        self.prepare_planes(gpu, K, n, inp, pairs, |pl, _first, _cols, cfg, pp| unsafe {
-            ChainedLaunch::new(gpu, K)
-                .span(h)
-                .span(a.planes)
-                .span(w)
-                .span(h_out)
-                .span(pl.xh)
-                .span(pl.xb_hi)
-                .span(pl.xb_lo)
-                .span(pl.xcm)
-                .span(pl.xscale)
-                .span(pl.xsum)
-                .value(Param(pp))
-                .value(np)
-                .value(ap)
-                .launch(cfg)
         })
     }
 

@@ -8,9 +8,7 @@ use cudarc::driver::CudaSlice;
 use flashtree_quants::GgmlType;
 
 use super::format::{family_for, qmm_needs_pairs, swiglu_rows, to_u32};
-use super::kernels::{
-    choose_plan, cluster_residency, defer_allowed, launch, launch_deferred, spread_for, uses_cluster, QmmDeferred,
-};
+use super::kernels::{choose_plan, cluster_residency, launch, spread_for, uses_cluster};
 use super::pack::{pack_gate_up, pack_weights};
 use super::QmmWorkspace;
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -182,20 +180,6 @@ impl QWeight {
     /// reductions; `FLASHTREE_QMM_SPREAD=0` for whole runs).
     pub fn set_spread_reduction(&mut self, on: bool) {
         self.spread = on;
-    }
-
-    /// Whether [`Self::matmul_deferred`] runs for a product over `n` tokens (`kernels.rs`,
-    /// `defer_allowed`: Q4_K/Q6_K with a uniform K split, `n ≤ 32`, `FLASHTREE_QMM_DEFER` not `0`).
-    pub fn defers(&self, n: usize) -> bool {
-        defer_allowed(self, n)
-    }
-
-    /// The product over the `n` tokens last prepared in `ws` with its K-split reduction left to
-    /// the consumer: the splits' raw sums stay in `ws` as planes, and
-    /// [`QmmWorkspace::prepare_norm_deferred`] adds them (bitwise the `y` of [`Self::matmul`]) as
-    /// its residual addend. Only where [`Self::defers`]; valid until `ws`'s next product.
-    pub fn matmul_deferred(&self, gpu: &Gpu, n: usize, ws: &mut QmmWorkspace) -> Result<QmmDeferred, GpuError> {
-        launch_deferred(gpu, self, n, ws)
     }
 
     pub(super) fn spread_allowed(&self) -> bool {
