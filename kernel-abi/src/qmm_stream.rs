@@ -3,9 +3,9 @@
 //! last-arriving piece adding the partials) and measured it slower than the split plans in the
 //! engine — the kernels' extra code cost the default path 0.44 ms per 22-node verify, and the
 //! stream launches' reduction more than the balance saved — so the kernels were reverted
-//! (docs/perf/qmatmul.md, "Sixteenth engine session"; the patch is in
-//! `docs/perf/archive/2026-11-26-qmm-stream-k/`). What a next attempt needs from here: the
-//! partition and its 32-bit per-item form ([`qmm_stream_item`]).
+//! (docs/perf/qmatmul.md, "Sixteenth engine session"). The patch in
+//! `docs/perf/archive/2026-11-26-qmm-stream-k/` holds everything that attempt added, including
+//! the 32-bit per-item form the kernels need and the partition's piece count.
 //!
 //! The product's work is `U = row_blocks · blocks_per_row` units (one unit: one weight block of
 //! K for one 128-row block), ordered row block major. Block `g` of a grid of `grid` blocks takes
@@ -63,22 +63,6 @@ pub const fn qmm_stream_pieces(rb: u32, blocks_per_row: u32, grid: u32, units: u
     (first, last - first + 1)
 }
 
-/// Most pieces any row block of the partition has (the partial planes a launch needs): the
-/// largest [`qmm_stream_pieces`] count over the `row_blocks` row blocks.
-pub const fn qmm_stream_max_pieces(row_blocks: u32, blocks_per_row: u32, grid: u32) -> u32 {
-    let units = row_blocks as u64 * blocks_per_row as u64;
-    let mut most = 0u32;
-    let mut rb = 0u32;
-    while rb < row_blocks {
-        let pieces = qmm_stream_pieces(rb, blocks_per_row, grid, units).1;
-        if pieces > most {
-            most = pieces;
-        }
-        rb += 1;
-    }
-    most
-}
-
 /// The items of block `g` (`g < grid`, [`qmm_stream_fits`]): `(items, count)`, count 1 or 2, in
 /// K-then-row order (the second item, if any, starts the next row block at K block 0).
 pub const fn qmm_stream_items(g: u32, row_blocks: u32, blocks_per_row: u32, grid: u32) -> ([QmmStreamItem; 2], u32) {
@@ -104,39 +88,6 @@ pub const fn qmm_stream_items(g: u32, row_blocks: u32, blocks_per_row: u32, grid
         at = end;
     }
     (items, count)
-}
-
-/// Whether the kernels' 32-bit form of the partition ([`qmm_stream_item`]) holds for the shape:
-/// [`qmm_stream_fits`] and `U · grid < 2³²` (every intermediate of its divisions).
-pub const fn qmm_stream_fits_u32(row_blocks: u32, blocks_per_row: u32, grid: u32) -> bool {
-    let units = row_blocks as u64 * blocks_per_row as u64;
-    qmm_stream_fits(row_blocks, blocks_per_row, grid) && units * (grid as u64 + 1) < (1u64 << 32)
-}
-
-/// Items of block `g`: 1, or 2 when its range crosses a row-block boundary (32-bit arithmetic,
-/// [`qmm_stream_fits_u32`]).
-#[inline(always)]
-pub const fn qmm_stream_item_count(g: u32, row_blocks: u32, blocks_per_row: u32, grid: u32) -> u32 {
-    let units = row_blocks * blocks_per_row;
-    let (lo, hi) = (g * units / grid, (g + 1) * units / grid);
-    1 + (hi > (lo / blocks_per_row + 1) * blocks_per_row) as u32
-}
-
-/// Item `item` (0 or 1, below [`qmm_stream_item_count`]) of block `g` as [`qmm_stream_items`]
-/// gives it, in 32-bit arithmetic for the kernels ([`qmm_stream_fits_u32`]): one division chain
-/// per call, so a kernel recomputes an item where it needs it instead of keeping it live.
-#[inline(always)]
-pub const fn qmm_stream_item(g: u32, item: u32, row_blocks: u32, blocks_per_row: u32, grid: u32) -> QmmStreamItem {
-    let units = row_blocks * blocks_per_row;
-    let (lo, hi) = (g * units / grid, (g + 1) * units / grid);
-    let rb = lo / blocks_per_row + item;
-    let start = rb * blocks_per_row;
-    let b0 = if item == 0 { lo - start } else { 0 };
-    let b1 = if hi < start + blocks_per_row { hi - start } else { blocks_per_row };
-    // First and last block of the row block (`qmm_stream_block_of`).
-    let first = ((start + 1) * grid - 1) / units;
-    let last = ((start + blocks_per_row) * grid - 1) / units;
-    QmmStreamItem { row_block: rb, b0, b1, piece: g - first, pieces: last - first + 1 }
 }
 
 #[cfg(test)]
@@ -178,22 +129,11 @@ mod tests {
             most = most.max(len);
         }
         assert!(seen.iter().all(|&s| s));
-        if qmm_stream_fits_u32(row_blocks, bpr, grid) {
-            for g in 0..grid {
-                let (items, count) = qmm_stream_items(g, row_blocks, bpr, grid);
-                assert_eq!(qmm_stream_item_count(g, row_blocks, bpr, grid), count);
-                for i in 0..count {
-                    assert_eq!(qmm_stream_item(g, i, row_blocks, bpr, grid), items[i as usize], "block {g} item {i}");
-                }
-            }
-        }
         for rb in 0..row_blocks as usize {
             assert_eq!(next_k[rb], bpr);
             assert_eq!(next_piece[rb], qmm_stream_pieces(rb as u32, bpr, grid, units).1);
         }
         assert_eq!(most, qmm_stream_max_units(row_blocks, bpr, grid) as u64);
-        let pieces = (0..row_blocks).map(|rb| qmm_stream_pieces(rb, bpr, grid, units).1).max().unwrap();
-        assert_eq!(pieces, qmm_stream_max_pieces(row_blocks, bpr, grid));
     }
 
     #[test]
@@ -215,8 +155,6 @@ mod tests {
         // Q4_K 17408 → 5120 (68 super-blocks per row): 14 units in the 5-split plan's busiest block.
         check(40, 68, 264);
         assert_eq!(qmm_stream_max_units(40, 68, 264), 11);
-        assert_eq!(qmm_stream_max_pieces(40, 68, 264), 8);
-        assert!(qmm_stream_fits_u32(272, 20, 264) && qmm_stream_fits_u32(40, 68, 264));
         // Q4_K 6144 → 5120: 5 → 4.
         check(40, 24, 264);
         assert_eq!(qmm_stream_max_units(40, 24, 264), 4);
