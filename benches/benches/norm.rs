@@ -8,7 +8,7 @@
 
 use flashtree::gpu::norm::{add_rms_norm, rms_norm_heads, rms_norm_rows};
 use flashtree::gpu::qmatmul::QmmWorkspace;
-use flashtree::gpu::DevSpan;
+use flashtree::gpu::{CudaSlice, DevSpan, Gpu};
 use flashtree_benches::{ceiling_gbps, gpu_or_skip, median_secs, report};
 
 fn main() {
@@ -25,10 +25,7 @@ fn main() {
         report("norm", &format!("rms_norm_rows {rows}x{cols}"), (2 * rows * cols * 4) as f64, secs, ceiling, note);
     }
     for (rows, cols) in [(1usize, 5120usize), (32, 5120), (16384, 5120)] {
-        let x: Vec<f32> = (0..rows * cols).map(|i| ((i % 97) as f32 - 48.0) / 10.0).collect();
-        let a: Vec<f32> = (0..rows * cols).map(|i| ((i % 89) as f32 - 44.0) * 1e-6).collect();
-        let w: Vec<f32> = (0..cols).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
-        let (dh, da, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&a).unwrap(), gpu.upload(&w).unwrap());
+        let (dh, da, dw) = residual_inputs(&gpu, rows, cols);
         let dy = gpu.zeros::<f32>(rows * cols).unwrap();
         let s = |b| DevSpan::of(&gpu, b);
         let (hs, as_, ws, ys) = (s(&dh), s(&da), s(&dw), s(&dy));
@@ -48,10 +45,7 @@ fn main() {
     }
     // The engine's norm site at the 27B's hidden size: the AR step (1), a 22/23-node verify, 32.
     for (rows, cols) in [(1usize, 5120usize), (22, 5120), (32, 5120)] {
-        let x: Vec<f32> = (0..rows * cols).map(|i| ((i % 97) as f32 - 48.0) / 10.0).collect();
-        let a: Vec<f32> = (0..rows * cols).map(|i| ((i % 89) as f32 - 44.0) * 1e-3).collect();
-        let w: Vec<f32> = (0..cols).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
-        let (dh, da, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&a).unwrap(), gpu.upload(&w).unwrap());
+        let (dh, da, dw) = residual_inputs(&gpu, rows, cols);
         let dout = gpu.zeros::<f32>(rows * cols).unwrap();
         let s = |b| DevSpan::of(&gpu, b);
         let (hs, as_, ws, os) = (s(&dh), s(&da), s(&dw), s(&dout));
@@ -60,4 +54,13 @@ fn main() {
         let bytes = (16 * rows * cols) as f64;
         report("norm", &format!("qmm_prep_norm {rows}x{cols}"), bytes, secs, ceiling, "launch-bound at this size");
     }
+}
+
+/// The residual stream `h`, the mixer output `a` (`rows × cols`) and the norm weights `w`
+/// (`cols`) of the residual-add benches, on the device.
+fn residual_inputs(gpu: &Gpu, rows: usize, cols: usize) -> (CudaSlice<f32>, CudaSlice<f32>, CudaSlice<f32>) {
+    let h: Vec<f32> = (0..rows * cols).map(|i| ((i % 97) as f32 - 48.0) / 10.0).collect();
+    let a: Vec<f32> = (0..rows * cols).map(|i| ((i % 89) as f32 - 44.0) * 1e-6).collect();
+    let w: Vec<f32> = (0..cols).map(|i| 1.0 + (i % 7) as f32 / 7.0).collect();
+    (gpu.upload(&h).unwrap(), gpu.upload(&a).unwrap(), gpu.upload(&w).unwrap())
 }
