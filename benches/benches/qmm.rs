@@ -142,7 +142,64 @@ fn main() {
         }
     }
     swiglu_cases(&gpu, &mut c, ceiling, l2, &filter, &mut ws);
+    accum_cases(&gpu, ceiling, l2, &filter);
     c.final_summary();
+}
+
+/// The 27B's accumulated products (output and down projections into the 5120-wide residual) as
+/// the engine runs them, each followed by its norm site: `qmm-site` = `matmul` (the split plan's
+/// own reduction) + `prepare_norm`, `qmm-site-accum` = `matmul_accum` + `prepare_norm_accum`
+/// (`gpu::qmatmul` accum.rs), measured back to back. One call is two sites (pairs 0 and 1, so
+/// the accumulators stay clean without a memset), the roofline counts W twice.
+fn accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
+    let d = 5120usize;
+    for (ty, inp) in [(GgmlType::Q4_K, 6144usize), (GgmlType::Q4_K, 17408), (GgmlType::Q6_K, 17408)] {
+        let name = format!("{ty:?} {inp}->{d}");
+        if !format!("accum {name}").contains(filter) {
+            continue;
+        }
+        let host = weights(ty, d, inp, (inp * 31 + d) as u64);
+        let bytes = host.len();
+        let copies = (2 * l2).div_ceil(bytes).max(2);
+        let packed = PackedWeight::pack(ty, &host, d, inp).unwrap();
+        let bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
+        drop((packed, host));
+        let mut ws = QmmWorkspace::new(gpu, inp, d).unwrap();
+        ws.enable_accumulation(gpu, d).unwrap();
+        let x: Vec<f32> = (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let hv: Vec<f32> = (0..MAX_N * d).map(|i| ((i * 13 % 97) as f32 - 48.0) / 24.0).collect();
+        let nw: Vec<f32> = (0..d).map(|i| 1.0 + (i % 7) as f32 / 16.0).collect();
+        let (dx, dh, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&hv).unwrap(), gpu.upload(&nw).unwrap());
+        let (dh2, dy) = (gpu.zeros::<f32>(MAX_N * d).unwrap(), gpu.zeros::<f32>(MAX_N * d).unwrap());
+        let sp = |b| DevSpan::of(gpu, b);
+        for n in [1usize, 16, 22, 32] {
+            // Two sites per call: x prepared, product, norm site (which prepares the next input).
+            let plain = median_secs(gpu, 20, |i| {
+                for k in 0..2 {
+                    let w = &bufs[(2 * i + k) % copies];
+                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
+                    w.matmul(gpu, n, sp(&dy), &mut ws)?;
+                    ws.prepare_norm(gpu, sp(&dh), Some((sp(&dy), sp(&dh2))), sp(&dw), n, d, 1e-6, false)?;
+                }
+                Ok(())
+            });
+            let accum = median_secs(gpu, 20, |i| {
+                ws.begin_accumulation(gpu)?;
+                for k in 0..2 {
+                    let w = &bufs[(2 * i + k) % copies];
+                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
+                    let a = ws.matmul_accum(gpu, w, n)?;
+                    ws.prepare_norm_accum(gpu, sp(&dh), a, sp(&dh2), sp(&dw), n, d, 1e-6, false)?;
+                }
+                ws.end_accumulation(gpu)
+            });
+            let label = format!("{name} n={n}");
+            let note = "prep_x + matmul + prepare_norm, twice";
+            report("qmm-site", &label, 2.0 * bytes as f64, plain, ceiling, note);
+            let note = format!("prep_x + matmul_accum + prepare_norm_accum, twice; accum/plain = {:.3}", accum / plain);
+            report("qmm-site-accum", &label, 2.0 * bytes as f64, accum, ceiling, &note);
+        }
+    }
 }
 
 /// The fused gate/up SwiGLU kernels at the 27B MLP shape (5120 → 2 × 17408), every type:

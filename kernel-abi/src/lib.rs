@@ -427,6 +427,28 @@ pub struct QmmPrepNormParams {
     pub add: u32,
 }
 
+/// Accumulated `qmm` products (`qmm_<format>_accum_nt<T>`): the K-split reduction left to the
+/// consumer, exactly. Every block adds its split's raw sums `P` (before the column's x scale) to
+/// an i64 accumulator per output as the fixed-point integer `round(P · 2^FRAC_BITS)`
+/// (`red.global.add.u64`): integer adds commute, so the total does not depend on the order the
+/// splits land in, and no split waits for another. The consumer (`qmm_prep_norm_accum`) reads
+/// `a = f32(Σ) · 2^-FRAC_BITS · s_c`. The column's scale word holds `max(bits(s_c), NaN bits if a
+/// partial was not finite)`, so a non-finite product still reaches the consumer as NaN.
+pub mod qmm_accum {
+    /// Fractional bits of the fixed-point partial sums. The raw sums are in units of the
+    /// prepared x̂ (`max |x̂| < 2^15`), so `|P| ≥ 1` except under cancellation; a partial clamps
+    /// at `|P| ≥ 2^39` (`2^63 / 2^24`).
+    pub const FRAC_BITS: i32 = 24;
+    /// The widest rows `qmm_prep_norm_accum` takes (its register path: 256 threads × 24).
+    pub const MAX_IN: u32 = 6144;
+    /// Formats with accumulating kernels: the block formats but Q5_K (its four-tile
+    /// accumulating kernel spills at 128 registers).
+    pub const Q4_K: bool = true;
+    pub const Q5_K: bool = false;
+    pub const Q6_K: bool = true;
+    pub const Q8_0: bool = true;
+}
+
 /// Elements of one column written by one block of `qmm_prep_x` (grid `(n, ⌈in / this⌉)`).
 pub const QMM_PREP_CHUNK: u32 = 1024;
 

@@ -45,3 +45,17 @@ pub unsafe fn ld_acquire_gpu_u32(p: *const u32) -> u32 {
 pub fn nanosleep(ns: u32) {
     unsafe { asm!("nanosleep.u32 {0};", in(reg32) ns, options(nostack, nomem)) }
 }
+
+/// `red.global.add.u64`: fire-and-forget 64-bit integer add. Integer adds commute, so a sum
+/// built from them is the same whatever order the adds land in (two's complement: signed
+/// values add as unsigned).
+#[inline(always)]
+pub unsafe fn red_add_u64(p: *mut u64, v: u64) {
+    asm!("red.global.add.u64 [{0}], {1};", in(reg64) p, in(reg64) v, options(nostack));
+}
+
+/// `red.global.max.u32`: fire-and-forget integer max (order-independent).
+#[inline(always)]
+pub unsafe fn red_max_u32(p: *mut u32, v: u32) {
+    asm!("red.global.max.u32 [{0}], {1};", in(reg64) p, in(reg32) v, options(nostack));
+}

@@ -59,3 +59,20 @@ pub fn f16_to_f32(h: u16) -> f32 {
     unsafe { asm!("cvt.f32.f16 {0}, {1};", out(reg32) r, in(reg16) h, options(pure, nomem, nostack)) };
     r
 }
+
+/// `cvt.rni.s64.f32`: `x` rounded to the nearest integer (ties to even) as i64; out-of-range
+/// values clamp to `i64::MIN`/`i64::MAX` and NaN gives 0 (PTX float → integer rules).
+#[inline(always)]
+pub fn f32_to_i64_rn(x: f32) -> i64 {
+    let r: i64;
+    unsafe { asm!("cvt.rni.s64.f32 {0}, {1};", out(reg64) r, in(reg32) x, options(pure, nomem, nostack)) };
+    r
+}
+
+/// `cvt.rn.f32.s64`: `v` rounded to the nearest f32 (ties to even).
+#[inline(always)]
+pub fn i64_to_f32_rn(v: i64) -> f32 {
+    let r: f32;
+    unsafe { asm!("cvt.rn.f32.s64 {0}, {1};", out(reg32) r, in(reg64) v, options(pure, nomem, nostack)) };
+    r
+}

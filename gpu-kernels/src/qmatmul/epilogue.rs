@@ -25,6 +25,9 @@
 //!   0.0 — the global path's additions, so its bits — with no partial-sum traffic through L2, no
 //!   counter and no lone last block; a final cluster barrier keeps every block's shared memory
 //!   alive until its peers have read it.
+//! * Accumulating kernels (`ACCUM`, `kernel_abi::qmm_accum`; plain products, any plan): no
+//!   reduction here — every block adds its outputs' raw sums to i64 fixed-point accumulators
+//!   (`red.global.add.u64`, exact and order-free) and the consumer converts them ([`accumulate`]).
 //! * Fused SwiGLU, every path: the block that writes a row group's `y` (spread: each split, for the
 //!   columns it wrote) also publishes, per column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
 //!   max, NaN above inf, order-independent) at `ymax[c · row_blocks + rb]` (`rb`: the row block): a shared word
@@ -35,11 +38,13 @@
 //! Everything here is inlined into the kernel (`#[inline(always)]`): a separate function measured
 //! a 24-byte stack frame in every kernel and spills in five (docs/perf/qmatmul.md, session 8).
 
+use kernel_abi::qmm_accum::FRAC_BITS;
 use kernel_abi::{qmm_block_bytes, qmm_block_work, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP};
 
 use super::formats::Format;
-use crate::device::atomic::atomic_max_u32;
+use crate::device::atomic::{atomic_max_u32, red_add_u64, red_max_u32};
 use crate::device::cluster::{cluster_sync, ld_cluster_f32, ld_cluster_u32, map_to_rank};
+use crate::device::convert::f32_to_i64_rn;
 use crate::device::fence::fence_gpu;
 use crate::device::load::ld_cg_f32;
 use crate::device::math::silu;
@@ -146,7 +151,7 @@ unsafe fn row_scaled<F: Format>(v: f32, rscale: *const f32, row: usize) -> f32 {
 /// the module doc; unused by the plain epilogue).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
+pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
     acc: &[[f32; 4]; T],
     p: QmmParams,
     rscale: *const f32,
@@ -208,6 +213,10 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
             tile += 1;
         }
     };
+    if ACCUM {
+        accumulate::<F>(for_each_output, p.n, out, rscale, xscale, y as *mut u64, ymax);
+        return;
+    }
     if ksplit == 1 {
         for_each_output(&mut |v, col, row| {
             *y.add(col * out + row) = row_scaled::<F>(v, rscale, row) * *xscale.add(col)
@@ -415,6 +424,38 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool>(
     }
     if thread_x() == 0 {
         *counters.add(rb as usize) = 0;
+    }
+}
+
+/// The accumulating epilogue (`kernel_abi::qmm_accum`, the `qmm_*_accum_*` kernels, any plan):
+/// each of this lane's outputs adds its raw sum `P` (row-scaled formats: `P · s_r`, a power of
+/// two) as the i64 `round(P · 2^FRAC_BITS)` to `acc[col · out + row]` — no partials, no counter,
+/// no waiting: the sum of a row block's splits is exact and order-free. A `|P| ≥ 2^39` (or
+/// non-finite) sum marks its column's scale word NaN; block 0 raises every column's word to the
+/// bits of its x scale `s_c` (an integer max: NaN bits stay above). The consumer reads
+/// `f32(acc) · 2^-FRAC_BITS · s_c` and zeroes the accumulators it does not read.
+#[inline(always)]
+unsafe fn accumulate<F: Format>(
+    for_each_output: impl Fn(&mut dyn FnMut(f32, usize, usize)),
+    n: u32,
+    out: usize,
+    rscale: *const f32,
+    xscale: *const f32,
+    acc: *mut u64,
+    scale_words: *mut u32,
+) {
+    const LIMIT: f32 = (1u64 << (63 - FRAC_BITS)) as f32;
+    const UNIT: f32 = (1u64 << FRAC_BITS) as f32;
+    for_each_output(&mut |v, col, row| {
+        let v = row_scaled::<F>(v, rscale, row);
+        if !(v.abs() < LIMIT) {
+            red_max_u32(scale_words.add(col), f32::NAN.to_bits());
+        }
+        red_add_u64(acc.add(col * out + row), f32_to_i64_rn(v * UNIT) as u64);
+    });
+    if block_x() == 0 && thread_x() < n {
+        let c = thread_x() as usize;
+        red_max_u32(scale_words.add(c), (*xscale.add(c)).to_bits());
     }
 }
 

@@ -18,9 +18,10 @@
 //! and so is its reference (`flashtree_reference::model::tensor::round_f16_scaled`). Reads then
 //! `n·in·4 + n·m·4·⌈in/1024⌉` bytes.
 
+use kernel_abi::qmm_accum::FRAC_BITS;
 use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
 
-use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16};
+use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16, i64_to_f32_rn};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v4, U32x4};
 use crate::device::math::fma;
@@ -519,4 +520,119 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
     }
     let inv = publish_column_scale(c, m, xscale);
     write_units(c, k, inv, y_at, xh, xb_hi, xb_lo, xcm, xsum, p);
+}
+
+const _: () = assert!(STAGED_MAX == kernel_abi::qmm_accum::MAX_IN as usize);
+
+/// `2^-FRAC_BITS` (exact).
+const ACC_UNIT_INV: f32 = 1.0 / (1u64 << FRAC_BITS) as f32;
+
+/// [`qmm_prep_norm`] with `add` whose addend is an accumulated product (`kernel_abi::qmm_accum`:
+/// a `qmm_*_accum_*` launch's i64 fixed-point sums `acc [n, in]` and its columns' scale words
+/// `words [n]`): element `(c, e)` of the addend is `(f32(acc[c, e]) · 2^-FRAC_BITS) · s_c` with
+/// `s_c = f32::from_bits(words[c])` (NaN where the producer marked the column), `v = h + a` is
+/// stored to `h_out` by block `(c, 0)`, and everything after is [`qmm_prep_norm`]'s register
+/// path — the same sum order, so the same bits for the same `v`. It also zeroes `zero` and
+/// `zero_words` (the other accumulator pair, which the next accumulating product adds into) over
+/// its columns: each block its chunk, block `(c, 0)` the column's word — never the accumulators
+/// it reads, which every block of a column reads whole.
+///
+/// Rows of `in ≤ 256 · REG_ELEMS` only (the host checks; longer rows take the plain product).
+/// A separate body from [`qmm_prep_norm`] on purpose: a shared generic body changed that
+/// kernel's code layout (its SASS), and its launches are on the critical path of every step.
+/// Launch as [`qmm_prep_norm`]. Traffic: as [`qmm_prep_norm`] with 8-byte addends, plus `n·in·8`
+/// bytes of zeroing writes.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn qmm_prep_norm_accum(
+    h: *const f32,
+    acc: *const u64,
+    words: *const u32,
+    zero: *mut u64,
+    zero_words: *mut u32,
+    w: *const f32,
+    h_out: *mut f32,
+    xh: *mut u16,
+    xb_hi: *mut u16,
+    xb_lo: *mut u16,
+    xcm: *mut u16,
+    xscale: *mut f32,
+    xsum: *mut f32,
+    p: QmmPrepParams,
+    np: QmmPrepNormParams,
+) {
+    launch_dependents();
+    let c = block_x();
+    let k = p.in_features as usize;
+    if c >= p.n || k > STAGED_MAX {
+        return;
+    }
+    let t = thread_x() as usize;
+    // The norm weights: model data no kernel writes, loaded before the wait.
+    let mut wv = [0.0f32; REG_ELEMS];
+    unroll_below(REG_ELEMS, |j| {
+        let e = t + 256 * j;
+        if e < k {
+            wv[j] = *w.add(e);
+        }
+    });
+    grid_dependency_wait();
+    let base = c as usize * k;
+    let mut v = [0.0f32; REG_ELEMS];
+    let mut q = [0u64; REG_ELEMS];
+    unroll_below(REG_ELEMS, |j| {
+        let e = t + 256 * j;
+        if e < k {
+            v[j] = *h.add(base + e);
+            q[j] = *acc.add(base + e);
+        }
+    });
+    let a_scale = f32::from_bits(*words.add(c as usize));
+    // The other accumulators, this block's chunk (their last reader finished before this launch).
+    let first = (block_y() * PREP_CHUNK) as usize;
+    unroll_below(PREP_CHUNK as usize / 256, |i| {
+        let e = first + t + 256 * i;
+        if e < k {
+            *zero.add(base + e) = 0;
+        }
+    });
+    if block_y() == 0 && t == 0 {
+        *zero_words.add(c as usize) = 0;
+    }
+    let store = np.add != 0 && block_y() == 0;
+    let mut sq = 0.0f32;
+    unroll_below(REG_ELEMS, |j| {
+        let e = t + 256 * j;
+        if e < k {
+            v[j] += i64_to_f32_rn(q[j] as i64) * ACC_UNIT_INV * a_scale;
+            if store {
+                *h_out.add(base + e) = v[j];
+            }
+            sq = fma(v[j], v[j], sq);
+        }
+    });
+    // The block's sum of the 8 warp partials, in warp order (as `qmm_prep_norm`).
+    let partials = PREP_NORM_PARTIALS.as_mut_ptr() as *mut f32;
+    let sq = warp_sum_f32(sq);
+    if lane_id() == 0 {
+        *partials.add(warp_id() as usize) = sq;
+    }
+    sync_threads();
+    let mut total = 0.0f32;
+    unroll_below(8, |i| total += *partials.add(i));
+    let s = inv_rms(total, p.in_features, np.eps);
+    let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
+    let mut m = 0u32;
+    unroll_below(REG_ELEMS, |j| {
+        let e = t + 256 * j;
+        if e < k {
+            let y = v[j] * s * wv[j];
+            *row.add(e) = y;
+            m = m.max(y.to_bits() & 0x7fff_ffff);
+        }
+    });
+    // The barrier in `block_max_bits` also orders the row's shared stores before the reads below.
+    let inv = publish_column_scale(c, m, xscale);
+    write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
 }

@@ -61,7 +61,7 @@ use crate::device::*;
 /// fused gate/up epilogue of `QmmParams::swiglu_ff`; a separate kernel so that the plain
 /// kernels' code is not touched by it — a runtime flag changed their register allocation).
 #[inline(always)]
-unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
+unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
     w: *const u8,
     xh: *const u16,
     xb_hi: *const u16,
@@ -340,7 +340,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool>(
         },
     );
     let rscale = super::epilogue::row_scales::<F>(w, p);
-    super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
+    super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Whether a `mma.sync` kernel runs its stages over two alternating register buffers
@@ -484,7 +484,13 @@ macro_rules! qmm_kernels {
     // One entry point: `$swiglu` picks the epilogue (`QmmParams::swiglu_ff`).
     (@kernel $fmt:ty, $name:ident, $t:literal, $swiglu:literal, $sect:literal) => {
         qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
-            qmm::<$fmt, $t, $swiglu>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
+            qmm::<$fmt, $t, $swiglu, false>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
+    };
+    // The accumulating kernel (`kernel_abi::qmm_accum`): `y` is the i64 accumulators, `ymax`
+    // the columns' scale words.
+    (@accum $fmt:ty, $name:ident, $sect:literal) => {
+        qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
+            qmm::<$fmt, 1, false, true>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
     };
     // Per tile count: the plain kernel and its fused SwiGLU twin.
     ($fmt:ty => $($name:ident / $fused:ident = $t:literal @ $sect:literal),+) => {
@@ -505,6 +511,10 @@ qmm_kernels!(Q6K =>
     qmm_q6k_nt1 / qmm_q6k_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(Q8_0 =>
     qmm_q8_0_nt1 / qmm_q8_0_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
+// The accumulating one-tile kernels of the formats `kernel_abi::qmm_accum` lists (not Q5_K).
+qmm_kernels!(@accum Q4K, qmm_q4k_accum_nt1, "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(@accum Q6K, qmm_q6k_accum_nt1, "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(@accum Q8_0, qmm_q8_0_accum_nt1, "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F16 =>
     qmm_f16_nt1 / qmm_f16_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
     qmm_f16_nt2 / qmm_f16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3");

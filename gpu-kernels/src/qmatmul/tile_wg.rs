@@ -69,7 +69,7 @@ const DEPTH: usize = 2;
 /// The kernel body (see the module doc); `SWIGLU` as in [`super::tile`]; `TWO`: the stages run
 /// over two register buffers (`super::tile::run_stages`).
 #[inline(always)]
-unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>(
+unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool, const ACCUM: bool>(
     w: *const u8,
     xcm: *const u16,
     xsum: *const f32,
@@ -323,7 +323,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
     let rscale = super::epilogue::row_scales::<F>(w, p);
-    super::epilogue::store::<F, T, SWIGLU>(&acc, p, rscale, xscale, partial, counters, y, ymax);
+    super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
 
 /// Every kernel here has blocks of 256 threads and a budget of 128 registers (two blocks per
@@ -332,7 +332,12 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool>
 macro_rules! qmm_wg_kernels {
     (@kernel $fmt:ty, $name:ident, $t:literal, $two:literal, $swiglu:literal) => {
         qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
-            qmm_wg::<$fmt, $t, $two, $swiglu>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
+            qmm_wg::<$fmt, $t, $two, $swiglu, false>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
+    };
+    // The accumulating kernel (`kernel_abi::qmm_accum`), with its plain twin's buffers.
+    (@accum $fmt:ty, $name:ident, $t:literal, $two:literal) => {
+        qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
+            qmm_wg::<$fmt, $t, $two, false, true>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
     };
     (@pair $fmt:ty, $name:ident, $fused:ident, $t:literal, $two:literal) => {
         qmm_wg_kernels!(@kernel $fmt, $name, $t, $two, false);
@@ -375,3 +380,13 @@ qmm_wg_kernels!(F16 =>
 qmm_wg_kernels!(Bf16 =>
     qmm_bf16_nt3 / qmm_bf16_swiglu_nt3 = 3,
     qmm_bf16_nt4 / qmm_bf16_swiglu_nt4 = 4);
+// The accumulating kernels (`kernel_abi::qmm_accum`), with their plain twins' stage buffers.
+qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt2, 2, true);
+qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt3, 3, true);
+qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt4, 4, false);
+qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt2, 2, true);
+qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt3, 3, true);
+qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt4, 4, true);
+qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt2, 2, true);
+qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt3, 3, false);
+qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt4, 4, false);

@@ -26,7 +26,7 @@ use cudarc::driver::CudaSlice;
 use kernel_abi::{NodeBatch, QMM_MAX_N};
 
 use super::batch::bytes_of;
-use super::forward::norm_site;
+use super::forward::{norm_site, Addend};
 use super::weights::TargetWeights;
 use super::EngineError;
 use crate::gpu::attention::{self as attn, AttnDims, AttnPrepIn};
@@ -548,7 +548,7 @@ impl DraftEngine {
             &mut self.ws,
             [s(&self.c), s(&self.c)],
             &mut cur,
-            None,
+            Addend::None,
             s(&self.hidden_norm),
             s(&self.x),
             m,
@@ -720,7 +720,19 @@ impl DraftEngine {
             let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
             let window = if sliding { self.cfg.sliding_window.unwrap_or(0) } else { 0 };
             let add = if li == 0 { None } else { Some(s(&self.mix)) };
-            norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
+            norm_site(
+                gpu,
+                &mut self.ws,
+                eb,
+                &mut cur,
+                add.into(),
+                s(&l.attn_norm),
+                s(&self.x),
+                bs,
+                h,
+                eps,
+                &mut |_| Ok(()),
+            )?;
             matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
             let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
             let input = AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in };
@@ -765,7 +777,7 @@ impl DraftEngine {
                 &mut self.ws,
                 eb,
                 &mut cur,
-                Some(s(&self.mix)),
+                Addend::Buffer(s(&self.mix)),
                 s(&l.post_norm),
                 s(&self.x),
                 bs,
@@ -783,9 +795,19 @@ impl DraftEngine {
         let slots = |x: DevSpan<f32>| x.sub(h, rows * h, "draft outputs");
         let out_eb = [slots(eb[0])?, slots(eb[1])?];
         let (mix, x) = (slots(s(&self.mix))?, slots(s(&self.x))?);
-        norm_site(gpu, &mut self.ws, out_eb, &mut cur, Some(mix), s(&self.output_norm), x, rows, h, eps, &mut |_| {
-            Ok(())
-        })?;
+        norm_site(
+            gpu,
+            &mut self.ws,
+            out_eb,
+            &mut cur,
+            Addend::Buffer(mix),
+            s(&self.output_norm),
+            x,
+            rows,
+            h,
+            eps,
+            &mut |_| Ok(()),
+        )?;
         matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
         topk_logprobs_rows(
             gpu,

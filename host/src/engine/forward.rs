@@ -19,7 +19,9 @@ use crate::gpu::deltanet::{self as gdn, GdnIo, GdnLayerState, GdnShape, GdnWeigh
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
-use crate::gpu::qmatmul::{qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmWorkspace};
+use crate::gpu::qmatmul::{
+    accumulation_enabled, qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmAccumulated, QmmWorkspace,
+};
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len, sample_rows};
 use crate::gpu::{DevSpan, Gpu, GpuError};
 use crate::model::Qwen35Config;
@@ -378,6 +380,9 @@ impl Engine {
             ws: {
                 let mut ws = QmmWorkspace::new(&gpu, max_in, max_out)?;
                 ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || w.head.needs_pairs();
+                if accumulates_residual(cfg.embedding_length) {
+                    ws.enable_accumulation(&gpu, cfg.embedding_length)?;
+                }
                 ws
             },
             rope,
@@ -619,6 +624,8 @@ impl Engine {
             p.marks.clear();
             p.start.record(self.gpu.stream()).map_err(|e| GpuError::from_driver("recording an event", e))?;
         }
+        // Outside any capture: a replay runs no host code (`gpu::qmatmul` accum.rs).
+        self.ws.begin_accumulation(&self.gpu)?;
         let r =
             if prof.is_none() && graphs_enabled() { self.forward_graph(n) } else { self.enqueue_forward(n, &mut prof) };
         if let Some(p) = &mut prof {
@@ -688,12 +695,18 @@ impl Engine {
         let mut cur = 0usize;
         let fused = fused_norm_enabled();
         // Residual add (unless `first`) + RMSNorm with `w` + the matmul prep of the result.
+        // `acc`: the mixer's product accumulated for this site ([`mixer_product`]) instead of `mix`.
         let mut norm_site = |w: DevSpan<f32>,
                              first: bool,
+                             acc: Option<QmmAccumulated>,
                              ws: &mut QmmWorkspace,
                              prof: &mut Option<Profile>|
          -> Result<DevSpan<f32>, EngineError> {
-            let add = if first { None } else { Some(mix) };
+            let add = match (first, acc) {
+                (true, _) => Addend::None,
+                (false, Some(a)) => Addend::Accumulated(a),
+                (false, None) => Addend::Buffer(mix),
+            };
             norm_site(gpu, ws, hb, &mut cur, add, w, x, n, d, eps, &mut |k| mark(gpu, prof, k))?;
             Ok(hb[cur])
         };
@@ -711,8 +724,9 @@ impl Engine {
             }
             Ok(())
         };
+        let mut acc: Option<QmmAccumulated> = None;
         for (l, lw) in self.w.layers.iter().enumerate() {
-            let h = norm_site(s(&lw.attn_norm), l == 0, &mut self.ws, prof)?;
+            let h = norm_site(s(&lw.attn_norm), l == 0, acc.take(), &mut self.ws, prof)?;
             if l > 0 {
                 copy_out(l - 1, h)?;
             }
@@ -781,7 +795,7 @@ impl Engine {
                     mark(gpu, prof, "attention")?;
                     prepare(gpu, s(&self.ao), n, o.inp(), &mut self.ws)?;
                     mark(gpu, prof, "prep")?;
-                    matmul(gpu, o, n, mix, &mut self.ws)?;
+                    acc = mixer_product(gpu, o, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
                 MixerWeights::DeltaNet { proj, out, conv, dt_bias, ssm_a, norm } => {
@@ -862,21 +876,22 @@ impl Engine {
                         prepare(gpu, s(&self.go), n, out.inp(), &mut self.ws)?;
                         mark(gpu, prof, "prep")?;
                     }
-                    matmul(gpu, out, n, mix, &mut self.ws)?;
+                    acc = mixer_product(gpu, out, n, mix, &mut self.ws)?;
                     mark(gpu, prof, "qmm")?;
                 }
             }
-            norm_site(s(&lw.post_norm), false, &mut self.ws, prof)?;
+            norm_site(s(&lw.post_norm), false, acc.take(), &mut self.ws, prof)?;
             lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
             // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
             let pairs = self.ws.pairs_needed;
             self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
             mark(gpu, prof, "prep")?;
-            matmul(gpu, &lw.down, n, mix, &mut self.ws)?;
+            acc = mixer_product(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
         }
-        let h = norm_site(s(&self.w.output_norm), false, &mut self.ws, prof)?;
+        let h = norm_site(s(&self.w.output_norm), false, acc.take(), &mut self.ws, prof)?;
+        self.ws.end_accumulation(gpu)?;
         copy_out(self.w.layers.len() - 1, h)?;
         matmul(gpu, &self.w.head, n, s(&self.logits), &mut self.ws)?;
         mark(gpu, prof, "lm_head")?;
@@ -1120,20 +1135,37 @@ impl Profile {
     }
 }
 
+/// The residual addend of a norm site.
+pub(super) enum Addend {
+    /// None: the first site of a forward.
+    None,
+    /// The mixer's output `[n, h]` in a buffer.
+    Buffer(DevSpan<f32>),
+    /// The mixer's product accumulated for this site ([`mixer_product`]; fused norm only).
+    Accumulated(QmmAccumulated),
+}
+
+impl From<Option<DevSpan<f32>>> for Addend {
+    fn from(a: Option<DevSpan<f32>>) -> Self {
+        a.map_or(Addend::None, Addend::Buffer)
+    }
+}
+
 /// A norm site of a forward (the target's and the DFlash draft's): the residual add (`add`: the
 /// mixer's output; none at the first site), RMSNorm with `w` and the matmul prep of the result,
 /// over `n` rows of width `h` of the residual stream `eb[cur]`. Fused (`qmm_prep_norm`, the
 /// default: one kernel, which reads `h` whole in every block, so `h + a` goes to the other buffer
-/// of `eb` and `cur` flips; `after("norm+prep")`) or, with `FLASHTREE_FUSED_NORM=0`,
-/// `add_rms_norm` / `rms_norm_rows` in place into `x` then the prep (`after("norm")`,
-/// `after("prep")`): bitwise the same prepared activations.
+/// of `eb` and `cur` flips; `after("norm+prep")`; an accumulated addend through
+/// `qmm_prep_norm_accum`) or, with `FLASHTREE_FUSED_NORM=0`, `add_rms_norm` / `rms_norm_rows` in
+/// place into `x` then the prep (`after("norm")`, `after("prep")`): bitwise the same prepared
+/// activations for a buffer addend.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn norm_site(
     gpu: &Gpu,
     ws: &mut QmmWorkspace,
     eb: [DevSpan<f32>; 2],
     cur: &mut usize,
-    add: Option<DevSpan<f32>>,
+    add: Addend,
     w: DevSpan<f32>,
     x: DevSpan<f32>,
     n: usize,
@@ -1142,22 +1174,65 @@ pub(super) fn norm_site(
     after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), EngineError> {
     let pairs = ws.pairs_needed;
-    if fused_norm_enabled() {
-        ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
-        if add.is_some() {
+    match add {
+        Addend::Accumulated(a) => {
+            if !fused_norm_enabled() {
+                return Err(GpuError::shape("norm site", "an accumulated product needs the fused norm").into());
+            }
+            ws.prepare_norm_accum(gpu, eb[*cur], a, eb[1 - *cur], w, n, h, eps, pairs)?;
             *cur = 1 - *cur;
+            after("norm+prep")?;
         }
-        after("norm+prep")?;
-    } else {
-        match add {
-            None => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
-            Some(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
+        add if fused_norm_enabled() => {
+            let a = match add {
+                Addend::Buffer(a) => Some(a),
+                _ => None,
+            };
+            ws.prepare_norm(gpu, eb[*cur], a.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
+            if a.is_some() {
+                *cur = 1 - *cur;
+            }
+            after("norm+prep")?;
         }
-        after("norm")?;
-        ws.prepare(gpu, x, n, h, pairs)?;
-        after("prep")?;
+        add => {
+            match add {
+                Addend::Buffer(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
+                _ => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
+            }
+            after("norm")?;
+            ws.prepare(gpu, x, n, h, pairs)?;
+            after("prep")?;
+        }
     }
     Ok(())
+}
+
+/// Whether the target's output and down projections accumulate for the next norm site
+/// (`gpu::qmatmul` accum.rs): `FLASHTREE_QMM_ACCUM` not `0`, the fused norm on, and a residual
+/// width the accumulating norm kernel takes. A property of the model, never of `n`.
+pub(super) fn accumulates_residual(width: usize) -> bool {
+    accumulation_enabled()
+        && fused_norm_enabled()
+        && width <= kernel_abi::qmm_accum::MAX_IN as usize
+        && width.is_multiple_of(32)
+}
+
+/// A mixer's or MLP's output product, read only by the next norm site's residual add:
+/// accumulated for that site where the workspace takes `w` ([`QmmWorkspace::accumulates`]: its
+/// K-split reduction then happens exactly in the site's kernel, no split waiting for another),
+/// else `y = W·x` into `y`.
+fn mixer_product(
+    gpu: &Gpu,
+    w: &QWeight,
+    n: usize,
+    y: DevSpan<f32>,
+    ws: &mut QmmWorkspace,
+) -> Result<Option<QmmAccumulated>, EngineError> {
+    if ws.accumulates(w) {
+        return Ok(Some(ws.matmul_accum(gpu, w, n)?));
+    }
+    w.matmul(gpu, n, y, ws)?;
+    Ok(None)
 }
 
 /// Converts the activations `x [n, inp]` for the matmuls that follow (with the bf16 pair only

@@ -102,6 +102,9 @@ impl MemoryPlan {
             + 16 * 32 * max_out * 4
             + planes * 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4
             + planes * 32 * max_out.div_ceil(kernel_abi::QMM_ROWS_PER_BLOCK as u64) * 4;
+        // The accumulator pairs of the accumulated output/down projections (`gpu::qmatmul` accum.rs).
+        let qmm_ws =
+            qmm_ws + if super::forward::accumulates_residual(cfg.embedding_length) { 2 * M * (d * 8 + 4) } else { 0 };
         let rope = m(ctx as u64, cfg.rope_dimension_count as u64 * 4)?;
         // The attention split-K partials: up to ATTN_MAX_SPLITS splits × MAX_NODES nodes × heads × (head_dim + 2).
         let attn_split = kernel_abi::ATTN_MAX_SPLITS as u64 * M * nh * (hd + 2) * 4;

@@ -15,6 +15,7 @@ mod graph;
 mod norm;
 mod qmatmul;
 mod qmm;
+mod qmm_accum;
 mod qmm_prep_norm;
 mod qmm_swiglu;
 mod qmm_swiglu_prep;

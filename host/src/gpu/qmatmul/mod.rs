@@ -16,8 +16,10 @@
 //! | `workspace.rs` | [`QmmWorkspace`]: the scratch and what it holds |
 //! | `prep.rs` | the activation preparation launches (`qmm_prep_x`, `qmm_prep_norm`) |
 //! | `kernels.rs` | kernel names, the K split, the product launch |
+//! | `accum.rs` | accumulated products: the K-split reduction left to the next norm site, exactly |
 //! | `gemv.rs` | the one-token F32/BF16 GEMV kernels |
 
+mod accum;
 mod format;
 mod gemv;
 mod kernels;
@@ -26,6 +28,7 @@ mod prep;
 mod weight;
 mod workspace;
 
+pub use accum::{accumulation_enabled, QmmAccumulated};
 pub use format::{qmm_format, qmm_is_row_scaled, qmm_needs_pairs, qmm_packed_bytes, qmm_swiglu_rows, QmmFamily};
 pub use gemv::{gemv_bf16, gemv_f32};
 pub use pack::bf16_rows_to_scaled_f16;

@@ -61,6 +61,8 @@ pub struct QmmWorkspace {
     /// Whether a caller preparing activations for several matrices must write the bf16 pair
     /// (some matrix is F32); the engine sets it once from its weights.
     pub pairs_needed: bool,
+    /// The accumulator pairs of accumulated products (`accum.rs`), once enabled.
+    pub(super) accum: Option<super::accum::Accumulators>,
 }
 
 impl QmmWorkspace {
@@ -103,6 +105,7 @@ impl QmmWorkspace {
             planes: chunks,
             prepared: None,
             pairs_needed: false,
+            accum: None,
         })
     }
 
