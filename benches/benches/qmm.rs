@@ -7,7 +7,7 @@
 //! 2× L2 are rotated over several copies so every call streams from device memory.
 
 use criterion::Throughput;
-use flashtree::gpu::qmatmul::{qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm_swiglu_rows, AccumPlan, PackedWeight, QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu, GpuError};
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 use flashtree_reference::quant::GgmlType;
@@ -183,21 +183,30 @@ fn accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
                 }
                 Ok(())
             });
-            let accum = median_secs(gpu, 20, |i| {
-                ws.begin_accumulation(gpu)?;
-                for k in 0..2 {
-                    let w = &bufs[(2 * i + k) % copies];
-                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
-                    let a = ws.matmul_accum(gpu, w, n)?;
-                    ws.prepare_norm_accum(gpu, sp(&dh), a, sp(&dh2), sp(&dw), n, d, 1e-6, false)?;
-                }
-                ws.end_accumulation(gpu)
-            });
             let label = format!("{name} n={n}");
-            let note = "prep_x + matmul + prepare_norm, twice";
-            report("qmm-site", &label, 2.0 * bytes as f64, plain, ceiling, note);
-            let note = format!("prep_x + matmul_accum + prepare_norm_accum, twice; accum/plain = {:.3}", accum / plain);
-            report("qmm-site-accum", &label, 2.0 * bytes as f64, accum, ceiling, &note);
+            let note = format!("prep_x + matmul + prepare_norm, twice; plan {:?}", bufs[0].plan());
+            report("qmm-site", &label, 2.0 * bytes as f64, plain, ceiling, &note);
+            for (rule, row) in
+                [(AccumPlan::Matrix, "qmm-site-accum-matrix"), (AccumPlan::OneWave, "qmm-site-accum-wave")]
+            {
+                ws.set_accum_plan(rule);
+                let accum = median_secs(gpu, 20, |i| {
+                    ws.begin_accumulation(gpu)?;
+                    for k in 0..2 {
+                        let w = &bufs[(2 * i + k) % copies];
+                        w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
+                        let a = ws.matmul_accum(gpu, w, n)?;
+                        ws.prepare_norm_accum(gpu, sp(&dh), a, sp(&dh2), sp(&dw), n, d, 1e-6, false)?;
+                    }
+                    ws.end_accumulation(gpu)
+                });
+                let plan = ws.accum_split(gpu, &bufs[0]).unwrap();
+                let note = format!(
+                    "prep_x + matmul_accum + prepare_norm_accum, twice; plan {plan:?}; accum/plain = {:.3}",
+                    accum / plain
+                );
+                report(row, &label, 2.0 * bytes as f64, accum, ceiling, &note);
+            }
         }
     }
 }

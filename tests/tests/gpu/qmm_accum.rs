@@ -7,7 +7,7 @@
 //! on the 27B's output/down shapes, the sums against the plain product within the two paths'
 //! split-sum rounding.
 
-use flashtree::gpu::qmatmul::{QWeight, QmmWorkspace};
+use flashtree::gpu::qmatmul::{AccumPlan, QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu};
 use flashtree_reference::quant::GgmlType;
 use flashtree_tests::gpu::gpu_or_skip;
@@ -107,17 +107,19 @@ proptest! {
         d32 in 1usize..48,
         k_blocks in 1usize..24,
         n in 1usize..=64,
+        one_wave in any::<bool>(),
         seed in any::<u64>(),
     ) {
         let Some(gpu) = gpu_or_skip("accumulated_product_matches_reference_and_feeds_the_norm_bitwise") else { return Ok(()) };
         let d = 32 * d32;
         let mut s = setup(gpu, ty, d, k_blocks, seed);
+        s.ws.set_accum_plan(if one_wave { AccumPlan::OneWave } else { AccumPlan::Matrix });
         let x = activations(seed ^ 1, n, s.c.inp);
         let zero = vec![0.0f32; n * d];
         s.ws.begin_accumulation(gpu).unwrap();
         let (a, z_acc) = accumulated_site(gpu, &mut s.ws, &s.producer, &s.consumer, &x, &zero, &s.w, n);
         s.ws.end_accumulation(gpu).unwrap();
-        let what = format!("{ty:?} [{d}, {}] plan {:?} n = {n}", s.c.inp, s.producer.plan());
+        let what = format!("{ty:?} [{d}, {}] plan {:?} n = {n}", s.c.inp, s.ws.accum_split(gpu, &s.producer).unwrap());
         for (i, &(want, tol)) in expected(&s.c, &x, n).iter().enumerate() {
             let col = i / d;
             let xmax = x[col * s.c.inp..(col + 1) * s.c.inp].iter().fold(0f64, |m, &v| m.max((v as f64).abs()));
@@ -205,7 +207,9 @@ fn accumulated_products_at_the_27b_shapes() {
     for (ty, k_blocks) in [(GgmlType::Q4_K, 24), (GgmlType::Q4_K, 68), (GgmlType::Q6_K, 68)] {
         let mut s = setup(gpu, ty, d, k_blocks, 40 + k_blocks as u64);
         let inp = s.c.inp;
-        let ksplit = s.producer.plan().ksplit as f64;
+        // Both paths' splits: the plain product's plan and the accumulated one's.
+        let accum = s.ws.accum_split(gpu, &s.producer).unwrap().expect("accumulates");
+        let ksplit = s.producer.plan().ksplit.max(accum.ksplit) as f64;
         for n in [1usize, 22] {
             let x = activations(41, n, inp);
             let zero = vec![0.0f32; n * d];
@@ -227,7 +231,7 @@ fn accumulated_products_at_the_27b_shapes() {
                     let (got, plain) = (a[col * d + o] as f64, y[col * d + o] as f64);
                     assert!(
                         (got - plain).abs() <= tol,
-                        "{ty:?} [{d}, {inp}] plan {:?} n = {n}: y[{col}, {o}] {got} (accumulated) vs {plain} (plain), tol {tol:e}",
+                        "{ty:?} [{d}, {inp}] plans {:?} / {accum:?} n = {n}: y[{col}, {o}] {got} (accumulated) vs {plain} (plain), tol {tol:e}",
                         s.producer.plan()
                     );
                 }

@@ -20,9 +20,12 @@
 
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use flashtree_quants::GgmlType;
-use kernel_abi::{qmm_accum, qmm_grid_blocks, QmmParams, QmmPrepNormParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS};
+use kernel_abi::{
+    qmm_accum, qmm_grid_blocks, QmmParams, QmmPrepNormParams, QmmSplitPlan, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+};
 
 use super::format::{family_for, to_u32};
+use super::kernels::kernel_name_nt1;
 use super::workspace::chunk_cols;
 use super::{QWeight, QmmWorkspace};
 use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
@@ -32,6 +35,40 @@ use crate::gpu::{ChainedLaunch, DevSpan, Gpu, GpuError, Param};
 pub fn accumulation_enabled() -> bool {
     static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *V.get_or_init(|| std::env::var("FLASHTREE_QMM_ACCUM").map_or(true, |v| v.trim() != "0"))
+}
+
+/// How an accumulated product splits K (per matrix, never per `n`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccumPlan {
+    /// The matrix's own plan ([`QWeight::plan`], chosen for the reducing kernels by their cost
+    /// model).
+    Matrix,
+    /// Every row block in `⌊slots / row blocks⌋` splits (at most the K blocks of a row and 16):
+    /// as many as one wave of the one-tile kernel holds — accumulating splits never wait for each
+    /// other, so the reduction cost that keeps the matrix's plan smaller does not apply.
+    OneWave,
+}
+
+/// `FLASHTREE_QMM_ACCUM_PLAN=matrix|wave` (default `wave`): the engine's [`AccumPlan`].
+pub fn accum_plan_from_env() -> AccumPlan {
+    match std::env::var("FLASHTREE_QMM_ACCUM_PLAN").as_deref().map(str::trim) {
+        Ok("matrix") => AccumPlan::Matrix,
+        _ => AccumPlan::OneWave,
+    }
+}
+
+/// The K split of an accumulated product of `w` under `rule`.
+fn accum_split(gpu: &Gpu, w: &QWeight, rule: AccumPlan) -> Result<QmmSplitPlan, GpuError> {
+    match rule {
+        AccumPlan::Matrix => Ok(w.plan()),
+        AccumPlan::OneWave => {
+            let family = family_for(w.ty(), w.out(), w.inp())?;
+            let slots = gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?;
+            let row_blocks = to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK).max(1);
+            let blocks_per_row = to_u32(w.inp() / family.geometry.0 as usize, "in")?.max(1);
+            Ok(QmmSplitPlan { full: 0, ksplit: (slots / row_blocks).clamp(1, 16).min(blocks_per_row) })
+        }
+    }
 }
 
 /// The accumulating kernel of `ty` for `tiles` tiles of 8 columns (`kernel_abi::qmm_accum`).
@@ -64,6 +101,8 @@ pub(super) struct Accumulators {
     words: [CudaSlice<u32>; 2],
     /// Rows of the products they take (the consumer's width).
     width: usize,
+    /// How their products split K.
+    plan: AccumPlan,
     /// The pair the next product adds into.
     next: usize,
     /// Whether pair 0 may hold non-zero values (a product added into it and its zeroing —
@@ -90,11 +129,28 @@ impl QmmWorkspace {
             sums: [gpu.zeros(len)?, gpu.zeros(len)?],
             words: [gpu.zeros(cols)?, gpu.zeros(cols)?],
             width,
+            plan: accum_plan_from_env(),
             next: 0,
             dirty0: false,
             pending: false,
         });
         Ok(())
+    }
+
+    /// Sets how accumulated products split K (default: `FLASHTREE_QMM_ACCUM_PLAN`). Results
+    /// depend on it (the split points move), so one engine keeps one plan.
+    pub fn set_accum_plan(&mut self, plan: AccumPlan) {
+        if let Some(a) = &mut self.accum {
+            a.plan = plan;
+        }
+    }
+
+    /// The K split an accumulated product of `w` runs with here (`None` if `w` does not accumulate).
+    pub fn accum_split(&self, gpu: &Gpu, w: &QWeight) -> Result<Option<QmmSplitPlan>, GpuError> {
+        match &self.accum {
+            Some(a) if self.accumulates(w) => Ok(Some(accum_split(gpu, w, a.plan)?)),
+            _ => Ok(None),
+        }
     }
 
     /// Device bytes of the accumulator pairs (0 before [`Self::enable_accumulation`]).
@@ -161,7 +217,8 @@ impl QmmWorkspace {
         self.check_prepared(OP, n, inp, w.needs_pairs())?;
         let family = family_for(ty, out, inp)?;
         let out32 = to_u32(out, "out")?;
-        let plan = w.plan();
+        let rule = self.accum.as_ref().map_or(AccumPlan::Matrix, |a| a.plan);
+        let plan = accum_split(gpu, w, rule)?;
         let planes: Vec<_> =
             (0..n.div_ceil(QMM_MAX_N as usize)).map(|c| self.plane(gpu, c)).collect::<Result<_, _>>()?;
         let Some(a) = self.accum.as_mut() else { unreachable!("accumulates() checked it") };

@@ -134,7 +134,7 @@ fn kernel_name(prefix: &str, tiles: usize, swiglu: bool) -> Option<&'static str>
 }
 
 /// The plain one-tile kernel of a family (whose residency sets the K split for every n).
-fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
+pub(super) fn kernel_name_nt1(prefix: &str) -> Result<&'static str, GpuError> {
     kernel_name(prefix, 1, false).ok_or_else(|| GpuError::shape("qmm", format!("no kernel for {prefix}")))
 }
 

@@ -28,7 +28,7 @@ mod prep;
 mod weight;
 mod workspace;
 
-pub use accum::{accumulation_enabled, QmmAccumulated};
+pub use accum::{accum_plan_from_env, accumulation_enabled, AccumPlan, QmmAccumulated};
 pub use format::{qmm_format, qmm_is_row_scaled, qmm_needs_pairs, qmm_packed_bytes, qmm_swiglu_rows, QmmFamily};
 pub use gemv::{gemv_bf16, gemv_f32};
 pub use pack::bf16_rows_to_scaled_f16;
