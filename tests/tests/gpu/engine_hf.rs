@@ -55,6 +55,9 @@ use crate::engine::{engine_chain_logits, random_parents, rel_err, tokens as rand
 /// (`docs/perf/engine.md`, "Accuracy"). So rounding-order differences of that size are the
 /// arithmetic, not a defect; the largest seen is 2.21e-3 (Q8_0, a 45-node tree's node 40, whose
 /// logits are bitwise those of AR along its path). 2e-3 until 2026-11-24, when that tree was added.
+/// Since the accumulated products (2026-11-26) the tree test also accepts a node within this bound
+/// of the exact reference instead (see there): the engine no longer sums those products the way
+/// the emulation does.
 const TOL_EMULATED: f64 = 2.5e-3;
 /// Sanity bound vs the exact reference and vs transformers, per row.
 const TOL_HF: f64 = 3e-2;
@@ -424,10 +427,16 @@ fn hf_fixture_trees_match_the_reference_and_each_node_alone_bitwise() {
                     let err = rel_err(&tree[i * v..(i + 1) * v], &want[i]);
                     let err_exact = rel_err(&tree[i * v..(i + 1) * v], &exact[i]);
                     let ref_gap = rel_err(&want[i], &exact[i]);
+                    // Within the bound of the device-rounding reference, or of the exact one: the
+                    // accumulated output/down products (`gpu::qmatmul` accum.rs) sum their splits
+                    // exactly where the emulation sums in f32, so at a sensitive node the engine can
+                    // sit nearer the exact logits than the emulation does (nvidia-h200: fixture c
+                    // Q8_0, prompt 80, node 0: 3.9e-3 from the emulation, 1.6e-3 from the exact
+                    // reference, which is 3.3e-3 from the emulation).
                     assert!(
-                        err <= TOL_EMULATED,
+                        err <= TOL_EMULATED || err_exact <= TOL_EMULATED,
                         "{what}, prompt {plen}, tree seed {seed}: node {i}: error {err:e} vs the device-rounding \
-                         reference ({err_exact:e} vs the exact one, which is {ref_gap:e} from the device-rounding one)"
+                         reference and {err_exact:e} vs the exact one (which is {ref_gap:e} from the device-rounding one)"
                     );
                     worst = worst.max(err);
                     worst_exact = worst_exact.max(err_exact);
