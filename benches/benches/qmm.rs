@@ -7,7 +7,7 @@
 //! 2× L2 are rotated over several copies so every call streams from device memory.
 
 use criterion::Throughput;
-use flashtree::gpu::qmatmul::{qmm_swiglu_rows, AccumPlan, PackedWeight, QWeight, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm_swiglu_rows, swiglu_tail_rows, AccumPlan, PackedWeight, QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu, GpuError};
 use flashtree_benches::{ceiling_gbps, criterion, event_duration, gpu_or_skip, l2_bytes, median_secs, report};
 use flashtree_reference::quant::GgmlType;
@@ -152,6 +152,7 @@ fn main() {
 /// (`gpu::qmatmul` accum.rs), measured back to back. One call is two sites (pairs 0 and 1, so
 /// the accumulators stay clean without a memset), the roofline counts W twice.
 fn accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
+    swiglu_accum_cases(gpu, ceiling, l2, filter);
     let d = 5120usize;
     for (ty, inp) in [(GgmlType::Q4_K, 6144usize), (GgmlType::Q4_K, 17408), (GgmlType::Q6_K, 17408)] {
         let name = format!("{ty:?} {inp}->{d}");
@@ -277,4 +278,65 @@ fn prep_cases(gpu: &Gpu, w: &QWeight, n: usize, ys: DevSpan<f32>, ff: usize, cei
     let note = format!("scanning every block's column; maxima/scan = {:.3}", maxes / scan);
     report("qmm-prep", &format!("scan ff={ff} n={n}"), bytes, scan, ceiling, &note);
     report("qmm-prep", &format!("swiglu maxima ff={ff} n={n}"), bytes, maxes, ceiling, "column max from the epilogue");
+}
+
+/// The 27B's fused gate/up with the down projection's prep, as the engine runs it:
+/// `qmm-swiglu-site` = `swiglu` (the split tail reduced in the kernel) + `prepare_swiglu`,
+/// `qmm-swiglu-site-accum` = `swiglu_accum` (the split tail accumulated) + `prepare_swiglu_accum`.
+/// Two sites per call (the tail pairs stay clean without a memset); the roofline counts W twice.
+fn swiglu_accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
+    let (inp, ff) = (5120usize, 17408usize);
+    for ty in [GgmlType::Q4_K] {
+        let name = format!("{ty:?} {inp}->2x{ff}");
+        if !format!("accum swiglu {name}").contains(filter) {
+            continue;
+        }
+        let gate = weights(ty, ff, inp, 11);
+        let up = weights(ty, ff, inp, 12);
+        let bytes = gate.len() + up.len();
+        let packed = PackedWeight::pack_gate_up(ty, &gate, &up, ff, inp).unwrap();
+        drop((gate, up));
+        let copies = (2 * l2).div_ceil(bytes).max(2);
+        let bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
+        drop(packed);
+        let mut ws = QmmWorkspace::new(gpu, ff, qmm_swiglu_rows(ff)).unwrap();
+        let tail = swiglu_tail_rows(&bufs[0]);
+        if tail == 0 || ws.enable_swiglu_accumulation(gpu, tail).is_err() {
+            println!("INFO qmm-swiglu-site {name}: plan {:?} has no tail that accumulates", bufs[0].plan());
+            continue;
+        }
+        let x: Vec<f32> = (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let dx = gpu.upload(&x).unwrap();
+        let dy = gpu.zeros::<f32>(MAX_N * ff).unwrap();
+        let sp = |b| DevSpan::of(gpu, b);
+        for n in [1usize, 16, 22, 32] {
+            let plain = median_secs(gpu, 20, |i| {
+                for k in 0..2 {
+                    let w = &bufs[(2 * i + k) % copies];
+                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
+                    w.swiglu(gpu, n, sp(&dy), &mut ws)?;
+                    ws.prepare_swiglu(gpu, sp(&dy), n, ff, false)?;
+                }
+                Ok(())
+            });
+            let accum = median_secs(gpu, 20, |i| {
+                ws.begin_accumulation(gpu)?;
+                for k in 0..2 {
+                    let w = &bufs[(2 * i + k) % copies];
+                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
+                    let t = ws.swiglu_accum(gpu, w, n, sp(&dy))?;
+                    ws.prepare_swiglu_accum(gpu, sp(&dy), t, n, ff, false)?;
+                }
+                ws.end_accumulation(gpu)
+            });
+            let label = format!("{name} n={n}");
+            let note = format!("prep_x + swiglu + prepare_swiglu, twice; plan {:?}", bufs[0].plan());
+            report("qmm-swiglu-site", &label, 2.0 * bytes as f64, plain, ceiling, &note);
+            let note = format!(
+                "prep_x + swiglu_accum + prepare_swiglu_accum, twice; tail {tail} rows; accum/plain = {:.3}",
+                accum / plain
+            );
+            report("qmm-swiglu-site-accum", &label, 2.0 * bytes as f64, accum, ceiling, &note);
+        }
+    }
 }

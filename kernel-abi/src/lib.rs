@@ -441,12 +441,27 @@ pub mod qmm_accum {
     pub const FRAC_BITS: i32 = 24;
     /// The widest rows `qmm_prep_norm_accum` takes (its register path: 256 threads × 24).
     pub const MAX_IN: u32 = 6144;
+    /// The most rows (gate and up interleaved) of a fused SwiGLU product's accumulated split
+    /// tail: every block of `qmm_prep_swiglu_accum` computes the tail's features for the column
+    /// max (≤ 4 per thread).
+    pub const MAX_SWIGLU_TAIL_ROWS: u32 = 2048;
     /// Formats with accumulating kernels: the block formats but Q5_K (its four-tile
     /// accumulating kernel spills at 128 registers).
     pub const Q4_K: bool = true;
     pub const Q5_K: bool = false;
     pub const Q6_K: bool = true;
     pub const Q8_0: bool = true;
+}
+
+/// The split tail of a fused SwiGLU product for `qmm_prep_swiglu_accum` (`qmm_accum`): the
+/// product's unsplit row blocks `full` (their features `0 .. 64·full` are in `y`, their row
+/// maxima the first `full` of each column's `QmmPrepParams::max_parts` words), and the tail's
+/// rows `tail_rows` (the accumulators' column pitch; gate and up interleaved by 8).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QmmSwigluTail {
+    pub full: u32,
+    pub tail_rows: u32,
 }
 
 /// Elements of one column written by one block of `qmm_prep_x` (grid `(n, ⌈in / this⌉)`).

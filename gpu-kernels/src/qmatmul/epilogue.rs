@@ -28,6 +28,8 @@
 //! * Accumulating kernels (`ACCUM`, `kernel_abi::qmm_accum`; plain products, any plan): no
 //!   reduction here — every block adds its outputs' raw sums to i64 fixed-point accumulators
 //!   (`red.global.add.u64`, exact and order-free) and the consumer converts them ([`accumulate`]).
+//!   Fused SwiGLU with `ACCUM`: the unsplit row blocks store `y` and their row maxima as above;
+//!   only the split row blocks (the plan's tail) accumulate, their gate and up rows both.
 //! * Fused SwiGLU, every path: the block that writes a row group's `y` (spread: each split, for the
 //!   columns it wrote) also publishes, per column `c < n`, the largest `|y|` it wrote (as bits `y.to_bits() & 0x7fff_ffff`: an integer
 //!   max, NaN above inf, order-independent) at `ymax[c · row_blocks + rb]` (`rb`: the row block): a shared word
@@ -213,8 +215,19 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool, const 
             tile += 1;
         }
     };
+    if ACCUM && SWIGLU {
+        // A fused SwiGLU product's split tail (its unsplit row blocks took the branch above): the
+        // raw gate and up sums into the tail accumulators (`partial`, `[col][tail rows]` from the
+        // first split row block's first row) and the scale words (`counters`), raised by the
+        // tail's first block; the down projection's prep applies the SwiGLU.
+        let tail0 = (p.full_row_blocks * QMM_ROWS_PER_BLOCK) as usize;
+        let tail_rows = ((row_blocks - p.full_row_blocks) * QMM_ROWS_PER_BLOCK) as usize;
+        let first = rb == p.full_row_blocks && split == 0;
+        accumulate::<F>(for_each_output, p.n, tail_rows, tail0, first, rscale, xscale, partial as *mut u64, counters);
+        return;
+    }
     if ACCUM {
-        accumulate::<F>(for_each_output, p.n, out, rscale, xscale, y as *mut u64, ymax);
+        accumulate::<F>(for_each_output, p.n, out, 0, block_x() == 0, rscale, xscale, y as *mut u64, ymax);
         return;
     }
     if ksplit == 1 {
@@ -429,16 +442,19 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool, const 
 
 /// The accumulating epilogue (`kernel_abi::qmm_accum`, the `qmm_*_accum_*` kernels, any plan):
 /// each of this lane's outputs adds its raw sum `P` (row-scaled formats: `P · s_r`, a power of
-/// two) as the i64 `round(P · 2^FRAC_BITS)` to `acc[col · out + row]` — no partials, no counter,
-/// no waiting: the sum of a row block's splits is exact and order-free. A `|P| ≥ 2^39` (or
-/// non-finite) sum marks its column's scale word NaN; block 0 raises every column's word to the
-/// bits of its x scale `s_c` (an integer max: NaN bits stay above). The consumer reads
-/// `f32(acc) · 2^-FRAC_BITS · s_c` and zeroes the accumulators it does not read.
+/// two) as the i64 `round(P · 2^FRAC_BITS)` to `acc[col · pitch + row − row0]` — no partials, no
+/// counter, no waiting: the sum of a row block's splits is exact and order-free. A `|P| ≥ 2^39`
+/// (or non-finite) sum marks its column's scale word NaN; the `publish` block raises every
+/// column's word to the bits of its x scale `s_c` (an integer max: NaN bits stay above). The
+/// consumer reads `f32(acc) · 2^-FRAC_BITS · s_c` and zeroes the accumulators it does not read.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn accumulate<F: Format>(
     for_each_output: impl Fn(&mut dyn FnMut(f32, usize, usize)),
     n: u32,
-    out: usize,
+    pitch: usize,
+    row0: usize,
+    publish: bool,
     rscale: *const f32,
     xscale: *const f32,
     acc: *mut u64,
@@ -451,9 +467,9 @@ unsafe fn accumulate<F: Format>(
         if !(v.abs() < LIMIT) {
             red_max_u32(scale_words.add(col), f32::NAN.to_bits());
         }
-        red_add_u64(acc.add(col * out + row), f32_to_i64_rn(v * UNIT) as u64);
+        red_add_u64(acc.add(col * pitch + row - row0), f32_to_i64_rn(v * UNIT) as u64);
     });
-    if block_x() == 0 && thread_x() < n {
+    if publish && thread_x() < n {
         let c = thread_x() as usize;
         red_max_u32(scale_words.add(c), (*xscale.add(c)).to_bits());
     }

@@ -19,12 +19,14 @@
 //! `n·in·4 + n·m·4·⌈in/1024⌉` bytes.
 
 use kernel_abi::qmm_accum::FRAC_BITS;
-use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK};
+use kernel_abi::{
+    QmmPrepNormParams, QmmPrepParams, QmmSwigluTail, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK, QMM_ROWS_PER_BLOCK,
+};
 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16, i64_to_f32_rn};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v4, U32x4};
-use crate::device::math::fma;
+use crate::device::math::{fma, silu};
 use crate::device::shared::Shared;
 use crate::device::sync::sync_threads;
 use crate::device::unroll::unroll_below;
@@ -635,4 +637,102 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm_accum(
     // The barrier in `block_max_bits` also orders the row's shared stores before the reads below.
     let inv = publish_column_scale(c, m, xscale);
     write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
+}
+
+/// `qmm_prep_x` of a fused SwiGLU product whose split tail accumulated (`kernel_abi::qmm_accum`,
+/// `qmm_*_swiglu_accum_*`): features `0 .. 64·full` are in `y` with their row-group maxima in
+/// `ymax` (the first `tp.full` of each column's `p.max_parts` words); the tail's features come
+/// from the accumulators `tail [n][tp.tail_rows]` (gate and up rows interleaved by 8, as the
+/// product's rows) and the columns' scale words: `y_f = silu(g · s_c) · (u · s_c)` with
+/// `g = f32(Σ_g) · 2^-FRAC_BITS` — the product's own SwiGLU epilogue on exactly summed gate and
+/// up. Every block computes the column's tail features for the column max (≤ 4 per thread), the
+/// block whose chunk holds a tail feature also stores it to `y` (so `y` holds the whole SwiGLU
+/// output), then everything is `qmm_prep_x`'s. Block `(c, 0)` zeroes the other accumulator pair's
+/// column (`zero`, `zero_words`). Launch as `qmm_prep_x`. Traffic: `qmm_prep_x`'s with the words
+/// of `full` row groups, plus `tail_rows · 8` bytes per block and column.
+#[no_mangle]
+#[link_section = "nvvm:maxntid=256;minctasm=1"]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "ptx-kernel" fn qmm_prep_swiglu_accum(
+    y: *mut f32,
+    ymax: *const u32,
+    tail: *const u64,
+    words: *const u32,
+    zero: *mut u64,
+    zero_words: *mut u32,
+    xh: *mut u16,
+    xb_hi: *mut u16,
+    xb_lo: *mut u16,
+    xcm: *mut u16,
+    xscale: *mut f32,
+    xsum: *mut f32,
+    p: QmmPrepParams,
+    tp: QmmSwigluTail,
+) {
+    launch_dependents();
+    let c = block_x();
+    if c >= p.n {
+        return;
+    }
+    grid_dependency_wait();
+    let k = p.in_features as usize;
+    let t = thread_x() as usize;
+    let base = c as usize * k;
+    let full_feats = tp.full as usize * (QMM_ROWS_PER_BLOCK / 2) as usize;
+    let tail_rows = tp.tail_rows as usize;
+    let tail_feats = (tail_rows / 2).min(k.saturating_sub(full_feats));
+    let col_tail = tail.add(c as usize * tail_rows);
+    let s = f32::from_bits(*words.add(c as usize));
+    // Tail feature `f`: its gate row `16·(f/8) + f%8` of the tail, the up row 8 below.
+    let tail_y = |f: usize| -> f32 {
+        let g = 16 * (f / 8) + f % 8;
+        let gate = i64_to_f32_rn(*col_tail.add(g) as i64) * ACC_UNIT_INV;
+        let up = i64_to_f32_rn(*col_tail.add(g + 8) as i64) * ACC_UNIT_INV;
+        silu(gate * s) * (up * s)
+    };
+    // This block's elements (a tail element computed, and stored to `y`).
+    let vals = unit_values(k, |e| {
+        if e < full_feats {
+            *y.add(base + e)
+        } else {
+            let v = tail_y(e - full_feats);
+            *y.add(base + e) = v;
+            v
+        }
+    });
+    // The column max: the unsplit row groups' words, then the tail's features.
+    let parts = p.max_parts as usize;
+    let col_words = ymax.add(c as usize * parts);
+    let mut m = 0u32;
+    let mut i0 = t;
+    while i0 < tp.full as usize {
+        let mut v = [0u32; 4];
+        unroll_below(4, |j| {
+            if i0 + 256 * j < tp.full as usize {
+                v[j] = *col_words.add(i0 + 256 * j);
+            }
+        });
+        unroll_below(4, |j| m = m.max(v[j]));
+        i0 += 4 * 256;
+    }
+    let per_thread = kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize / 2 / 256;
+    unroll_below(per_thread, |j| {
+        let f = t + 256 * j;
+        if f < tail_feats {
+            m = m.max(tail_y(f).to_bits() & 0x7fff_ffff);
+        }
+    });
+    if block_y() == 0 {
+        let zc = zero.add(c as usize * tail_rows);
+        let mut i = t;
+        while i < tail_rows {
+            *zc.add(i) = 0;
+            i += 256;
+        }
+        if t == 0 {
+            *zero_words.add(c as usize) = 0;
+        }
+    }
+    let inv = publish_column_scale(c, m, xscale);
+    write_unit_values(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p);
 }

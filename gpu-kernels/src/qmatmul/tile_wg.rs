@@ -339,6 +339,11 @@ macro_rules! qmm_wg_kernels {
         qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
             qmm_wg::<$fmt, $t, $two, false, true>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
     };
+    // The fused SwiGLU kernel whose split tail accumulates.
+    (@swiglu_accum $fmt:ty, $name:ident, $t:literal, $two:literal) => {
+        qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
+            qmm_wg::<$fmt, $t, $two, true, true>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
+    };
     (@pair $fmt:ty, $name:ident, $fused:ident, $t:literal, $two:literal) => {
         qmm_wg_kernels!(@kernel $fmt, $name, $t, $two, false);
         qmm_wg_kernels!(@kernel $fmt, $fused, $t, $two, true);
@@ -390,3 +395,13 @@ qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt4, 4, true);
 qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt2, 2, true);
 qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt3, 3, false);
 qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt4, 4, false);
+// The fused SwiGLU kernels whose split tail accumulates, with their plain twins' stage buffers.
+qmm_wg_kernels!(@swiglu_accum Q4K, qmm_q4k_swiglu_accum_nt2, 2, true);
+qmm_wg_kernels!(@swiglu_accum Q4K, qmm_q4k_swiglu_accum_nt3, 3, true);
+qmm_wg_kernels!(@swiglu_accum Q4K, qmm_q4k_swiglu_accum_nt4, 4, false);
+qmm_wg_kernels!(@swiglu_accum Q6K, qmm_q6k_swiglu_accum_nt2, 2, true);
+qmm_wg_kernels!(@swiglu_accum Q6K, qmm_q6k_swiglu_accum_nt3, 3, true);
+qmm_wg_kernels!(@swiglu_accum Q6K, qmm_q6k_swiglu_accum_nt4, 4, true);
+qmm_wg_kernels!(@swiglu_accum Q8_0, qmm_q8_0_swiglu_accum_nt2, 2, true);
+qmm_wg_kernels!(@swiglu_accum Q8_0, qmm_q8_0_swiglu_accum_nt3, 3, false);
+qmm_wg_kernels!(@swiglu_accum Q8_0, qmm_q8_0_swiglu_accum_nt4, 4, false);

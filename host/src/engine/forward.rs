@@ -20,7 +20,7 @@ use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{
-    accumulation_enabled, qmm_needs_pairs, qmm_swiglu_rows, QWeight, QmmAccumulated, QmmWorkspace,
+    accumulation_enabled, qmm_needs_pairs, qmm_swiglu_rows, swiglu_tail_rows, QWeight, QmmAccumulated, QmmWorkspace,
 };
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len, sample_rows};
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -382,6 +382,11 @@ impl Engine {
                 ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || w.head.needs_pairs();
                 if accumulates_residual(cfg.embedding_length) {
                     ws.enable_accumulation(&gpu, cfg.embedding_length)?;
+                    // The MLPs' fused gate/up products accumulate their split tails where they fit.
+                    let tail = w.layers.iter().map(|l| swiglu_tail_rows(&l.gate_up)).max().unwrap_or(0);
+                    if tail > 0 && tail <= kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize {
+                        ws.enable_swiglu_accumulation(&gpu, tail)?;
+                    }
                 }
                 ws
             },
@@ -881,11 +886,18 @@ impl Engine {
                 }
             }
             norm_site(s(&lw.post_norm), false, acc.take(), &mut self.ws, prof)?;
-            lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
-            mark(gpu, prof, "qmm")?;
-            // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
             let pairs = self.ws.pairs_needed;
-            self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
+            if self.ws.swiglu_accumulates(&lw.gate_up) {
+                // The split tail accumulated; the down projection's prep applies its SwiGLU.
+                let t = self.ws.swiglu_accum(gpu, &lw.gate_up, n, s(&self.wide))?;
+                mark(gpu, prof, "qmm")?;
+                self.ws.prepare_swiglu_accum(gpu, s(&self.wide), t, n, lw.down.inp(), pairs)?;
+            } else {
+                lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
+                mark(gpu, prof, "qmm")?;
+                // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
+                self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
+            }
             mark(gpu, prof, "prep")?;
             acc = mixer_product(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;

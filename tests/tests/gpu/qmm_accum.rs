@@ -7,13 +7,14 @@
 //! on the 27B's output/down shapes, the sums against the plain product within the two paths'
 //! split-sum rounding.
 
-use flashtree::gpu::qmatmul::{AccumPlan, QWeight, QmmWorkspace};
+use flashtree::gpu::qmatmul::{qmm_swiglu_rows, swiglu_tail_rows, AccumPlan, QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu};
 use flashtree_reference::quant::GgmlType;
 use flashtree_tests::gpu::gpu_or_skip;
 use proptest::prelude::*;
 
-use super::qmm::{activations, case, expected};
+use super::qmm::{activations, case, expected, qmm_block, Case};
+use super::qmm_swiglu::{check_widened, gate_up};
 
 /// The formats with accumulating kernels (`kernel_abi::qmm_accum`).
 const ACCUM_TYPES: [GgmlType; 3] = [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0];
@@ -80,7 +81,7 @@ fn plain_site(
 struct Setup {
     producer: QWeight,
     consumer: QWeight,
-    c: super::qmm::Case,
+    c: Case,
     ws: QmmWorkspace,
     w: Vec<f32>,
 }
@@ -237,5 +238,173 @@ fn accumulated_products_at_the_27b_shapes() {
                 }
             }
         }
+    }
+}
+
+/// Rows `first ..` of `c` as a case of their own (for a reference over part of a matrix).
+fn rows_from(c: &Case, first: usize) -> Case {
+    let row_bytes = c.raw.len() / c.out;
+    Case {
+        ty: c.ty,
+        out: c.out - first,
+        inp: c.inp,
+        raw: c.raw[first * row_bytes..].to_vec(),
+        w: c.w[first * c.inp..].to_vec(),
+    }
+}
+
+/// One SwiGLU site: `x` prepared, the fused gate/up `w` into `y` (its split tail accumulated when
+/// `accum`, else reduced), the down projection's prep of `y`, and `consumer` over it. Returns the
+/// final `y` and the consumer's output bits.
+fn swiglu_site(
+    gpu: &Gpu,
+    ws: &mut QmmWorkspace,
+    w: &QWeight,
+    consumer: &QWeight,
+    x: &[f32],
+    n: usize,
+    accum: bool,
+) -> (Vec<f32>, Vec<u32>) {
+    let ff = w.ff().unwrap();
+    let sp = |b| DevSpan::of(gpu, b);
+    let dx = gpu.upload(x).unwrap();
+    let mut y = gpu.zeros::<f32>(n * ff).unwrap();
+    gpu.fill_bytes(&mut y, 0xff).unwrap();
+    let mut z = gpu.zeros::<f32>(n * consumer.out()).unwrap();
+    gpu.fill_bytes(&mut z, 0xff).unwrap();
+    ws.prepare(gpu, sp(&dx), n, w.inp(), false).unwrap();
+    if accum {
+        assert!(ws.swiglu_accumulates(w), "{:?} ff {ff} plan {:?} does not accumulate", w.ty(), w.plan());
+        let t = ws.swiglu_accum(gpu, w, n, sp(&y)).unwrap();
+        ws.prepare_swiglu_accum(gpu, sp(&y), t, n, ff, false).unwrap();
+    } else {
+        w.swiglu(gpu, n, sp(&y), ws).unwrap();
+        ws.prepare_swiglu(gpu, sp(&y), n, ff, false).unwrap();
+    }
+    consumer.matmul(gpu, n, sp(&z), ws).unwrap();
+    (gpu.download(&y).unwrap(), bits(gpu.download(&z).unwrap()))
+}
+
+/// The scanning prep (`qmm_prep_x`) of a given `y`, and `consumer` over it.
+fn scanned_product(gpu: &Gpu, ws: &mut QmmWorkspace, consumer: &QWeight, y: &[f32], n: usize) -> Vec<u32> {
+    let dy = gpu.upload(y).unwrap();
+    let mut z = gpu.zeros::<f32>(n * consumer.out()).unwrap();
+    gpu.fill_bytes(&mut z, 0xff).unwrap();
+    ws.prepare(gpu, DevSpan::of(gpu, &dy), n, consumer.inp(), false).unwrap();
+    consumer.matmul(gpu, n, DevSpan::of(gpu, &z), ws).unwrap();
+    bits(gpu.download(&z).unwrap())
+}
+
+struct SwigluSetup {
+    gate: Case,
+    up: Case,
+    w: QWeight,
+    consumer: QWeight,
+    ws: QmmWorkspace,
+}
+
+fn swiglu_setup(gpu: &Gpu, ty: GgmlType, ff: usize, blocks: usize, seed: u64) -> SwigluSetup {
+    let (gate, up) = gate_up(ty, ff, blocks, seed);
+    let w = QWeight::upload_gate_up(gpu, ty, &gate.raw, &up.raw, ff, gate.inp).unwrap();
+    let cc = case(GgmlType::Q8_0, 96, ff / 32, seed ^ 9);
+    let consumer = QWeight::upload(gpu, cc.ty, &cc.raw, cc.out, cc.inp).unwrap();
+    let mut ws = QmmWorkspace::new(gpu, gate.inp.max(ff), qmm_swiglu_rows(ff).max(96)).unwrap();
+    let tail = swiglu_tail_rows(&w);
+    if tail > 0 && tail <= kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize {
+        ws.enable_swiglu_accumulation(gpu, tail).unwrap();
+    }
+    SwigluSetup { gate, up, w, consumer, ws }
+}
+
+/// The largest |x| of each column of `x [n, inp]`.
+fn column_max(x: &[f32], inp: usize) -> Vec<f64> {
+    x.chunks(inp).map(|c| c.iter().fold(0f64, |m, &v| m.max((v as f64).abs()))).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// A fused SwiGLU product whose split tail accumulates (small shapes: every row block split,
+    /// so all of it is tail): `y` within the SwiGLU reference bound widened by the fixed point's,
+    /// and the prepared activations bitwise those of the scanning prep of that `y`.
+    #[test]
+    fn swiglu_tail_matches_reference_and_the_scanning_prep(
+        ty in prop::sample::select(ACCUM_TYPES.to_vec()),
+        ff32 in 1usize..=32,
+        blocks in 2usize..12,
+        n in 1usize..=64,
+        seed in any::<u64>(),
+    ) {
+        let Some(gpu) = gpu_or_skip("swiglu_tail_matches_reference_and_the_scanning_prep") else { return Ok(()) };
+        let blocks = if qmm_block(ty) == 32 { blocks * 4 } else { blocks };
+        let mut s = swiglu_setup(gpu, ty, 32 * ff32, blocks, seed);
+        if !s.ws.swiglu_accumulates(&s.w) {
+            return Ok(()); // a plan without split row blocks: nothing accumulates
+        }
+        let x = activations(seed ^ 1, n, s.gate.inp);
+        s.ws.begin_accumulation(gpu).unwrap();
+        let (y, z) = swiglu_site(gpu, &mut s.ws, &s.w, &s.consumer, &x, n, true);
+        s.ws.end_accumulation(gpu).unwrap();
+        let xmax = column_max(&x, s.gate.inp);
+        check_widened(&s.gate, &s.up, &x, n, &y, &|c| fixed_point_bound(xmax[c]), &|_| true)?;
+        let z_scan = scanned_product(gpu, &mut s.ws, &s.consumer, &y, n);
+        prop_assert!(z == z_scan, "{:?} ff {} plan {:?} n = {}: the prep differs from the scanning prep", ty, 32 * ff32, s.w.plan(), n);
+    }
+}
+
+/// The 27B's gate/up plan (264 unsplit row blocks and 8 split ones on nvidia-h200; any plan with
+/// both here): the unsplit features bitwise those of the reducing product, the tail within the
+/// reference bound, the prep bitwise the scanning prep's, three products in a row the same, and
+/// every column's bits at n = 40 those of the column alone.
+#[test]
+fn swiglu_tail_at_the_27b_plan() {
+    let Some(gpu) = gpu_or_skip("swiglu_tail_at_the_27b_plan") else { return };
+    for ty in ACCUM_TYPES {
+        let nt1 = match ty {
+            GgmlType::Q4_K => "qmm_q4k_nt1",
+            GgmlType::Q6_K => "qmm_q6k_nt1",
+            _ => "qmm_q8_0_nt1",
+        };
+        let slots = gpu.resident_blocks(nt1, kernel_abi::QMM_WARPS * 32).unwrap() as usize;
+        // (slots + 8) row blocks of 128 interleaved rows: 64 features each; K of 8 weight blocks.
+        let ff = (slots + 8) * 64;
+        let blocks = if qmm_block(ty) == 32 { 64 } else { 8 };
+        let mut s = swiglu_setup(gpu, ty, ff, blocks, 21);
+        let plan = s.w.plan();
+        assert!(plan.full > 0 && plan.ksplit > 1, "{ty:?} ff {ff}: plan {plan:?} has no unsplit waves");
+        assert!(s.ws.swiglu_accumulates(&s.w), "{ty:?} ff {ff}: plan {plan:?} does not accumulate");
+        let full_feats = plan.full as usize * 64;
+        for n in [1usize, 22] {
+            let x = activations(22 + n as u64, n, s.gate.inp);
+            s.ws.begin_accumulation(gpu).unwrap();
+            let (y, z) = swiglu_site(gpu, &mut s.ws, &s.w, &s.consumer, &x, n, true);
+            for k in 0..2 {
+                let again = swiglu_site(gpu, &mut s.ws, &s.w, &s.consumer, &x, n, true);
+                assert!(bits(again.0) == bits(y.clone()) && again.1 == z, "{ty:?} n = {n}: product {} differs", k + 2);
+            }
+            s.ws.end_accumulation(gpu).unwrap();
+            let (y_plain, _) = swiglu_site(gpu, &mut s.ws, &s.w, &s.consumer, &x, n, false);
+            for c in 0..n {
+                let (a, b) = (&y[c * ff..c * ff + full_feats], &y_plain[c * ff..c * ff + full_feats]);
+                assert_eq!(bits(a.to_vec()), bits(b.to_vec()), "{ty:?} n = {n}, column {c}: unsplit features");
+            }
+            let (gt, ut) = (rows_from(&s.gate, full_feats), rows_from(&s.up, full_feats));
+            let y_tail: Vec<f32> = y.chunks(ff).flat_map(|c| c[full_feats..].to_vec()).collect();
+            let xmax = column_max(&x, s.gate.inp);
+            check_widened(&gt, &ut, &x, n, &y_tail, &|c| fixed_point_bound(xmax[c]), &|_| true).unwrap();
+            assert!(z == scanned_product(gpu, &mut s.ws, &s.consumer, &y, n), "{ty:?} n = {n}: prep vs scan");
+        }
+        let n = 40;
+        let x = activations(61, n, s.gate.inp);
+        s.ws.begin_accumulation(gpu).unwrap();
+        let (y, z) = swiglu_site(gpu, &mut s.ws, &s.w, &s.consumer, &x, n, true);
+        let out2 = s.consumer.out();
+        for col in [0, 21, 39] {
+            let (y1, z1) =
+                swiglu_site(gpu, &mut s.ws, &s.w, &s.consumer, &x[col * s.gate.inp..(col + 1) * s.gate.inp], 1, true);
+            assert_eq!(bits(y1), bits(y[col * ff..(col + 1) * ff].to_vec()), "{ty:?}: y column {col} of {n}");
+            assert_eq!(z1, z[col * out2..(col + 1) * out2].to_vec(), "{ty:?}: next product, column {col} of {n}");
+        }
+        s.ws.end_accumulation(gpu).unwrap();
     }
 }

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use super::qmm::{activations, case, expected, qmm_block, Case, TYPES};
 
 /// Gate and up `[ff, in]` of type `ty` (independent random weights).
-fn gate_up(ty: GgmlType, ff: usize, blocks: usize, seed: u64) -> (Case, Case) {
+pub(crate) fn gate_up(ty: GgmlType, ff: usize, blocks: usize, seed: u64) -> (Case, Case) {
     (case(ty, ff, blocks, seed), case(ty, ff, blocks, seed ^ 0x5151))
 }
 
@@ -37,8 +37,26 @@ fn run(gpu: &Gpu, gate: &Case, up: &Case, x: &[f32], n: usize) -> Vec<f32> {
 }
 
 fn check(gate: &Case, up: &Case, x: &[f32], n: usize, y: &[f32]) -> Result<(), TestCaseError> {
+    check_widened(gate, up, x, n, y, &|_| 0.0, &|_| true)
+}
+
+/// [`check`] of the features `f` with `pick(f)`, each product's bound `δg`, `δu` of column `c`
+/// widened by `widen(c)` (e.g. the fixed-point quantum of an accumulated product).
+pub(crate) fn check_widened(
+    gate: &Case,
+    up: &Case,
+    x: &[f32],
+    n: usize,
+    y: &[f32],
+    widen: &dyn Fn(usize) -> f64,
+    pick: &dyn Fn(usize) -> bool,
+) -> Result<(), TestCaseError> {
     let (eg, eu) = (expected(gate, x, n), expected(up, x, n));
     for (i, (&(g, dg), &(u, du))) in eg.iter().zip(&eu).enumerate() {
+        if !pick(i % gate.out) {
+            continue;
+        }
+        let (dg, du) = (dg + widen(i / gate.out), du + widen(i / gate.out));
         let silu_g = swiglu(g, 1.0);
         let (want, silu) = (silu_g * u, silu_g.abs());
         let (s, ua) = (SILU_SLOPE_MAX, u.abs() + du);

@@ -13,6 +13,11 @@
 //! is zeroed, over the columns a forward uses, by its first consumer. Both calls and every product
 //! are ordered on the one stream, and a captured forward replays the same sequence.
 //!
+//! Fused SwiGLU products (`qmm_*_swiglu_accum_*`) use a second set of pairs for their split
+//! tail only: their unsplit row blocks store `y` and its row maxima as the reducing kernels do,
+//! their split row blocks add gate and up sums here, and the down projection's prep
+//! (`qmm_prep_swiglu_accum`) applies the SwiGLU to them — the same protocol, its own alternation.
+//!
 //! The sums are exact integer sums of the splits' rounded partials, so a column's result depends
 //! on neither the order the blocks finish in nor `n` (the plan is the matrix's); they are not the
 //! bits of [`super::QWeight::matmul`] (which adds f32 partials in split order), so one model runs
@@ -21,7 +26,8 @@
 use cudarc::driver::{CudaSlice, LaunchConfig};
 use flashtree_quants::GgmlType;
 use kernel_abi::{
-    qmm_accum, qmm_grid_blocks, QmmParams, QmmPrepNormParams, QmmSplitPlan, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_WARPS,
+    qmm_accum, qmm_grid_blocks, QmmParams, QmmPrepNormParams, QmmPrepParams, QmmSplitPlan, QmmSwigluTail, QMM_MAX_N,
+    QMM_ROWS_PER_BLOCK, QMM_WARPS,
 };
 
 use super::format::{family_for, to_u32};
@@ -95,14 +101,13 @@ pub struct QmmAccumulated {
     out: usize,
 }
 
-/// The workspace's accumulator pairs ([`QmmWorkspace::enable_accumulation`]).
+/// An alternating pair of accumulator sets (the protocol of the module doc): i64 sums
+/// `[columns][width]` and a scale word per column, each.
 pub(super) struct Accumulators {
     sums: [CudaSlice<u64>; 2],
     words: [CudaSlice<u32>; 2],
-    /// Rows of the products they take (the consumer's width).
+    /// Rows per column (the widest product they take).
     width: usize,
-    /// How their products split K.
-    plan: AccumPlan,
     /// The pair the next product adds into.
     next: usize,
     /// Whether pair 0 may hold non-zero values (a product added into it and its zeroing —
@@ -110,6 +115,83 @@ pub(super) struct Accumulators {
     dirty0: bool,
     /// A product enqueued and not yet consumed.
     pending: bool,
+}
+
+impl Accumulators {
+    fn new(gpu: &Gpu, cols: usize, width: usize) -> Result<Self, GpuError> {
+        let len = cols.checked_mul(width).ok_or_else(|| GpuError::shape("qmm accumulators", "size overflows"))?;
+        Ok(Accumulators {
+            sums: [gpu.zeros(len)?, gpu.zeros(len)?],
+            words: [gpu.zeros(cols)?, gpu.zeros(cols)?],
+            width,
+            next: 0,
+            dirty0: false,
+            pending: false,
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        2 * (self.sums[0].len() * 8 + self.words[0].len() * 4)
+    }
+
+    fn zero_pair0(&mut self, gpu: &Gpu) -> Result<(), GpuError> {
+        gpu.fill_bytes(&mut self.sums[0], 0)?;
+        gpu.fill_bytes(&mut self.words[0], 0)?;
+        self.dirty0 = false;
+        Ok(())
+    }
+
+    /// A forward starts: pair 0 clean again if a forward stopped before zeroing it.
+    fn begin(&mut self, gpu: &Gpu) -> Result<(), GpuError> {
+        if self.dirty0 {
+            self.zero_pair0(gpu)?;
+        }
+        self.next = 0;
+        self.pending = false;
+        Ok(())
+    }
+
+    /// A forward ends: after an odd number of products pair 0 holds the last one's sums.
+    fn end(&mut self, gpu: &Gpu) -> Result<(), GpuError> {
+        if self.pending {
+            return Err(GpuError::shape("qmm accumulators", "a forward ended with an unconsumed product"));
+        }
+        if self.next == 1 {
+            self.zero_pair0(gpu)?;
+            self.next = 0;
+        }
+        Ok(())
+    }
+
+    /// The pair a new product adds into (zero in the columns it uses), marked pending.
+    fn acquire(&mut self, gpu: &Gpu, op: &'static str) -> Result<usize, GpuError> {
+        if self.pending {
+            return Err(GpuError::shape(op, "the previous accumulated product was not consumed"));
+        }
+        let pair = self.next;
+        if pair == 0 {
+            if self.dirty0 {
+                self.zero_pair0(gpu)?;
+            }
+            self.dirty0 = true;
+        }
+        self.next = 1 - pair;
+        self.pending = true;
+        Ok(pair)
+    }
+
+    /// Pair `pair`'s product consumed (its consumer zeroed the other pair over its columns).
+    fn release(&mut self, pair: usize) {
+        if pair == 1 {
+            self.dirty0 = false;
+        }
+        self.pending = false;
+    }
+
+    /// `(sums, words)` of pair `pair`.
+    fn spans(&self, gpu: &Gpu, pair: usize) -> (DevSpan<u64>, DevSpan<u32>) {
+        (DevSpan::of(gpu, &self.sums[pair]), DevSpan::of(gpu, &self.words[pair]))
+    }
 }
 
 impl QmmWorkspace {
@@ -123,39 +205,41 @@ impl QmmWorkspace {
                 format!("width {width}: a positive multiple of 32 up to {}", qmm_accum::MAX_IN),
             ));
         }
-        let cols = self.max_columns();
-        let len = cols.checked_mul(width).ok_or_else(|| GpuError::shape("qmm accumulators", "size overflows"))?;
-        self.accum = Some(Accumulators {
-            sums: [gpu.zeros(len)?, gpu.zeros(len)?],
-            words: [gpu.zeros(cols)?, gpu.zeros(cols)?],
-            width,
-            plan: accum_plan_from_env(),
-            next: 0,
-            dirty0: false,
-            pending: false,
-        });
+        self.accum = Some(Accumulators::new(gpu, self.max_columns(), width)?);
+        Ok(())
+    }
+
+    /// Allocates the accumulator pairs of fused SwiGLU products' split tails of up to `tail_rows`
+    /// rows (`qmm_accum::MAX_SWIGLU_TAIL_ROWS` at most; see [`Self::swiglu_accumulates`]).
+    pub fn enable_swiglu_accumulation(&mut self, gpu: &Gpu, tail_rows: usize) -> Result<(), GpuError> {
+        let max = qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize;
+        if tail_rows == 0 || tail_rows > max || !tail_rows.is_multiple_of(QMM_ROWS_PER_BLOCK as usize) {
+            return Err(GpuError::shape(
+                "qmm SwiGLU tail accumulators",
+                format!("{tail_rows} rows: a positive multiple of {QMM_ROWS_PER_BLOCK} up to {max}"),
+            ));
+        }
+        self.swiglu_tail = Some(Accumulators::new(gpu, self.max_columns(), tail_rows)?);
         Ok(())
     }
 
     /// Sets how accumulated products split K (default: `FLASHTREE_QMM_ACCUM_PLAN`). Results
     /// depend on it (the split points move), so one engine keeps one plan.
     pub fn set_accum_plan(&mut self, plan: AccumPlan) {
-        if let Some(a) = &mut self.accum {
-            a.plan = plan;
-        }
+        self.accum_plan = plan;
     }
 
     /// The K split an accumulated product of `w` runs with here (`None` if `w` does not accumulate).
     pub fn accum_split(&self, gpu: &Gpu, w: &QWeight) -> Result<Option<QmmSplitPlan>, GpuError> {
-        match &self.accum {
-            Some(a) if self.accumulates(w) => Ok(Some(accum_split(gpu, w, a.plan)?)),
-            _ => Ok(None),
+        if !self.accumulates(w) {
+            return Ok(None);
         }
+        Ok(Some(accum_split(gpu, w, self.accum_plan)?))
     }
 
-    /// Device bytes of the accumulator pairs (0 before [`Self::enable_accumulation`]).
+    /// Device bytes of the accumulator pairs (0 before they are enabled).
     pub fn accumulation_bytes(&self) -> usize {
-        self.accum.as_ref().map_or(0, |a| 2 * (a.sums[0].len() * 8 + a.words[0].len() * 4))
+        self.accum.as_ref().map_or(0, Accumulators::bytes) + self.swiglu_tail.as_ref().map_or(0, Accumulators::bytes)
     }
 
     /// Whether products of `w` run accumulated: accumulation enabled here and by
@@ -168,17 +252,25 @@ impl QmmWorkspace {
             && self.accum.as_ref().is_some_and(|a| a.width == w.out())
     }
 
+    /// Whether fused SwiGLU products of `w` accumulate their split tail
+    /// ([`Self::swiglu_accum`]): tail accumulators enabled here, `FLASHTREE_QMM_ACCUM` and
+    /// `FLASHTREE_SWIGLU_MAX` not `0`, a format with such kernels, and a plan whose split row
+    /// blocks exist and fit the accumulators. Never depends on the number of tokens.
+    pub fn swiglu_accumulates(&self, w: &QWeight) -> bool {
+        let tail = swiglu_tail_rows(w);
+        accumulation_enabled()
+            && super::prep::swiglu_max_enabled()
+            && w.ff().is_some()
+            && swiglu_accum_kernel_name(w.ty(), 1).is_some()
+            && tail > 0
+            && self.swiglu_tail.as_ref().is_some_and(|a| tail <= a.width)
+    }
+
     /// Starts a forward's accumulations: pair 0 zeroed if a forward stopped before zeroing it.
     /// Call before every forward, outside any graph capture (a replay runs no host code).
     pub fn begin_accumulation(&mut self, gpu: &Gpu) -> Result<(), GpuError> {
-        if let Some(a) = &mut self.accum {
-            if a.dirty0 {
-                gpu.fill_bytes(&mut a.sums[0], 0)?;
-                gpu.fill_bytes(&mut a.words[0], 0)?;
-                a.dirty0 = false;
-            }
-            a.next = 0;
-            a.pending = false;
+        for a in [&mut self.accum, &mut self.swiglu_tail].into_iter().flatten() {
+            a.begin(gpu)?;
         }
         Ok(())
     }
@@ -187,16 +279,8 @@ impl QmmWorkspace {
     /// last one's sums, so it is zeroed here (inside the forward: a captured forward replays it).
     /// Errors if a product was not consumed.
     pub fn end_accumulation(&mut self, gpu: &Gpu) -> Result<(), GpuError> {
-        if let Some(a) = &mut self.accum {
-            if a.pending {
-                return Err(GpuError::shape("qmm accumulators", "a forward ended with an unconsumed product"));
-            }
-            if a.next == 1 {
-                gpu.fill_bytes(&mut a.sums[0], 0)?;
-                gpu.fill_bytes(&mut a.words[0], 0)?;
-                a.dirty0 = false;
-                a.next = 0;
-            }
+        for a in [&mut self.accum, &mut self.swiglu_tail].into_iter().flatten() {
+            a.end(gpu)?;
         }
         Ok(())
     }
@@ -217,21 +301,12 @@ impl QmmWorkspace {
         self.check_prepared(OP, n, inp, w.needs_pairs())?;
         let family = family_for(ty, out, inp)?;
         let out32 = to_u32(out, "out")?;
-        let rule = self.accum.as_ref().map_or(AccumPlan::Matrix, |a| a.plan);
-        let plan = accum_split(gpu, w, rule)?;
+        let plan = accum_split(gpu, w, self.accum_plan)?;
         let planes: Vec<_> =
             (0..n.div_ceil(QMM_MAX_N as usize)).map(|c| self.plane(gpu, c)).collect::<Result<_, _>>()?;
         let Some(a) = self.accum.as_mut() else { unreachable!("accumulates() checked it") };
-        if a.pending {
-            return Err(GpuError::shape(OP, "the previous accumulated product was not consumed"));
-        }
-        let pair = a.next;
-        if pair == 0 && a.dirty0 {
-            gpu.fill_bytes(&mut a.sums[0], 0)?;
-            gpu.fill_bytes(&mut a.words[0], 0)?;
-        }
-        let sums = DevSpan::of(gpu, &a.sums[pair]);
-        let words = DevSpan::of(gpu, &a.words[pair]);
+        let pair = a.acquire(gpu, OP)?;
+        let (sums, words) = a.spans(gpu, pair);
         for (c, pl) in planes.iter().enumerate() {
             let (first, cols) = chunk_cols(n, c);
             let tiles = cols.div_ceil(8);
@@ -274,12 +349,6 @@ impl QmmWorkspace {
                     .launch(cfg)?
             };
         }
-        let a = self.accum.as_mut().expect("checked above");
-        if pair == 0 {
-            a.dirty0 = true;
-        }
-        a.next = 1 - pair;
-        a.pending = true;
         self.ymax_of = None;
         Ok(QmmAccumulated { pair, n, out })
     }
@@ -315,8 +384,7 @@ impl QmmWorkspace {
             ));
         }
         let acc = self.accum.as_ref().ok_or_else(|| GpuError::shape(K, "no accumulators"))?;
-        let (sums, words) = (DevSpan::of(gpu, &acc.sums[a.pair]), DevSpan::of(gpu, &acc.words[a.pair]));
-        let (zero, zero_words) = (DevSpan::of(gpu, &acc.sums[1 - a.pair]), DevSpan::of(gpu, &acc.words[1 - a.pair]));
+        let ((sums, words), (zero, zero_words)) = (acc.spans(gpu, a.pair), acc.spans(gpu, 1 - a.pair));
         let np = Param(QmmPrepNormParams { eps, add: 1 });
         self.prepare_planes(gpu, K, n, inp, pairs, |pl, first, cols, cfg, pp| {
             let rows = |s: DevSpan<f32>, what| s.sub(first * inp, cols * inp, what);
@@ -342,13 +410,209 @@ impl QmmWorkspace {
                     .launch(cfg)
             }
         })?;
-        let acc = self.accum.as_mut().expect("checked above");
-        if a.pair == 1 {
-            acc.dirty0 = false;
-        }
-        acc.pending = false;
+        self.accum.as_mut().expect("checked above").release(a.pair);
         Ok(())
     }
+
+    /// The fused SwiGLU product of `w` over the `n` tokens last prepared here into `y [n, ff]`
+    /// (as [`QWeight::swiglu`]) with its split tail accumulated instead of reduced
+    /// (`qmm_*_swiglu_accum_*`, `w`'s own plan, no clusters or waiting): the unsplit row blocks
+    /// store their features and row maxima; consume it with [`Self::prepare_swiglu_accum`]
+    /// before the next one.
+    pub fn swiglu_accum(
+        &mut self,
+        gpu: &Gpu,
+        w: &QWeight,
+        n: usize,
+        y: DevSpan<f32>,
+    ) -> Result<QmmSwigluAccumulated, GpuError> {
+        const OP: &str = "qmm SwiGLU accumulated";
+        let (ty, rows, inp) = (w.ty(), w.out(), w.inp());
+        if !self.swiglu_accumulates(w) {
+            return Err(GpuError::shape(
+                OP,
+                format!("W {ty:?} [{rows}, {inp}] does not accumulate its SwiGLU tail here"),
+            ));
+        }
+        let ff = w.ff().expect("swiglu_accumulates checked it");
+        if n == 0 || n > self.max_columns() {
+            return Err(GpuError::shape(OP, format!("{n} tokens: 1..={}", self.max_columns())));
+        }
+        if y.len() < n * ff {
+            return Err(GpuError::shape(OP, format!("y {} values (has {})", n * ff, y.len())));
+        }
+        self.check_fits(OP, rows, inp)?;
+        self.check_prepared(OP, n, inp, w.needs_pairs())?;
+        let family = family_for(ty, rows, inp)?;
+        let rows32 = to_u32(rows, "rows")?;
+        let plan = w.plan();
+        let tail_rows = swiglu_tail_rows(w);
+        let parts = rows.div_ceil(QMM_ROWS_PER_BLOCK as usize);
+        let planes: Vec<_> =
+            (0..n.div_ceil(QMM_MAX_N as usize)).map(|c| self.plane(gpu, c)).collect::<Result<_, _>>()?;
+        let ymax_all = self.ymax_span(gpu, 0, n, parts)?;
+        let Some(a) = self.swiglu_tail.as_mut() else { unreachable!("swiglu_accumulates() checked it") };
+        let pair = a.acquire(gpu, OP)?;
+        let (sums, words) = a.spans(gpu, pair);
+        for (c, pl) in planes.iter().enumerate() {
+            let (first, cols) = chunk_cols(n, c);
+            let tiles = cols.div_ceil(8);
+            let name = swiglu_accum_kernel_name(ty, tiles)
+                .ok_or_else(|| GpuError::shape(OP, format!("no kernel for {ty:?}")))?;
+            let p = QmmParams {
+                out_features: rows32,
+                in_features: to_u32(inp, "in")?,
+                n: cols as u32,
+                ksplit: plan.ksplit,
+                full_row_blocks: plan.full,
+                cluster: 0,
+                swiglu_ff: to_u32(ff, "ff")?,
+                reduce_spread: 0,
+            };
+            let smem = family.smem_bytes(tiles as u32);
+            gpu.allow_dynamic_smem(name, smem)?;
+            let cfg = LaunchConfig {
+                grid_dim: (qmm_grid_blocks(rows32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
+                block_dim: (QMM_WARPS * 32, 1, 1),
+                shared_mem_bytes: smem,
+            };
+            // Safety: the arguments match `qmm_entry!` (`partial` = this chunk's tail sums,
+            // `counters` = their scale words; `y` and `ymax` as for `QWeight::swiglu`).
+            unsafe {
+                ChainedLaunch::new(gpu, name)
+                    .buf(w.buf())
+                    .span(pl.xh)
+                    .span(pl.xb_hi)
+                    .span(pl.xb_lo)
+                    .span(pl.xcm)
+                    .span(pl.xscale)
+                    .span(pl.xsum)
+                    .span(sums.sub(first * tail_rows, cols * tail_rows, "qmm SwiGLU tail accumulators")?)
+                    .span(words.sub(first, cols, "qmm SwiGLU tail words")?)
+                    .span(y.sub(first * ff, cols * ff, "y")?)
+                    .span(ymax_all.sub(first * parts, cols * parts, "qmm ymax")?)
+                    .value(Param(p))
+                    .tag(p.in_features)
+                    .launch(cfg)?
+            };
+        }
+        self.ymax_of = None;
+        Ok(QmmSwigluAccumulated { pair, n, ff, y: y.ptr(), parts, full: plan.full, tail_rows })
+    }
+
+    /// [`Self::prepare_swiglu`] of a product of [`Self::swiglu_accum`] into this `y` over these `n`
+    /// tokens (`qmm_prep_swiglu_accum`): the tail's features computed from its accumulators
+    /// (and stored to `y`, which then holds the whole SwiGLU output), the column maxima from the
+    /// unsplit row groups' words and the tail; the other tail pair zeroed over the `n` columns.
+    pub fn prepare_swiglu_accum(
+        &mut self,
+        gpu: &Gpu,
+        y: DevSpan<f32>,
+        a: QmmSwigluAccumulated,
+        n: usize,
+        ff: usize,
+        pairs: bool,
+    ) -> Result<(), GpuError> {
+        const K: &str = "qmm_prep_swiglu_accum";
+        if a.y != y.ptr() || a.n != n || a.ff != ff {
+            return Err(GpuError::shape(
+                K,
+                format!(
+                    "a SwiGLU product into {:#x} of {} tokens × {} features, not {:#x}, {n} × {ff}",
+                    a.y,
+                    a.n,
+                    a.ff,
+                    y.ptr()
+                ),
+            ));
+        }
+        y.need(n * ff, K, "y")?;
+        let acc = self.swiglu_tail.as_ref().ok_or_else(|| GpuError::shape(K, "no tail accumulators"))?;
+        let ((sums, words), (zero, zero_words)) = (acc.spans(gpu, a.pair), acc.spans(gpu, 1 - a.pair));
+        let ymax = self.ymax_span(gpu, 0, n, a.parts)?;
+        let tp = Param(QmmSwigluTail { full: a.full, tail_rows: to_u32(a.tail_rows, "tail rows")? });
+        let parts = a.parts;
+        let tail = a.tail_rows;
+        self.prepare_planes(gpu, K, n, ff, pairs, |pl, first, cols, cfg, pp| {
+            let pp = Param(QmmPrepParams { max_parts: to_u32(parts, "parts")?, ..pp });
+            let wide = |s: DevSpan<u64>| s.sub(first * tail, cols * tail, "tail accumulators");
+            // Safety: the arguments match `qmm_prep_swiglu_accum`, sizes checked by `sub`.
+            unsafe {
+                ChainedLaunch::new(gpu, K)
+                    .span(y.sub(first * ff, cols * ff, "y")?)
+                    .span(ymax.sub(first * parts, cols * parts, "qmm ymax")?)
+                    .span(wide(sums)?)
+                    .span(words.sub(first, cols, "tail words")?)
+                    .span(wide(zero)?)
+                    .span(zero_words.sub(first, cols, "tail words")?)
+                    .span(pl.xh)
+                    .span(pl.xb_hi)
+                    .span(pl.xb_lo)
+                    .span(pl.xcm)
+                    .span(pl.xscale)
+                    .span(pl.xsum)
+                    .value(pp)
+                    .value(tp)
+                    .launch(cfg)
+            }
+        })?;
+        self.swiglu_tail.as_mut().expect("checked above").release(a.pair);
+        Ok(())
+    }
+}
+
+/// Rows of `w`'s split tail (gate/up interleaved): the row blocks its plan splits, whole (none
+/// when the plan splits nothing: `ksplit = 1`).
+pub fn swiglu_tail_rows(w: &QWeight) -> usize {
+    let plan = w.plan();
+    if plan.ksplit <= 1 {
+        return 0;
+    }
+    let row_blocks = w.out().div_ceil(QMM_ROWS_PER_BLOCK as usize);
+    row_blocks.saturating_sub(plan.full as usize) * QMM_ROWS_PER_BLOCK as usize
+}
+
+/// The fused SwiGLU kernel of `ty` whose split tail accumulates, for `tiles` tiles.
+pub(super) fn swiglu_accum_kernel_name(ty: GgmlType, tiles: usize) -> Option<&'static str> {
+    const Q4K: [&str; 4] = [
+        "qmm_q4k_swiglu_accum_nt1",
+        "qmm_q4k_swiglu_accum_nt2",
+        "qmm_q4k_swiglu_accum_nt3",
+        "qmm_q4k_swiglu_accum_nt4",
+    ];
+    const Q6K: [&str; 4] = [
+        "qmm_q6k_swiglu_accum_nt1",
+        "qmm_q6k_swiglu_accum_nt2",
+        "qmm_q6k_swiglu_accum_nt3",
+        "qmm_q6k_swiglu_accum_nt4",
+    ];
+    const Q8: [&str; 4] = [
+        "qmm_q8_0_swiglu_accum_nt1",
+        "qmm_q8_0_swiglu_accum_nt2",
+        "qmm_q8_0_swiglu_accum_nt3",
+        "qmm_q8_0_swiglu_accum_nt4",
+    ];
+    let names = match ty {
+        GgmlType::Q4_K if qmm_accum::Q4_K => &Q4K,
+        GgmlType::Q6_K if qmm_accum::Q6_K => &Q6K,
+        GgmlType::Q8_0 if qmm_accum::Q8_0 => &Q8,
+        _ => return None,
+    };
+    names.get(tiles.checked_sub(1)?).copied()
+}
+
+/// A fused SwiGLU product whose split tail waits in a tail accumulator pair
+/// ([`QmmWorkspace::prepare_swiglu_accum`]); valid until then.
+#[derive(Debug)]
+#[must_use = "an accumulated SwiGLU product must be consumed by prepare_swiglu_accum"]
+pub struct QmmSwigluAccumulated {
+    pair: usize,
+    n: usize,
+    ff: usize,
+    y: u64,
+    parts: usize,
+    full: u32,
+    tail_rows: usize,
 }
 
 #[cfg(test)]
@@ -370,5 +634,13 @@ mod tests {
             assert!(accum_kernel_name(ty, 1).is_none(), "{ty:?}");
         }
         assert!(crate::gpu::KERNELS_PTX.contains(".entry qmm_prep_norm_accum("));
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+            for tiles in 1..=4 {
+                let name = swiglu_accum_kernel_name(ty, tiles).expect("a SwiGLU accumulating kernel");
+                assert!(crate::gpu::KERNELS_PTX.contains(&format!(".entry {name}(")), "{name} is not in the PTX");
+            }
+        }
+        assert!(swiglu_accum_kernel_name(GgmlType::Q5_K, 1).is_none());
+        assert!(crate::gpu::KERNELS_PTX.contains(".entry qmm_prep_swiglu_accum("));
     }
 }

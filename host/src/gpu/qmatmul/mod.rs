@@ -28,7 +28,9 @@ mod prep;
 mod weight;
 mod workspace;
 
-pub use accum::{accum_plan_from_env, accumulation_enabled, AccumPlan, QmmAccumulated};
+pub use accum::{
+    accum_plan_from_env, accumulation_enabled, swiglu_tail_rows, AccumPlan, QmmAccumulated, QmmSwigluAccumulated,
+};
 pub use format::{qmm_format, qmm_is_row_scaled, qmm_needs_pairs, qmm_packed_bytes, qmm_swiglu_rows, QmmFamily};
 pub use gemv::{gemv_bf16, gemv_f32};
 pub use pack::bf16_rows_to_scaled_f16;

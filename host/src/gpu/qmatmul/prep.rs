@@ -204,7 +204,7 @@ impl QmmWorkspace {
 /// Whether [`QmmWorkspace::prepare_swiglu`] takes the column maxima from the SwiGLU epilogue
 /// (default) or scans `y` (`FLASHTREE_SWIGLU_MAX=0`, for A/B runs). The two give the same bits
 /// (GPU test `qmm_swiglu_prep::prep_from_swiglu_maxima_equals_the_scanning_prep_bitwise`).
-fn swiglu_max_enabled() -> bool {
+pub(super) fn swiglu_max_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("FLASHTREE_SWIGLU_MAX").map(|v| v.trim() != "0").unwrap_or(true))
 }

@@ -63,6 +63,10 @@ pub struct QmmWorkspace {
     pub pairs_needed: bool,
     /// The accumulator pairs of accumulated products (`accum.rs`), once enabled.
     pub(super) accum: Option<super::accum::Accumulators>,
+    /// The accumulator pairs of fused SwiGLU products' split tails (`accum.rs`), once enabled.
+    pub(super) swiglu_tail: Option<super::accum::Accumulators>,
+    /// How accumulated products split K (`accum.rs`).
+    pub(super) accum_plan: super::accum::AccumPlan,
 }
 
 impl QmmWorkspace {
@@ -106,6 +110,8 @@ impl QmmWorkspace {
             prepared: None,
             pairs_needed: false,
             accum: None,
+            swiglu_tail: None,
+            accum_plan: super::accum::accum_plan_from_env(),
         })
     }
 
