@@ -77,6 +77,13 @@ fn accum_split(gpu: &Gpu, w: &QWeight, rule: AccumPlan) -> Result<QmmSplitPlan, 
     }
 }
 
+/// `FLASHTREE_QMM_ACCUM_SWIGLU=0`: fused SwiGLU products keep their in-kernel tail reduction
+/// while the plain products still accumulate (an A/B switch, read once per process).
+pub fn swiglu_accumulation_enabled() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("FLASHTREE_QMM_ACCUM_SWIGLU").map_or(true, |v| v.trim() != "0"))
+}
+
 /// The accumulating kernel of `ty` for `tiles` tiles of 8 columns (`kernel_abi::qmm_accum`).
 pub(super) fn accum_kernel_name(ty: GgmlType, tiles: usize) -> Option<&'static str> {
     const Q4K: [&str; 4] = ["qmm_q4k_accum_nt1", "qmm_q4k_accum_nt2", "qmm_q4k_accum_nt3", "qmm_q4k_accum_nt4"];
@@ -254,11 +261,13 @@ impl QmmWorkspace {
 
     /// Whether fused SwiGLU products of `w` accumulate their split tail
     /// ([`Self::swiglu_accum`]): tail accumulators enabled here, `FLASHTREE_QMM_ACCUM` and
-    /// `FLASHTREE_SWIGLU_MAX` not `0`, a format with such kernels, and a plan whose split row
-    /// blocks exist and fit the accumulators. Never depends on the number of tokens.
+    /// `FLASHTREE_SWIGLU_MAX` not `0` (nor `FLASHTREE_QMM_ACCUM_SWIGLU`), a format with such
+    /// kernels, and a plan whose split row blocks exist and fit the accumulators. Never depends
+    /// on the number of tokens.
     pub fn swiglu_accumulates(&self, w: &QWeight) -> bool {
         let tail = swiglu_tail_rows(w);
         accumulation_enabled()
+            && swiglu_accumulation_enabled()
             && super::prep::swiglu_max_enabled()
             && w.ff().is_some()
             && swiglu_accum_kernel_name(w.ty(), 1).is_some()
