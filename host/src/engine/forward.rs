@@ -382,11 +382,11 @@ impl Engine {
                 ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || w.head.needs_pairs();
                 if accumulates_residual(cfg.embedding_length) {
                     ws.enable_accumulation(&gpu, cfg.embedding_length)?;
-                    // The MLPs' fused gate/up products accumulate their split tails where they fit.
-                    let tail = w.layers.iter().map(|l| swiglu_tail_rows(&l.gate_up)).max().unwrap_or(0);
-                    if tail > 0 && tail <= kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize {
-                        ws.enable_swiglu_accumulation(&gpu, tail)?;
-                    }
+                }
+                // The MLPs' fused gate/up products accumulate their split tails where they fit.
+                let tail = w.layers.iter().map(|l| swiglu_tail_rows(&l.gate_up)).max().unwrap_or(0);
+                if accumulation_enabled() && tail > 0 && tail <= kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize {
+                    ws.enable_swiglu_accumulation(&gpu, tail)?;
                 }
                 ws
             },

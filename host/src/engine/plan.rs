@@ -102,9 +102,13 @@ impl MemoryPlan {
             + 16 * 32 * max_out * 4
             + planes * 32 * (max_in / 32 + 8 * max_in / 256 + 8) * 4
             + planes * 32 * max_out.div_ceil(kernel_abi::QMM_ROWS_PER_BLOCK as u64) * 4;
-        // The accumulator pairs of the accumulated output/down projections (`gpu::qmatmul` accum.rs).
-        let qmm_ws =
-            qmm_ws + if super::forward::accumulates_residual(cfg.embedding_length) { 2 * M * (d * 8 + 4) } else { 0 };
+        // The accumulator pairs of the accumulated output/down projections and, at most, of the
+        // gate/up products' split tails (`gpu::qmatmul` accum.rs).
+        let residual_acc =
+            if super::forward::accumulates_residual(cfg.embedding_length) { 2 * M * (d * 8 + 4) } else { 0 };
+        let tail_rows = kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as u64;
+        let tail_acc = if crate::gpu::qmatmul::accumulation_enabled() { 2 * M * (tail_rows * 8 + 4) } else { 0 };
+        let qmm_ws = qmm_ws + residual_acc + tail_acc;
         let rope = m(ctx as u64, cfg.rope_dimension_count as u64 * 4)?;
         // The attention split-K partials: up to ATTN_MAX_SPLITS splits × MAX_NODES nodes × heads × (head_dim + 2).
         let attn_split = kernel_abi::ATTN_MAX_SPLITS as u64 * M * nh * (hd + 2) * 4;
