@@ -668,23 +668,6 @@ pub const fn qmm_block_range(
     (rb, s * blocks_per_row / k, (s + 1) * blocks_per_row / k)
 }
 
-/// The launch-order block index of [`qmm_block_work`] for physical block `b` with the split row
-/// blocks first: blocks `0 .. R·ksplit` (`R = row_blocks − full`) are the split blocks (so they run
-/// in the first wave, beside the unsplit ones, instead of after them), then the `full` unsplit
-/// ones. A bijection of `0 .. full + R·ksplit`; the identity when `full = 0` or nothing is split.
-pub const fn qmm_tail_first(b: u32, row_blocks: u32, full: u32, ksplit: u32) -> u32 {
-    let full = if full > row_blocks { row_blocks } else { full };
-    if ksplit <= 1 || full == 0 {
-        return b;
-    }
-    let split_blocks = (row_blocks - full) * ksplit;
-    if b < split_blocks {
-        full + b
-    } else {
-        b - split_blocks
-    }
-}
-
 /// What block `b` of a `qmm_*` launch computes: `(row block, split, splits of that row block)`.
 /// Blocks `0 .. full` are the unsplit row blocks in order; then split `s` of the remaining
 /// `R = row_blocks − full` row blocks is blocks `full + s·R ..` (row block fastest, as a 2-D grid
@@ -710,24 +693,6 @@ pub const fn qmm_block_work(b: u32, row_blocks: u32, full: u32, ksplit: u32, clu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn qmm_tail_first_is_a_bijection_of_the_grid() {
-        for (row_blocks, full, ksplit) in [(272, 264, 10), (40, 0, 6), (10, 10, 3), (10, 4, 1), (7, 3, 5), (1, 1, 2)] {
-            let grid = qmm_grid_blocks(row_blocks, full, ksplit);
-            let mut seen = [false; 2720];
-            for b in 0..grid {
-                let l = qmm_tail_first(b, row_blocks, full, ksplit);
-                assert!(l < grid && !seen[l as usize], "{row_blocks} {full} {ksplit}: {b} → {l}");
-                seen[l as usize] = true;
-            }
-            // The split blocks come first when there are both kinds.
-            if full > 0 && full < row_blocks && ksplit > 1 {
-                assert_eq!(qmm_block_work(qmm_tail_first(0, row_blocks, full, ksplit), row_blocks, full, ksplit, 0).2, ksplit);
-                assert_eq!(qmm_block_work(qmm_tail_first(grid - 1, row_blocks, full, ksplit), row_blocks, full, ksplit, 0).2, 1);
-            }
-        }
-    }
 
     #[test]
     fn qmm_spread_reduction_only_where_every_split_block_fits() {

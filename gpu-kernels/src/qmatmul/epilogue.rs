@@ -41,9 +41,7 @@
 //! a 24-byte stack frame in every kernel and spills in five (docs/perf/qmatmul.md, session 8).
 
 use kernel_abi::qmm_accum::FRAC_BITS;
-use kernel_abi::{
-    qmm_block_bytes, qmm_block_work, qmm_tail_first, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP,
-};
+use kernel_abi::{qmm_block_bytes, qmm_block_work, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP};
 
 use super::formats::Format;
 use crate::device::atomic::{atomic_max_u32, red_add_u64, red_max_u32};
@@ -127,18 +125,6 @@ unsafe fn ymax_publish(smax: *mut u32, ymax: *mut u32, n: u32, rb: u32, row_bloc
     }
 }
 
-/// The launch-order index [`qmm_block_work`] decodes for this block: with the experiment
-/// `qmm-tail-first` the accumulating kernels run their split blocks first
-/// (`kernel_abi::qmm_tail_first`), else the block index itself.
-#[inline(always)]
-pub(super) fn work_block<const ACCUM: bool>(p: QmmParams) -> u32 {
-    if ACCUM && cfg!(feature = "qmm-tail-first") {
-        qmm_tail_first(block_x(), p.out_features.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit)
-    } else {
-        block_x()
-    }
-}
-
 /// The row scales of a row-scaled format's packed W `w` (`kernel_abi::qmm_row_scaled`: one f32
 /// per packed row after the blocks), or null for the other formats (never read).
 #[inline(always)]
@@ -182,8 +168,7 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool, const 
     // Row block, split and the row block's split count (`kernel_abi::qmm_block_work`; recomputed
     // here rather than kept live through the kernel's main loop).
     let row_blocks = p.out_features.div_ceil(QMM_ROWS_PER_BLOCK);
-    let (rb, split, ksplit) =
-        qmm_block_work(work_block::<ACCUM>(p), row_blocks, p.full_row_blocks, p.ksplit, p.cluster);
+    let (rb, split, ksplit) = qmm_block_work(block_x(), row_blocks, p.full_row_blocks, p.ksplit, p.cluster);
     let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let out = p.out_features as usize;
     let rows = [row0 + g, row0 + g + 8];

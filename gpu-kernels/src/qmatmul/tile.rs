@@ -82,7 +82,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
     // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
     let (rb, b0, b1) = qmm_block_range(
-        super::epilogue::work_block::<ACCUM>(p),
+        block_x(),
         p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
         p.full_row_blocks,
         p.ksplit,

@@ -86,7 +86,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool,
     // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
     let (rb, b0, b1) = qmm_block_range(
-        super::epilogue::work_block::<ACCUM>(p),
+        block_x(),
         p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
         p.full_row_blocks,
         p.ksplit,
