@@ -146,6 +146,28 @@ fn main() {
     c.final_summary();
 }
 
+/// Median seconds of one call of two sites, `site(ws, 2i)` and `site(ws, 2i + 1)` (the caller
+/// rotates its weight copies by that index); with `accum` between `begin_accumulation` and
+/// `end_accumulation` — two products use pairs 0 and 1, so no memset runs inside the call.
+fn two_sites(
+    gpu: &Gpu,
+    ws: &mut QmmWorkspace,
+    accum: bool,
+    mut site: impl FnMut(&mut QmmWorkspace, usize) -> Result<(), GpuError>,
+) -> f64 {
+    median_secs(gpu, 20, |i| {
+        if accum {
+            ws.begin_accumulation(gpu)?;
+        }
+        site(ws, 2 * i)?;
+        site(ws, 2 * i + 1)?;
+        if accum {
+            ws.end_accumulation(gpu)?;
+        }
+        Ok(())
+    })
+}
+
 /// The 27B's accumulated products (output and down projections into the 5120-wide residual) as
 /// the engine runs them, each followed by its norm site: `qmm-site` = `matmul` (the split plan's
 /// own reduction) + `prepare_norm`, `qmm-site-accum` = `matmul_accum` + `prepare_norm_accum`
@@ -175,14 +197,11 @@ fn accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
         let sp = |b| DevSpan::of(gpu, b);
         for n in [1usize, 16, 22, 32] {
             // Two sites per call: x prepared, product, norm site (which prepares the next input).
-            let plain = median_secs(gpu, 20, |i| {
-                for k in 0..2 {
-                    let w = &bufs[(2 * i + k) % copies];
-                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
-                    w.matmul(gpu, n, sp(&dy), &mut ws)?;
-                    ws.prepare_norm(gpu, sp(&dh), Some((sp(&dy), sp(&dh2))), sp(&dw), n, d, 1e-6, false)?;
-                }
-                Ok(())
+            let plain = two_sites(gpu, &mut ws, false, |ws, s| {
+                let w = &bufs[s % copies];
+                w.prepare_x(gpu, sp(&dx), n, ws)?;
+                w.matmul(gpu, n, sp(&dy), ws)?;
+                ws.prepare_norm(gpu, sp(&dh), Some((sp(&dy), sp(&dh2))), sp(&dw), n, d, 1e-6, false)
             });
             let label = format!("{name} n={n}");
             let note = format!("prep_x + matmul + prepare_norm, twice; plan {:?}", bufs[0].plan());
@@ -191,15 +210,11 @@ fn accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
                 [(AccumPlan::Matrix, "qmm-site-accum-matrix"), (AccumPlan::OneWave, "qmm-site-accum-wave")]
             {
                 ws.set_accum_plan(rule);
-                let accum = median_secs(gpu, 20, |i| {
-                    ws.begin_accumulation(gpu)?;
-                    for k in 0..2 {
-                        let w = &bufs[(2 * i + k) % copies];
-                        w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
-                        let a = ws.matmul_accum(gpu, w, n)?;
-                        ws.prepare_norm_accum(gpu, sp(&dh), a, sp(&dh2), sp(&dw), n, d, 1e-6, false)?;
-                    }
-                    ws.end_accumulation(gpu)
+                let accum = two_sites(gpu, &mut ws, true, |ws, s| {
+                    let w = &bufs[s % copies];
+                    w.prepare_x(gpu, sp(&dx), n, ws)?;
+                    let a = ws.matmul_accum(gpu, w, n)?;
+                    ws.prepare_norm_accum(gpu, sp(&dh), a, sp(&dh2), sp(&dw), n, d, 1e-6, false)
                 });
                 let plan = ws.accum_split(gpu, &bufs[0]).unwrap();
                 let note = format!(
@@ -310,24 +325,17 @@ fn swiglu_accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
         let dy = gpu.zeros::<f32>(MAX_N * ff).unwrap();
         let sp = |b| DevSpan::of(gpu, b);
         for n in [1usize, 16, 22, 32] {
-            let plain = median_secs(gpu, 20, |i| {
-                for k in 0..2 {
-                    let w = &bufs[(2 * i + k) % copies];
-                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
-                    w.swiglu(gpu, n, sp(&dy), &mut ws)?;
-                    ws.prepare_swiglu(gpu, sp(&dy), n, ff, false)?;
-                }
-                Ok(())
+            let plain = two_sites(gpu, &mut ws, false, |ws, s| {
+                let w = &bufs[s % copies];
+                w.prepare_x(gpu, sp(&dx), n, ws)?;
+                w.swiglu(gpu, n, sp(&dy), ws)?;
+                ws.prepare_swiglu(gpu, sp(&dy), n, ff, false)
             });
-            let accum = median_secs(gpu, 20, |i| {
-                ws.begin_accumulation(gpu)?;
-                for k in 0..2 {
-                    let w = &bufs[(2 * i + k) % copies];
-                    w.prepare_x(gpu, sp(&dx), n, &mut ws)?;
-                    let t = ws.swiglu_accum(gpu, w, n, sp(&dy))?;
-                    ws.prepare_swiglu_accum(gpu, sp(&dy), t, n, ff, false)?;
-                }
-                ws.end_accumulation(gpu)
+            let accum = two_sites(gpu, &mut ws, true, |ws, s| {
+                let w = &bufs[s % copies];
+                w.prepare_x(gpu, sp(&dx), n, ws)?;
+                let t = ws.swiglu_accum(gpu, w, n, sp(&dy))?;
+                ws.prepare_swiglu_accum(gpu, sp(&dy), t, n, ff, false)
             });
             let label = format!("{name} n={n}");
             let note = format!("prep_x + swiglu + prepare_swiglu, twice; plan {:?}", bufs[0].plan());

@@ -124,21 +124,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     if p.max_parts > 0 {
         // The column's max from the producer's row-group maxima (see the module doc).
         let parts = p.max_parts as usize;
-        let words = ymax.add(c as usize * parts);
-        // Chunks of up to 4 words per thread, all requested before any is used (the 27B's
-        // gate/up has 272 row groups: threads 0..16 read two, in one round trip, not two).
-        let mut m = 0u32;
-        let mut i0 = t;
-        while i0 < parts {
-            let mut v = [0u32; 4];
-            unroll_below(4, |j| {
-                if i0 + 256 * j < parts {
-                    v[j] = *words.add(i0 + 256 * j);
-                }
-            });
-            unroll_below(4, |j| m = m.max(v[j]));
-            i0 += 4 * 256;
-        }
+        let m = words_max(ymax.add(c as usize * parts), parts, t);
         let inv = publish_column_scale(c, m, xscale);
         write_unit_values(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p);
         return;
@@ -168,6 +154,26 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_x(
     let inv = publish_column_scale(c, m, xscale);
     // Pass 2: this block's units.
     write_unit_values(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p);
+}
+
+/// Thread `t`'s max of the words `words[t], words[t + 256], …` below `count` (a column's row-group
+/// `max |y|` bits, `epilogue.rs`): chunks of up to 4 words per thread, all requested before any
+/// is used (the 27B's gate/up has 272 row groups: threads 0..16 read two, in one round trip).
+#[inline(always)]
+unsafe fn words_max(words: *const u32, count: usize, t: usize) -> u32 {
+    let mut m = 0u32;
+    let mut i0 = t;
+    while i0 < count {
+        let mut v = [0u32; 4];
+        unroll_below(4, |j| {
+            if i0 + 256 * j < count {
+                v[j] = *words.add(i0 + 256 * j);
+            }
+        });
+        unroll_below(4, |j| m = m.max(v[j]));
+        i0 += 4 * 256;
+    }
+    m
 }
 
 /// `s_c` and `1/s_c` for a column whose largest |x| has the bits `m` (see pass 1 of
@@ -406,24 +412,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         }
         v
     };
-    let partials = PREP_NORM_PARTIALS.as_mut_ptr() as *mut f32;
-    // The block's sum of the 8 warp partials, in warp order.
-    let block_sum = |acc: f32| -> f32 {
-        let acc = warp_sum_f32(acc);
-        if lane_id() == 0 {
-            *partials.add(warp_id() as usize) = acc;
-        }
-        sync_threads();
-        let mut total = 0.0f32;
-        let mut i = 0;
-        while i < 8 {
-            total += *partials.add(i);
-            i += 1;
-        }
-        total
-    };
     if k <= STAGED_MAX {
-        let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
         let mut v = [0.0f32; REG_ELEMS];
         let mut j = 0;
         while j < REG_ELEMS {
@@ -455,21 +444,8 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
             }
             j += 1;
         }
-        let s = inv_rms(block_sum(acc), p.in_features, np.eps);
-        let mut m = 0u32;
-        let mut j = 0;
-        while j < REG_ELEMS {
-            let e = t + 256 * j;
-            if e < k {
-                let y = v[j] * s * wv[j];
-                *row.add(e) = y;
-                m = m.max(y.to_bits() & 0x7fff_ffff);
-            }
-            j += 1;
-        }
-        // The barrier in `block_max_bits` also orders the row's shared stores before the reads below.
-        let inv = publish_column_scale(c, m, xscale);
-        write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
+        let s = inv_rms(block_sum8(acc), p.in_features, np.eps);
+        finish_staged_row(c, k, &v, &wv, s, xh, xb_hi, xb_lo, xcm, xscale, xsum, p);
         return;
     }
     // Long rows: pass 0, Σ v² in `norm`'s order; block (c, 0) stores v.
@@ -498,7 +474,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm(
         }
         at += ROW_BATCH * 256;
     }
-    let s = inv_rms(block_sum(acc), p.in_features, np.eps);
+    let s = inv_rms(block_sum8(acc), p.in_features, np.eps);
     let y_at = |e: usize| -> f32 { v_at(e) * s * *w.add(e) };
     // Pass 1: max |x̂| over the column (bits, as `qmm_prep_x`).
     let mut m = 0u32;
@@ -614,26 +590,61 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_norm_accum(
             sq = fma(v[j], v[j], sq);
         }
     });
-    // The block's sum of the 8 warp partials, in warp order (as `qmm_prep_norm`).
+    let s = inv_rms(block_sum8(sq), p.in_features, np.eps);
+    finish_staged_row(c, k, &v, &wv, s, xh, xb_hi, xb_lo, xcm, xscale, xsum, p);
+}
+
+/// The block's sum of its 8 warps' `acc` (256 threads): a butterfly per warp, then the 8 warp
+/// sums added in warp order (`norm`'s order). One barrier; every thread calls it, once.
+#[inline(always)]
+unsafe fn block_sum8(acc: f32) -> f32 {
     let partials = PREP_NORM_PARTIALS.as_mut_ptr() as *mut f32;
-    let sq = warp_sum_f32(sq);
+    let acc = warp_sum_f32(acc);
     if lane_id() == 0 {
-        *partials.add(warp_id() as usize) = sq;
+        *partials.add(warp_id() as usize) = acc;
     }
     sync_threads();
     let mut total = 0.0f32;
-    unroll_below(8, |i| total += *partials.add(i));
-    let s = inv_rms(total, p.in_features, np.eps);
+    let mut i = 0;
+    while i < 8 {
+        total += *partials.add(i);
+        i += 1;
+    }
+    total
+}
+
+/// The end of the fused norm kernels' register path: `x̂ = (v·s)·w` of this thread's elements
+/// `t + 256·j` staged in shared memory with their max, the column's scale, then the block's units
+/// written as `qmm_prep_x` writes them.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn finish_staged_row(
+    c: u32,
+    k: usize,
+    v: &[f32; REG_ELEMS],
+    wv: &[f32; REG_ELEMS],
+    s: f32,
+    xh: *mut u16,
+    xb_hi: *mut u16,
+    xb_lo: *mut u16,
+    xcm: *mut u16,
+    xscale: *mut f32,
+    xsum: *mut f32,
+    p: QmmPrepParams,
+) {
+    let t = thread_x() as usize;
     let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
     let mut m = 0u32;
-    unroll_below(REG_ELEMS, |j| {
+    let mut j = 0;
+    while j < REG_ELEMS {
         let e = t + 256 * j;
         if e < k {
             let y = v[j] * s * wv[j];
             *row.add(e) = y;
             m = m.max(y.to_bits() & 0x7fff_ffff);
         }
-    });
+        j += 1;
+    }
     // The barrier in `block_max_bits` also orders the row's shared stores before the reads below.
     let inv = publish_column_scale(c, m, xscale);
     write_units(c, k, inv, |e| *row.add(e), xh, xb_hi, xb_lo, xcm, xsum, p);
@@ -701,20 +712,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_swiglu_accum(
         }
     });
     // The column max: the unsplit row groups' words, then the tail's features.
-    let parts = p.max_parts as usize;
-    let col_words = ymax.add(c as usize * parts);
-    let mut m = 0u32;
-    let mut i0 = t;
-    while i0 < tp.full as usize {
-        let mut v = [0u32; 4];
-        unroll_below(4, |j| {
-            if i0 + 256 * j < tp.full as usize {
-                v[j] = *col_words.add(i0 + 256 * j);
-            }
-        });
-        unroll_below(4, |j| m = m.max(v[j]));
-        i0 += 4 * 256;
-    }
+    let mut m = words_max(ymax.add(c as usize * p.max_parts as usize), tp.full as usize, t);
     let per_thread = kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize / 2 / 256;
     unroll_below(per_thread, |j| {
         let f = t + 256 * j;

@@ -486,16 +486,13 @@ macro_rules! qmm_kernels {
         qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
             qmm::<$fmt, $t, $swiglu, false>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
     };
-    // The accumulating kernel (`kernel_abi::qmm_accum`): `y` is the i64 accumulators, `ymax`
-    // the columns' scale words.
-    (@accum $fmt:ty, $name:ident, $sect:literal) => {
+    // The accumulating kernels (`kernel_abi::qmm_accum`): plain (`y`: the i64 accumulators,
+    // `ymax`: the columns' scale words) and fused SwiGLU with its split tail accumulated
+    // (`partial`: the tail accumulators, `counters`: their scale words).
+    (@accum $fmt:ty, $name:ident / $fused:ident, $sect:literal) => {
         qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
             qmm::<$fmt, 1, false, true>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
-    };
-    // The fused SwiGLU kernel whose split tail accumulates (`partial`: the tail accumulators,
-    // `counters`: their scale words).
-    (@swiglu_accum $fmt:ty, $name:ident, $sect:literal) => {
-        qmm_entry!($name, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
+        qmm_entry!($fused, $sect, (w, xh, xb_hi, xb_lo, _xcm, xscale, xsum, partial, counters, y, ymax, p) =>
             qmm::<$fmt, 1, true, true>(w, xh, xb_hi, xb_lo, xscale, xsum, partial, counters, y, ymax, p));
     };
     // Per tile count: the plain kernel and its fused SwiGLU twin.
@@ -518,12 +515,9 @@ qmm_kernels!(Q6K =>
 qmm_kernels!(Q8_0 =>
     qmm_q8_0_nt1 / qmm_q8_0_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=2");
 // The accumulating one-tile kernels of the formats `kernel_abi::qmm_accum` lists (not Q5_K).
-qmm_kernels!(@accum Q4K, qmm_q4k_accum_nt1, "nvvm:maxntid=256;minctasm=2");
-qmm_kernels!(@accum Q6K, qmm_q6k_accum_nt1, "nvvm:maxntid=256;minctasm=2");
-qmm_kernels!(@accum Q8_0, qmm_q8_0_accum_nt1, "nvvm:maxntid=256;minctasm=2");
-qmm_kernels!(@swiglu_accum Q4K, qmm_q4k_swiglu_accum_nt1, "nvvm:maxntid=256;minctasm=2");
-qmm_kernels!(@swiglu_accum Q6K, qmm_q6k_swiglu_accum_nt1, "nvvm:maxntid=256;minctasm=2");
-qmm_kernels!(@swiglu_accum Q8_0, qmm_q8_0_swiglu_accum_nt1, "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(@accum Q4K, qmm_q4k_accum_nt1 / qmm_q4k_swiglu_accum_nt1, "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(@accum Q6K, qmm_q6k_accum_nt1 / qmm_q6k_swiglu_accum_nt1, "nvvm:maxntid=256;minctasm=2");
+qmm_kernels!(@accum Q8_0, qmm_q8_0_accum_nt1 / qmm_q8_0_swiglu_accum_nt1, "nvvm:maxntid=256;minctasm=2");
 qmm_kernels!(F16 =>
     qmm_f16_nt1 / qmm_f16_swiglu_nt1 = 1 @ "nvvm:maxntid=256;minctasm=3",
     qmm_f16_nt2 / qmm_f16_swiglu_nt2 = 2 @ "nvvm:maxntid=256;minctasm=3");

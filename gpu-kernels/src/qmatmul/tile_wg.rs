@@ -334,14 +334,12 @@ macro_rules! qmm_wg_kernels {
         qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
             qmm_wg::<$fmt, $t, $two, $swiglu, false>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
     };
-    // The accumulating kernel (`kernel_abi::qmm_accum`), with its plain twin's buffers.
-    (@accum $fmt:ty, $name:ident, $t:literal, $two:literal) => {
+    // The accumulating kernels (`kernel_abi::qmm_accum`), plain and fused SwiGLU (its split tail
+    // accumulated), with their reducing twins' stage buffers.
+    (@accum $fmt:ty, $name:ident / $fused:ident, $t:literal, $two:literal) => {
         qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
             qmm_wg::<$fmt, $t, $two, false, true>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
-    };
-    // The fused SwiGLU kernel whose split tail accumulates.
-    (@swiglu_accum $fmt:ty, $name:ident, $t:literal, $two:literal) => {
-        qmm_entry!($name, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
+        qmm_entry!($fused, "nvvm:maxntid=256;minctasm=2", (w, _xh, _xb_hi, _xb_lo, xcm, xscale, xsum, partial, counters, y, ymax, p) =>
             qmm_wg::<$fmt, $t, $two, true, true>(w, xcm, xsum, xscale, partial, counters, y, ymax, p));
     };
     (@pair $fmt:ty, $name:ident, $fused:ident, $t:literal, $two:literal) => {
@@ -385,23 +383,13 @@ qmm_wg_kernels!(F16 =>
 qmm_wg_kernels!(Bf16 =>
     qmm_bf16_nt3 / qmm_bf16_swiglu_nt3 = 3,
     qmm_bf16_nt4 / qmm_bf16_swiglu_nt4 = 4);
-// The accumulating kernels (`kernel_abi::qmm_accum`), with their plain twins' stage buffers.
-qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt2, 2, true);
-qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt3, 3, true);
-qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt4, 4, false);
-qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt2, 2, true);
-qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt3, 3, true);
-qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt4, 4, true);
-qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt2, 2, true);
-qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt3, 3, false);
-qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt4, 4, false);
-// The fused SwiGLU kernels whose split tail accumulates, with their plain twins' stage buffers.
-qmm_wg_kernels!(@swiglu_accum Q4K, qmm_q4k_swiglu_accum_nt2, 2, true);
-qmm_wg_kernels!(@swiglu_accum Q4K, qmm_q4k_swiglu_accum_nt3, 3, true);
-qmm_wg_kernels!(@swiglu_accum Q4K, qmm_q4k_swiglu_accum_nt4, 4, false);
-qmm_wg_kernels!(@swiglu_accum Q6K, qmm_q6k_swiglu_accum_nt2, 2, true);
-qmm_wg_kernels!(@swiglu_accum Q6K, qmm_q6k_swiglu_accum_nt3, 3, true);
-qmm_wg_kernels!(@swiglu_accum Q6K, qmm_q6k_swiglu_accum_nt4, 4, true);
-qmm_wg_kernels!(@swiglu_accum Q8_0, qmm_q8_0_swiglu_accum_nt2, 2, true);
-qmm_wg_kernels!(@swiglu_accum Q8_0, qmm_q8_0_swiglu_accum_nt3, 3, false);
-qmm_wg_kernels!(@swiglu_accum Q8_0, qmm_q8_0_swiglu_accum_nt4, 4, false);
+// The accumulating kernels (`kernel_abi::qmm_accum`), with their reducing twins' stage buffers.
+qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt2 / qmm_q4k_swiglu_accum_nt2, 2, true);
+qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt3 / qmm_q4k_swiglu_accum_nt3, 3, true);
+qmm_wg_kernels!(@accum Q4K, qmm_q4k_accum_nt4 / qmm_q4k_swiglu_accum_nt4, 4, false);
+qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt2 / qmm_q6k_swiglu_accum_nt2, 2, true);
+qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt3 / qmm_q6k_swiglu_accum_nt3, 3, true);
+qmm_wg_kernels!(@accum Q6K, qmm_q6k_accum_nt4 / qmm_q6k_swiglu_accum_nt4, 4, true);
+qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt2 / qmm_q8_0_swiglu_accum_nt2, 2, true);
+qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt3 / qmm_q8_0_swiglu_accum_nt3, 3, false);
+qmm_wg_kernels!(@accum Q8_0, qmm_q8_0_accum_nt4 / qmm_q8_0_swiglu_accum_nt4, 4, false);

@@ -20,7 +20,8 @@ use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{
-    accumulation_enabled, qmm_needs_pairs, qmm_swiglu_rows, swiglu_tail_rows, QWeight, QmmAccumulated, QmmWorkspace,
+    accumulation_enabled, accumulator_width_fits, qmm_needs_pairs, qmm_swiglu_rows, swiglu_tail_fits, swiglu_tail_rows,
+    QWeight, QmmAccumulated, QmmWorkspace,
 };
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len, sample_rows};
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -385,7 +386,7 @@ impl Engine {
                 }
                 // The MLPs' fused gate/up products accumulate their split tails where they fit.
                 let tail = w.layers.iter().map(|l| swiglu_tail_rows(&l.gate_up)).max().unwrap_or(0);
-                if accumulation_enabled() && tail > 0 && tail <= kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize {
+                if accumulation_enabled() && swiglu_tail_fits(tail) {
                     ws.enable_swiglu_accumulation(&gpu, tail)?;
                 }
                 ws
@@ -1186,35 +1187,34 @@ pub(super) fn norm_site(
     after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), EngineError> {
     let pairs = ws.pairs_needed;
-    match add {
+    let fused = fused_norm_enabled();
+    let add = match add {
         Addend::Accumulated(a) => {
-            if !fused_norm_enabled() {
+            if !fused {
                 return Err(GpuError::shape("norm site", "an accumulated product needs the fused norm").into());
             }
             ws.prepare_norm_accum(gpu, eb[*cur], a, eb[1 - *cur], w, n, h, eps, pairs)?;
             *cur = 1 - *cur;
             after("norm+prep")?;
+            return Ok(());
         }
-        add if fused_norm_enabled() => {
-            let a = match add {
-                Addend::Buffer(a) => Some(a),
-                _ => None,
-            };
-            ws.prepare_norm(gpu, eb[*cur], a.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
-            if a.is_some() {
-                *cur = 1 - *cur;
-            }
-            after("norm+prep")?;
+        Addend::Buffer(a) => Some(a),
+        Addend::None => None,
+    };
+    if fused {
+        ws.prepare_norm(gpu, eb[*cur], add.map(|a| (a, eb[1 - *cur])), w, n, h, eps, pairs)?;
+        if add.is_some() {
+            *cur = 1 - *cur;
         }
-        add => {
-            match add {
-                Addend::Buffer(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
-                _ => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
-            }
-            after("norm")?;
-            ws.prepare(gpu, x, n, h, pairs)?;
-            after("prep")?;
+        after("norm+prep")?;
+    } else {
+        match add {
+            None => rms_norm_rows_span(gpu, eb[*cur], w, x, n, h, eps)?,
+            Some(a) => add_rms_norm(gpu, eb[*cur], a, w, x, n, h, eps)?,
         }
+        after("norm")?;
+        ws.prepare(gpu, x, n, h, pairs)?;
+        after("prep")?;
     }
     Ok(())
 }
@@ -1223,10 +1223,7 @@ pub(super) fn norm_site(
 /// (`gpu::qmatmul` accum.rs): `FLASHTREE_QMM_ACCUM` not `0`, the fused norm on, and a residual
 /// width the accumulating norm kernel takes. A property of the model, never of `n`.
 pub(super) fn accumulates_residual(width: usize) -> bool {
-    accumulation_enabled()
-        && fused_norm_enabled()
-        && width <= kernel_abi::qmm_accum::MAX_IN as usize
-        && width.is_multiple_of(32)
+    accumulation_enabled() && fused_norm_enabled() && accumulator_width_fits(width)
 }
 
 /// A mixer's or MLP's output product, read only by the next norm site's residual add:

@@ -43,6 +43,20 @@ pub fn accumulation_enabled() -> bool {
     *V.get_or_init(|| std::env::var("FLASHTREE_QMM_ACCUM").map_or(true, |v| v.trim() != "0"))
 }
 
+/// Whether products into a residual of `width` rows can accumulate: a positive multiple of 32
+/// that `qmm_prep_norm_accum` takes (≤ `qmm_accum::MAX_IN`).
+pub fn accumulator_width_fits(width: usize) -> bool {
+    width > 0 && width <= qmm_accum::MAX_IN as usize && width.is_multiple_of(32)
+}
+
+/// Whether a fused SwiGLU product's split tail of `tail_rows` rows can accumulate: whole row
+/// blocks, some, at most `qmm_accum::MAX_SWIGLU_TAIL_ROWS`.
+pub fn swiglu_tail_fits(tail_rows: usize) -> bool {
+    tail_rows > 0
+        && tail_rows <= qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize
+        && tail_rows.is_multiple_of(QMM_ROWS_PER_BLOCK as usize)
+}
+
 /// How an accumulated product splits K (per matrix, never per `n`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AccumPlan {
@@ -56,7 +70,7 @@ pub enum AccumPlan {
 }
 
 /// `FLASHTREE_QMM_ACCUM_PLAN=matrix|wave` (default `wave`): the engine's [`AccumPlan`].
-pub fn accum_plan_from_env() -> AccumPlan {
+pub(super) fn accum_plan_from_env() -> AccumPlan {
     match std::env::var("FLASHTREE_QMM_ACCUM_PLAN").as_deref().map(str::trim) {
         Ok("matrix") => AccumPlan::Matrix,
         _ => AccumPlan::OneWave,
@@ -84,18 +98,35 @@ pub fn swiglu_accumulation_enabled() -> bool {
     *V.get_or_init(|| std::env::var("FLASHTREE_QMM_ACCUM_SWIGLU").map_or(true, |v| v.trim() != "0"))
 }
 
-/// The accumulating kernel of `ty` for `tiles` tiles of 8 columns (`kernel_abi::qmm_accum`).
-pub(super) fn accum_kernel_name(ty: GgmlType, tiles: usize) -> Option<&'static str> {
-    const Q4K: [&str; 4] = ["qmm_q4k_accum_nt1", "qmm_q4k_accum_nt2", "qmm_q4k_accum_nt3", "qmm_q4k_accum_nt4"];
-    const Q6K: [&str; 4] = ["qmm_q6k_accum_nt1", "qmm_q6k_accum_nt2", "qmm_q6k_accum_nt3", "qmm_q6k_accum_nt4"];
-    const Q8: [&str; 4] = ["qmm_q8_0_accum_nt1", "qmm_q8_0_accum_nt2", "qmm_q8_0_accum_nt3", "qmm_q8_0_accum_nt4"];
-    let names = match ty {
-        GgmlType::Q4_K if qmm_accum::Q4_K => &Q4K,
-        GgmlType::Q6_K if qmm_accum::Q6_K => &Q6K,
-        GgmlType::Q8_0 if qmm_accum::Q8_0 => &Q8,
+/// The accumulating kernel of `ty` for `tiles` tiles of 8 columns (`kernel_abi::qmm_accum`):
+/// plain, or (`swiglu`) the fused SwiGLU kernel whose split tail accumulates.
+pub(super) fn accum_kernel_name(ty: GgmlType, tiles: usize, swiglu: bool) -> Option<&'static str> {
+    // `([prefix_accum_nt1 …], [prefix_swiglu_accum_nt1 …])`: the names `gpu-kernels` exports.
+    macro_rules! names {
+        ($p:literal) => {
+            (
+                [
+                    concat!($p, "_accum_nt1"),
+                    concat!($p, "_accum_nt2"),
+                    concat!($p, "_accum_nt3"),
+                    concat!($p, "_accum_nt4"),
+                ],
+                [
+                    concat!($p, "_swiglu_accum_nt1"),
+                    concat!($p, "_swiglu_accum_nt2"),
+                    concat!($p, "_swiglu_accum_nt3"),
+                    concat!($p, "_swiglu_accum_nt4"),
+                ],
+            )
+        };
+    }
+    let (plain, fused) = match ty {
+        GgmlType::Q4_K if qmm_accum::Q4_K => names!("qmm_q4k"),
+        GgmlType::Q6_K if qmm_accum::Q6_K => names!("qmm_q6k"),
+        GgmlType::Q8_0 if qmm_accum::Q8_0 => names!("qmm_q8_0"),
         _ => return None,
     };
-    names.get(tiles.checked_sub(1)?).copied()
+    (if swiglu { fused } else { plain }).get(tiles.checked_sub(1)?).copied()
 }
 
 /// A product whose sums wait in an accumulator pair for their consumer
@@ -135,10 +166,6 @@ impl Accumulators {
             dirty0: false,
             pending: false,
         })
-    }
-
-    fn bytes(&self) -> usize {
-        2 * (self.sums[0].len() * 8 + self.words[0].len() * 4)
     }
 
     fn zero_pair0(&mut self, gpu: &Gpu) -> Result<(), GpuError> {
@@ -206,7 +233,7 @@ impl QmmWorkspace {
     /// at most `qmm_accum::MAX_IN`) over up to this workspace's columns: `2 × columns × width × 8`
     /// bytes and a word per column.
     pub fn enable_accumulation(&mut self, gpu: &Gpu, width: usize) -> Result<(), GpuError> {
-        if width == 0 || width > qmm_accum::MAX_IN as usize || !width.is_multiple_of(32) {
+        if !accumulator_width_fits(width) {
             return Err(GpuError::shape(
                 "qmm accumulators",
                 format!("width {width}: a positive multiple of 32 up to {}", qmm_accum::MAX_IN),
@@ -220,7 +247,7 @@ impl QmmWorkspace {
     /// rows (`qmm_accum::MAX_SWIGLU_TAIL_ROWS` at most; see [`Self::swiglu_accumulates`]).
     pub fn enable_swiglu_accumulation(&mut self, gpu: &Gpu, tail_rows: usize) -> Result<(), GpuError> {
         let max = qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize;
-        if tail_rows == 0 || tail_rows > max || !tail_rows.is_multiple_of(QMM_ROWS_PER_BLOCK as usize) {
+        if !swiglu_tail_fits(tail_rows) {
             return Err(GpuError::shape(
                 "qmm SwiGLU tail accumulators",
                 format!("{tail_rows} rows: a positive multiple of {QMM_ROWS_PER_BLOCK} up to {max}"),
@@ -244,18 +271,13 @@ impl QmmWorkspace {
         Ok(Some(accum_split(gpu, w, self.accum_plan)?))
     }
 
-    /// Device bytes of the accumulator pairs (0 before they are enabled).
-    pub fn accumulation_bytes(&self) -> usize {
-        self.accum.as_ref().map_or(0, Accumulators::bytes) + self.swiglu_tail.as_ref().map_or(0, Accumulators::bytes)
-    }
-
     /// Whether products of `w` run accumulated: accumulation enabled here and by
     /// `FLASHTREE_QMM_ACCUM`, a format with accumulating kernels, a plain matrix of exactly the
     /// accumulators' width. Never depends on the number of tokens.
     pub fn accumulates(&self, w: &QWeight) -> bool {
         accumulation_enabled()
             && w.ff().is_none()
-            && accum_kernel_name(w.ty(), 1).is_some()
+            && accum_kernel_name(w.ty(), 1, false).is_some()
             && self.accum.as_ref().is_some_and(|a| a.width == w.out())
     }
 
@@ -270,7 +292,7 @@ impl QmmWorkspace {
             && swiglu_accumulation_enabled()
             && super::prep::swiglu_max_enabled()
             && w.ff().is_some()
-            && swiglu_accum_kernel_name(w.ty(), 1).is_some()
+            && accum_kernel_name(w.ty(), 1, true).is_some()
             && tail > 0
             && self.swiglu_tail.as_ref().is_some_and(|a| tail <= a.width)
     }
@@ -294,70 +316,91 @@ impl QmmWorkspace {
         Ok(())
     }
 
+    /// The checks every accumulating product makes (`op` names it): `n` within the workspace's
+    /// columns, `w` within its scratch, the activations prepared for `w`.
+    fn check_accumulating(&self, op: &'static str, w: &QWeight, n: usize) -> Result<(), GpuError> {
+        if n == 0 || n > self.max_columns() {
+            return Err(GpuError::shape(op, format!("{n} tokens: 1..={}", self.max_columns())));
+        }
+        self.check_fits(op, w.out(), w.inp())?;
+        self.check_prepared(op, n, w.inp(), w.needs_pairs())
+    }
+
+    /// One launch per activation plane of the accumulating kernel of `w` (fused SwiGLU when
+    /// `swiglu_ff > 0`) over `n` tokens with `plan` (no clusters, no spread: nothing waits);
+    /// `outputs(launch, first, cols)` appends the kernel's last four buffers (`qmm_entry!`'s
+    /// `partial`, `counters`, `y`, `ymax`) for columns `first .. first + cols`.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_accumulating(
+        &self,
+        gpu: &Gpu,
+        op: &'static str,
+        w: &QWeight,
+        n: usize,
+        plan: QmmSplitPlan,
+        swiglu_ff: usize,
+        outputs: impl Fn(&mut ChainedLaunch, usize, usize) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let (ty, rows, inp) = (w.ty(), w.out(), w.inp());
+        let family = family_for(ty, rows, inp)?;
+        let rows32 = to_u32(rows, "rows")?;
+        for c in 0..n.div_ceil(QMM_MAX_N as usize) {
+            let (first, cols) = chunk_cols(n, c);
+            let pl = self.plane(gpu, c)?;
+            let tiles = cols.div_ceil(8);
+            let name = accum_kernel_name(ty, tiles, swiglu_ff > 0)
+                .ok_or_else(|| GpuError::shape(op, format!("no kernel for {ty:?}")))?;
+            let p = QmmParams {
+                out_features: rows32,
+                in_features: to_u32(inp, "in")?,
+                n: cols as u32,
+                ksplit: plan.ksplit,
+                full_row_blocks: plan.full,
+                cluster: 0,
+                swiglu_ff: to_u32(swiglu_ff, "ff")?,
+                reduce_spread: 0,
+            };
+            let smem = family.smem_bytes(tiles as u32);
+            gpu.allow_dynamic_smem(name, smem)?;
+            let cfg = LaunchConfig {
+                grid_dim: (qmm_grid_blocks(rows32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
+                block_dim: (QMM_WARPS * 32, 1, 1),
+                shared_mem_bytes: smem,
+            };
+            let mut launch = ChainedLaunch::new(gpu, name);
+            launch.buf(w.buf()).span(pl.xh).span(pl.xb_hi).span(pl.xb_lo).span(pl.xcm).span(pl.xscale).span(pl.xsum);
+            outputs(&mut launch, first, cols)?;
+            // Safety: the arguments match `qmm_entry!` (the caller's four outputs last).
+            unsafe { launch.value(Param(p)).tag(p.in_features).launch(cfg)? };
+        }
+        Ok(())
+    }
+
     /// `W · x` over the `n` tokens last prepared here, added into the next accumulator pair
-    /// (`qmm_*_accum_*`, one launch per plane of ≤ 32 columns, `w`'s own K-split plan without
-    /// clusters or waiting); consume it with [`Self::prepare_norm_accum`] before the next one.
+    /// (`qmm_*_accum_*`, one launch per plane of ≤ 32 columns, the workspace's [`AccumPlan`],
+    /// no clusters or waiting); consume it with [`Self::prepare_norm_accum`] before the next one.
     pub fn matmul_accum(&mut self, gpu: &Gpu, w: &QWeight, n: usize) -> Result<QmmAccumulated, GpuError> {
         const OP: &str = "qmm accumulated";
         let (ty, out, inp) = (w.ty(), w.out(), w.inp());
         if !self.accumulates(w) {
             return Err(GpuError::shape(OP, format!("W {ty:?} [{out}, {inp}] does not accumulate here")));
         }
-        if n == 0 || n > self.max_columns() {
-            return Err(GpuError::shape(OP, format!("{n} tokens: 1..={}", self.max_columns())));
-        }
-        self.check_fits(OP, out, inp)?;
-        self.check_prepared(OP, n, inp, w.needs_pairs())?;
-        let family = family_for(ty, out, inp)?;
-        let out32 = to_u32(out, "out")?;
+        self.check_accumulating(OP, w, n)?;
         let plan = accum_split(gpu, w, self.accum_plan)?;
-        let planes: Vec<_> =
-            (0..n.div_ceil(QMM_MAX_N as usize)).map(|c| self.plane(gpu, c)).collect::<Result<_, _>>()?;
         let Some(a) = self.accum.as_mut() else { unreachable!("accumulates() checked it") };
         let pair = a.acquire(gpu, OP)?;
         let (sums, words) = a.spans(gpu, pair);
-        for (c, pl) in planes.iter().enumerate() {
-            let (first, cols) = chunk_cols(n, c);
-            let tiles = cols.div_ceil(8);
-            let name =
-                accum_kernel_name(ty, tiles).ok_or_else(|| GpuError::shape(OP, format!("no kernel for {ty:?}")))?;
-            let p = QmmParams {
-                out_features: out32,
-                in_features: to_u32(inp, "in")?,
-                n: cols as u32,
-                ksplit: plan.ksplit,
-                full_row_blocks: plan.full,
-                cluster: 0,
-                swiglu_ff: 0,
-                reduce_spread: 0,
-            };
-            let smem = family.smem_bytes(tiles as u32);
-            gpu.allow_dynamic_smem(name, smem)?;
-            let cfg = LaunchConfig {
-                grid_dim: (qmm_grid_blocks(out32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
-                block_dim: (QMM_WARPS * 32, 1, 1),
-                shared_mem_bytes: smem,
-            };
-            // Safety: the arguments match `qmm_entry!` (`y` = this chunk's i64 sums, `ymax` = its
-            // scale words; the partials and counters are never touched by these kernels).
-            unsafe {
-                ChainedLaunch::new(gpu, name)
-                    .buf(w.buf())
-                    .span(pl.xh)
-                    .span(pl.xb_hi)
-                    .span(pl.xb_lo)
-                    .span(pl.xcm)
-                    .span(pl.xscale)
-                    .span(pl.xsum)
-                    .buf_mut(&mut self.partial)
-                    .buf_mut(&mut self.counters)
-                    .span(sums.sub(first * out, cols * out, "qmm accumulators")?)
-                    .span(words.sub(first, cols, "qmm accumulator words")?)
-                    .value(Param(p))
-                    .tag(p.in_features)
-                    .launch(cfg)?
-            };
-        }
+        // The partials and counters are never touched by these kernels; `y` = the chunk's i64
+        // sums, `ymax` = its scale words.
+        let (partial, counters) = (DevSpan::of(gpu, &self.partial), DevSpan::of(gpu, &self.counters));
+        self.launch_accumulating(gpu, OP, w, n, plan, 0, |launch, first, cols| {
+            launch
+                .span(partial)
+                .span(counters)
+                .span(sums.sub(first * out, cols * out, "qmm accumulators")?)
+                .span(words.sub(first, cols, "qmm accumulator words")?);
+            Ok(())
+        })?;
         self.ymax_of = None;
         Ok(QmmAccumulated { pair, n, out })
     }
@@ -380,12 +423,7 @@ impl QmmWorkspace {
         pairs: bool,
     ) -> Result<(), GpuError> {
         const K: &str = "qmm_prep_norm_accum";
-        h.need(n * inp, K, "h")?;
-        w.need(inp, K, "w")?;
-        h_out.need(n * inp, K, "h_out")?;
-        if h_out.ptr() == h.ptr() {
-            return Err(GpuError::shape(K, "h_out must be another buffer than h"));
-        }
+        super::prep::check_norm_site(K, h, w, Some(h_out), n, inp)?;
         if a.n != n || a.out != inp {
             return Err(GpuError::shape(
                 K,
@@ -444,67 +482,27 @@ impl QmmWorkspace {
             ));
         }
         let ff = w.ff().expect("swiglu_accumulates checked it");
-        if n == 0 || n > self.max_columns() {
-            return Err(GpuError::shape(OP, format!("{n} tokens: 1..={}", self.max_columns())));
-        }
         if y.len() < n * ff {
             return Err(GpuError::shape(OP, format!("y {} values (has {})", n * ff, y.len())));
         }
-        self.check_fits(OP, rows, inp)?;
-        self.check_prepared(OP, n, inp, w.needs_pairs())?;
-        let family = family_for(ty, rows, inp)?;
-        let rows32 = to_u32(rows, "rows")?;
+        self.check_accumulating(OP, w, n)?;
         let plan = w.plan();
         let tail_rows = swiglu_tail_rows(w);
         let parts = rows.div_ceil(QMM_ROWS_PER_BLOCK as usize);
-        let planes: Vec<_> =
-            (0..n.div_ceil(QMM_MAX_N as usize)).map(|c| self.plane(gpu, c)).collect::<Result<_, _>>()?;
         let ymax_all = self.ymax_span(gpu, 0, n, parts)?;
         let Some(a) = self.swiglu_tail.as_mut() else { unreachable!("swiglu_accumulates() checked it") };
         let pair = a.acquire(gpu, OP)?;
         let (sums, words) = a.spans(gpu, pair);
-        for (c, pl) in planes.iter().enumerate() {
-            let (first, cols) = chunk_cols(n, c);
-            let tiles = cols.div_ceil(8);
-            let name = swiglu_accum_kernel_name(ty, tiles)
-                .ok_or_else(|| GpuError::shape(OP, format!("no kernel for {ty:?}")))?;
-            let p = QmmParams {
-                out_features: rows32,
-                in_features: to_u32(inp, "in")?,
-                n: cols as u32,
-                ksplit: plan.ksplit,
-                full_row_blocks: plan.full,
-                cluster: 0,
-                swiglu_ff: to_u32(ff, "ff")?,
-                reduce_spread: 0,
-            };
-            let smem = family.smem_bytes(tiles as u32);
-            gpu.allow_dynamic_smem(name, smem)?;
-            let cfg = LaunchConfig {
-                grid_dim: (qmm_grid_blocks(rows32.div_ceil(QMM_ROWS_PER_BLOCK), p.full_row_blocks, p.ksplit), 1, 1),
-                block_dim: (QMM_WARPS * 32, 1, 1),
-                shared_mem_bytes: smem,
-            };
-            // Safety: the arguments match `qmm_entry!` (`partial` = this chunk's tail sums,
-            // `counters` = their scale words; `y` and `ymax` as for `QWeight::swiglu`).
-            unsafe {
-                ChainedLaunch::new(gpu, name)
-                    .buf(w.buf())
-                    .span(pl.xh)
-                    .span(pl.xb_hi)
-                    .span(pl.xb_lo)
-                    .span(pl.xcm)
-                    .span(pl.xscale)
-                    .span(pl.xsum)
-                    .span(sums.sub(first * tail_rows, cols * tail_rows, "qmm SwiGLU tail accumulators")?)
-                    .span(words.sub(first, cols, "qmm SwiGLU tail words")?)
-                    .span(y.sub(first * ff, cols * ff, "y")?)
-                    .span(ymax_all.sub(first * parts, cols * parts, "qmm ymax")?)
-                    .value(Param(p))
-                    .tag(p.in_features)
-                    .launch(cfg)?
-            };
-        }
+        // `partial` = the chunk's tail sums, `counters` = their scale words; `y` and `ymax` as
+        // for `QWeight::swiglu`.
+        self.launch_accumulating(gpu, OP, w, n, plan, ff, |launch, first, cols| {
+            launch
+                .span(sums.sub(first * tail_rows, cols * tail_rows, "qmm SwiGLU tail accumulators")?)
+                .span(words.sub(first, cols, "qmm SwiGLU tail words")?)
+                .span(y.sub(first * ff, cols * ff, "y")?)
+                .span(ymax_all.sub(first * parts, cols * parts, "qmm ymax")?);
+            Ok(())
+        })?;
         self.ymax_of = None;
         Ok(QmmSwigluAccumulated { pair, n, ff, y: y.ptr(), parts, full: plan.full, tail_rows })
     }
@@ -581,35 +579,6 @@ pub fn swiglu_tail_rows(w: &QWeight) -> usize {
     row_blocks.saturating_sub(plan.full as usize) * QMM_ROWS_PER_BLOCK as usize
 }
 
-/// The fused SwiGLU kernel of `ty` whose split tail accumulates, for `tiles` tiles.
-pub(super) fn swiglu_accum_kernel_name(ty: GgmlType, tiles: usize) -> Option<&'static str> {
-    const Q4K: [&str; 4] = [
-        "qmm_q4k_swiglu_accum_nt1",
-        "qmm_q4k_swiglu_accum_nt2",
-        "qmm_q4k_swiglu_accum_nt3",
-        "qmm_q4k_swiglu_accum_nt4",
-    ];
-    const Q6K: [&str; 4] = [
-        "qmm_q6k_swiglu_accum_nt1",
-        "qmm_q6k_swiglu_accum_nt2",
-        "qmm_q6k_swiglu_accum_nt3",
-        "qmm_q6k_swiglu_accum_nt4",
-    ];
-    const Q8: [&str; 4] = [
-        "qmm_q8_0_swiglu_accum_nt1",
-        "qmm_q8_0_swiglu_accum_nt2",
-        "qmm_q8_0_swiglu_accum_nt3",
-        "qmm_q8_0_swiglu_accum_nt4",
-    ];
-    let names = match ty {
-        GgmlType::Q4_K if qmm_accum::Q4_K => &Q4K,
-        GgmlType::Q6_K if qmm_accum::Q6_K => &Q6K,
-        GgmlType::Q8_0 if qmm_accum::Q8_0 => &Q8,
-        _ => return None,
-    };
-    names.get(tiles.checked_sub(1)?).copied()
-}
-
 /// A fused SwiGLU product whose split tail waits in a tail accumulator pair
 /// ([`QmmWorkspace::prepare_swiglu_accum`]); valid until then.
 #[derive(Debug)]
@@ -633,23 +602,18 @@ mod tests {
     #[test]
     fn every_accumulating_kernel_is_in_the_ptx() {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
-            for tiles in 1..=4 {
-                let name = accum_kernel_name(ty, tiles).expect("an accumulating kernel");
-                assert!(crate::gpu::KERNELS_PTX.contains(&format!(".entry {name}(")), "{name} is not in the PTX");
+            for swiglu in [false, true] {
+                for tiles in 1..=4 {
+                    let name = accum_kernel_name(ty, tiles, swiglu).expect("an accumulating kernel");
+                    assert!(crate::gpu::KERNELS_PTX.contains(&format!(".entry {name}(")), "{name} is not in the PTX");
+                }
+                assert!(accum_kernel_name(ty, 5, swiglu).is_none());
             }
-            assert!(accum_kernel_name(ty, 5).is_none());
         }
         for ty in [GgmlType::Q5_K, GgmlType::F16, GgmlType::BF16, GgmlType::F32] {
-            assert!(accum_kernel_name(ty, 1).is_none(), "{ty:?}");
+            assert!(accum_kernel_name(ty, 1, false).is_none() && accum_kernel_name(ty, 1, true).is_none(), "{ty:?}");
         }
         assert!(crate::gpu::KERNELS_PTX.contains(".entry qmm_prep_norm_accum("));
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
-            for tiles in 1..=4 {
-                let name = swiglu_accum_kernel_name(ty, tiles).expect("a SwiGLU accumulating kernel");
-                assert!(crate::gpu::KERNELS_PTX.contains(&format!(".entry {name}(")), "{name} is not in the PTX");
-            }
-        }
-        assert!(swiglu_accum_kernel_name(GgmlType::Q5_K, 1).is_none());
         assert!(crate::gpu::KERNELS_PTX.contains(".entry qmm_prep_swiglu_accum("));
     }
 }

@@ -29,7 +29,8 @@ mod weight;
 mod workspace;
 
 pub use accum::{
-    accum_plan_from_env, accumulation_enabled, swiglu_tail_rows, AccumPlan, QmmAccumulated, QmmSwigluAccumulated,
+    accumulation_enabled, accumulator_width_fits, swiglu_tail_fits, swiglu_tail_rows, AccumPlan, QmmAccumulated,
+    QmmSwigluAccumulated,
 };
 pub use format::{qmm_format, qmm_is_row_scaled, qmm_needs_pairs, qmm_packed_bytes, qmm_swiglu_rows, QmmFamily};
 pub use gemv::{gemv_bf16, gemv_f32};

@@ -119,15 +119,10 @@ impl QmmWorkspace {
         pairs: bool,
     ) -> Result<(), GpuError> {
         const K: &str = "qmm_prep_norm";
-        h.need(n * inp, K, "h")?;
-        w.need(inp, K, "w")?;
+        check_norm_site(K, h, w, add.map(|(_, o)| o), n, inp)?;
         let (a, h_out) = match add {
             Some((a, o)) => {
                 a.need(n * inp, K, "a")?;
-                o.need(n * inp, K, "h_out")?;
-                if o.ptr() == h.ptr() {
-                    return Err(GpuError::shape(K, "h_out must be another buffer than h"));
-                }
                 (a, o)
             }
             // Safety: never dereferenced (the kernel reads `a` and writes `h_out` only with `add`).
@@ -199,6 +194,27 @@ impl QmmWorkspace {
         self.prepared = Some((n, inp, pairs));
         Ok(())
     }
+}
+
+/// The checks of a norm site's launch (`k` names the kernel): `h [n, inp]`, `w [inp]`, and with a
+/// residual add `h_out [n, inp]` in another buffer than `h` (every block reads `h` whole).
+pub(super) fn check_norm_site(
+    k: &'static str,
+    h: DevSpan<f32>,
+    w: DevSpan<f32>,
+    h_out: Option<DevSpan<f32>>,
+    n: usize,
+    inp: usize,
+) -> Result<(), GpuError> {
+    h.need(n * inp, k, "h")?;
+    w.need(inp, k, "w")?;
+    if let Some(o) = h_out {
+        o.need(n * inp, k, "h_out")?;
+        if o.ptr() == h.ptr() {
+            return Err(GpuError::shape(k, "h_out must be another buffer than h"));
+        }
+    }
+    Ok(())
 }
 
 /// Whether [`QmmWorkspace::prepare_swiglu`] takes the column maxima from the SwiGLU epilogue
