@@ -6,9 +6,13 @@
 //! y_i[c]  = silu(Σ_{t<K−1} w[c][t]·win_i[t][c] + w[c][K−1]·mixed_i[c])   (window along ancestors)
 //! q, k    = l2norm(y_q), l2norm(y_k) per key head (eps 1e-6), q·1/√d_k;   v = y_v
 //! α = exp(ssm_a·softplus(a + dt_bias)),   β = sigmoid(b)
-//! S_i     = step(S_parent(i)) :  S̃ = α S;  u = S̃ᵀk;  δ = β(v − u);  S = S̃ + k δᵀ
-//! o_i     = S_iᵀ q;   out_i = rmsnorm(o_i) · norm_w ⊙ silu(z_i)
+//! S_i     = step(S_parent(i)) :  u = α·(Sᵀk);  δ = β(v − u);  S = α S + k δᵀ
+//! o_i     = S_iᵀ q = α·(S_parentᵀq) + δ·(kᵀq);   out_i = rmsnorm(o_i) · norm_w ⊙ silu(z_i)
 //! ```
+//!
+//! A node's output is computed from its parent's state (both dot products of the same state,
+//! then `δ`), so a leaf needs no state of its own and its parent's state stays in the registers
+//! for the next sibling.
 //!
 //! Kernels (one forward = `gdn_prep` → `gdn_recur_dk{16,32,64,128}` → `gdn_gated_norm`; the
 //! commit of an accepted path = one `gdn_commit_dk*` launch over all layers):
@@ -17,10 +21,10 @@
 //!   window), SiLU, the L2 norms, the q scale, α and β, into the layer's scratch
 //!   (`kernel_abi::gdn_scratch`).
 //! * `gdn_recur_*` — the replay: block `(j, column group)` loads its columns of the committed
-//!   state once and computes every node's state on chip by the forward's replay schedule
+//!   state once and computes every inner node's state on chip by the forward's replay schedule
 //!   (`kernel_abi::gdn_replay`, built on the host from the node batch: depth first, each node
-//!   once from its parent's state, branch points kept in shared-memory slots for their later
-//!   children). Nothing per node is written but `o`.
+//!   once from its parent's state, leaves without a state of their own, branch points kept in
+//!   shared-memory slots for their later inner children). Nothing per node is written but `o`.
 //! * `gdn_gated_norm` — per (node, value head) RMSNorm of `o` times `norm_w ⊙ silu(z)`.
 //! * `gdn_norm_prep_dv*` ([`norm_prep`]) — the gated norm fused with the out projection's
 //!   `qmm_prep_x` (the engine's default in place of `gdn_gated_norm`).
@@ -33,13 +37,16 @@
 //! the committed state/window. Every reduction has a fixed order chosen from the head dims: the
 //! per-column dot products `Σ_r S[r][c]·x[r]` are 4 lanes × `d_k/4` rows (4 interleaved
 //! accumulators per lane, summed `(a0+a1)+(a2+a3)`, then the butterfly over the lanes xor 8, 16),
-//! the L2 and RMS norms are butterfly sums in warp order. The replay schedule (the order, and
-//! which saved state a node restarts from) changes which work is done, never the bits: every
-//! state is the same chain of [`delta_step`]s from the root.
+//! `kᵀq` is 8 lanes × 4-row groups (fma chain per lane, butterfly xor 1, 2, 4), the L2 and RMS
+//! norms are butterfly sums in warp order. The replay schedule (the order, which saved state a
+//! node restarts from, whether a node is a leaf) changes which work is done, never the bits:
+//! every state is the same chain of [`delta_step`]s from the root, and every output the same
+//! [`readout_from_parent`] of its parent's state.
 
 use kernel_abi::{
-    gdn_replay_max_ops, gdn_scratch, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK, GDN_OP_LOAD,
-    GDN_OP_OUT, GDN_OP_SAVE, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS, GDN_SLOTS, MAX_NODES,
+    gdn_replay_max_ops, gdn_scratch, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK, GDN_OP_KIND,
+    GDN_OP_LEAF, GDN_OP_LOAD, GDN_OP_OUT, GDN_OP_SAVE, GDN_OP_STEP, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS,
+    GDN_RECUR_THREADS, GDN_SLOTS, MAX_NODES,
 };
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
@@ -55,6 +62,8 @@ pub mod norm_prep;
 
 const COLS: usize = GDN_COLS_PER_BLOCK as usize;
 const THREADS: usize = GDN_RECUR_THREADS as usize;
+// `stage_kq` splits the nodes over two warps.
+const _: () = assert!(THREADS == 64);
 const SLOTS: usize = GDN_SLOTS as usize;
 
 #[link_section = ".shared"]
@@ -99,27 +108,54 @@ fn column_sum(v: f32) -> f32 {
     v + shfl_xor_f32(v, 16)
 }
 
-/// One delta-rule update of one value column, on this lane's `RPL` key rows `s` (the column's
-/// other rows live in the lanes xor 8, 16, 24), with the rows `k` of the key:
-/// `s ← α s;  u = sᵀk;  δ = β (v − u);  s ← s + k δ`. The one definition of the per-token update:
-/// the forward's replay and the commit both call it, so a committed state is bitwise the state
-/// the forward computed (and the state AR reaches).
+/// `δ = β (v − α·d)` of one column from `d = sᵀk` (`column_sum` of `lane_dot`) — shared by
+/// [`delta_step`] and [`readout_from_parent`], so both get the same `δ` from the same state.
 #[inline(always)]
-pub fn delta_step<const RPL: usize>(s: &mut [f32; RPL], k: &[f32; RPL], alpha: f32, beta: f32, v: f32) {
-    for e in s.iter_mut() {
-        *e *= alpha;
-    }
-    let u = column_sum(lane_dot(s, k));
-    let delta = beta * (v - u);
+fn delta_of(d: f32, alpha: f32, beta: f32, v: f32) -> f32 {
+    beta * (v - alpha * d)
+}
+
+/// `s ← α s + k δ` on this lane's rows (`α s` rounded, then the fma).
+#[inline(always)]
+fn apply_update<const RPL: usize>(s: &mut [f32; RPL], k: &[f32; RPL], alpha: f32, delta: f32) {
     for r in 0..RPL {
-        s[r] = fma(k[r], delta, s[r]);
+        s[r] = fma(k[r], delta, s[r] * alpha);
     }
 }
 
-/// `o = sᵀ q` of one column (the same reduction order as `u`).
+/// One delta-rule update of one value column, on this lane's `RPL` key rows `s` (the column's
+/// other rows live in the lanes xor 8, 16, 24), with the rows `k` of the key:
+/// `u = α·(sᵀk);  δ = β (v − u);  s ← α s + k δ`. The one definition of the per-token update:
+/// the forward's replay and the commit both call it (the replay's output kinds through
+/// [`delta_of`] and [`apply_update`], the same operations), so a committed state is bitwise the
+/// state the forward computed (and the state AR reaches).
 #[inline(always)]
-fn readout<const RPL: usize>(s: &[f32; RPL], q: &[f32; RPL]) -> f32 {
-    column_sum(lane_dot(s, q))
+pub fn delta_step<const RPL: usize>(s: &mut [f32; RPL], k: &[f32; RPL], alpha: f32, beta: f32, v: f32) {
+    let delta = delta_of(column_sum(lane_dot(s, k)), alpha, beta, v);
+    apply_update(s, k, alpha, delta);
+}
+
+/// A node's output `o = S_nodeᵀq` of one column from its parent's state `s` (this lane's rows),
+/// without changing `s`: with `S_node = α s + k δ`, `S_nodeᵀq = α·(sᵀq) + δ·(kᵀq)`, computed as
+/// `fma(δ, kq, α·(sᵀq))` with `δ` from `sᵀk` ([`delta_of`]) — both dot products of the same `s`,
+/// independent of each other; `kq = kᵀq` of the node (the same for every column). Returns
+/// `(o, δ)`; the node's own state, where needed, is [`apply_update`] with this `δ` — bitwise
+/// [`delta_step`]'s.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn readout_from_parent<const RPL: usize>(
+    s: &[f32; RPL],
+    k: &[f32; RPL],
+    q: &[f32; RPL],
+    alpha: f32,
+    beta: f32,
+    v: f32,
+    kq: f32,
+) -> (f32, f32) {
+    let (dk, dq) = (lane_dot(s, k), lane_dot(s, q));
+    let (dk, dq) = (column_sum(dk), column_sum(dq));
+    let delta = delta_of(dk, alpha, beta, v);
+    (fma(delta, kq, alpha * dq), delta)
 }
 
 /// This lane's `RPL` consecutive rows of a staged k or q vector in shared memory, as
@@ -547,11 +583,12 @@ unsafe fn stage_v_columns(
 /// `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp `w` column
 /// `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. It stages the nodes' k, q (key head
 /// `j mod n_k`), v, α, β and the forward's replay schedule (`kernel_abi::GdnReplay`, the same
-/// for every block) in shared memory, loads its slice of the committed state once
-/// (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic) into the registers
-/// and slot 0, and runs the schedule: load or save the registers from or to a slot
-/// (`1 + GDN_SLOTS` slots: the committed state and saved branch points), apply a node's update
-/// (`delta_step`), and for each node once, its update and `o_i` (written to scratch). The
+/// for every block) in shared memory, computes every node's `kᵀq` there, loads its slice of the
+/// committed state once (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic)
+/// into the registers and slot 0, and runs the schedule: load or save the registers from or to
+/// a slot (`1 + GDN_SLOTS` slots: the committed state and saved branch points), apply a node's
+/// update (`delta_step`), and for each node once its `o_i` from the registers' (its parent's)
+/// state ([`readout_from_parent`], written to scratch), then its update unless it is a leaf. The
 /// host's depth-first schedule (`kernel_abi::gdn_replay`) computes every node once from its
 /// parent's state below 63 nodes. The committed state is only read.
 #[inline(always)]
@@ -593,7 +630,8 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let sv = sq.add(m * DK);
     let sa = sv.add(m * COLS);
     let sb = sa.add(m);
-    let sops = sb.add(m) as *mut u32;
+    let skq = sb.add(m);
+    let sops = skq.add(m) as *mut u32;
     let max_ops = gdn_replay_max_ops(m as u32) as usize;
     let slots = sops.add(max_ops.div_ceil(2)) as *mut f32;
     let len = ((*replay).len as usize).min(max_ops);
@@ -626,9 +664,11 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     }
     cp_async_wait_all();
     sync_threads();
+    stage_kq::<DK>(sk, sq, skq, n, t);
+    sync_threads();
 
     if col >= dv {
-        return; // d_v is a multiple of 8: whole warps leave, after the block's only barrier
+        return; // d_v is a multiple of 8: whole warps leave, after the block's last barrier
     }
     // Slot 0: the committed state (reloaded for a second root or a replay from the root).
     if n > 1 {
@@ -645,22 +685,61 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
             next = *sops.add(i + 1);
         }
         let x = (op & 63) as usize;
-        let kind = op & (3 << 6);
+        let kind = op & GDN_OP_KIND;
         if kind == GDN_OP_LOAD {
             slot_load(slot(x), t, &mut s);
         } else if kind == GDN_OP_SAVE {
             slot_store(slot(x), t, &s);
         } else if x < n {
             let k = load_rows::<RPL>(sk.add(x * DK + r0));
-            delta_step(&mut s, &k, *sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
-            if kind == GDN_OP_OUT {
-                let o = readout(&s, &load_rows::<RPL>(sq.add(x * DK + r0)));
+            let (alpha, beta, v) = (*sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
+            if kind == GDN_OP_STEP {
+                delta_step(&mut s, &k, alpha, beta, v);
+            } else {
+                let q = load_rows::<RPL>(sq.add(x * DK + r0));
+                let (o, delta) = readout_from_parent(&s, &k, &q, alpha, beta, v, *skq.add(x));
+                if kind != GDN_OP_LEAF {
+                    apply_update(&mut s, &k, alpha, delta);
+                }
                 if lane < 8 {
                     *out.add(x * vd) = o;
                 }
             }
         }
         i += 1;
+    }
+}
+
+/// `kq[i] = k_iᵀq_i` of the block's `n` staged nodes (`sk`, `sq`: `[n][DK]`) into `skq`, by the
+/// block's 64 threads: quarter warp `g` of warp `w` takes node `8·it + 4·w + g`, its lane `j`
+/// the 4-row groups `j, j + 8, …` (16-byte loads, an fma chain in row order), then the butterfly
+/// over the quarter (xor 1, 2, 4) — a fixed order whatever `n`. Every thread calls it.
+#[inline(always)]
+unsafe fn stage_kq<const DK: usize>(sk: *const f32, sq: *const f32, skq: *mut f32, n: usize, t: usize) {
+    let (lane, w) = (t % 32, t / 32);
+    let (g, j) = (lane / 8, lane % 8);
+    let mut base = 0;
+    while base < n {
+        let node = base + 4 * w + g;
+        let mut acc = 0.0f32;
+        if node < n {
+            let (ka, qa) = (smem_addr(sk.add(node * DK)), smem_addr(sq.add(node * DK)));
+            let mut c = j;
+            while c < DK / 4 {
+                let (kv, qv) = (ld_shared_v4(ka + 16 * c as u32), ld_shared_v4(qa + 16 * c as u32));
+                for e in 0..4 {
+                    acc = fma(f32::from_bits(kv[e]), f32::from_bits(qv[e]), acc);
+                }
+                c += 8;
+            }
+        }
+        acc += shfl_xor_f32(acc, 1);
+        acc += shfl_xor_f32(acc, 2);
+        acc += shfl_xor_f32(acc, 4);
+        if j == 0 && node < n {
+            *skq.add(node) = acc;
+        }
+        base += 8;
     }
 }
 

@@ -986,11 +986,12 @@ pub const GDN_REPLAY_MAX_OPS: usize = 768;
 
 /// Most operations [`gdn_replay`] emits for `n` nodes: `n` computed nodes, at most `n` saves and
 /// `n` loads, and replays only at a branch point nested deeper than `GDN_SLOTS` pending ones.
-/// Children are visited smallest first, so a pending branch point's current child holds at most
-/// `(s − 1)/2` of its `s` nodes, and a branch point has at least 3: the 5th nested one needs
-/// `n ≥ 63` — below that every node costs one update. From 63 on, at most `n · n / 8` replayed
-/// updates (such a branch point's nearest saved ancestor roots at most `n / 8` nodes): 704
-/// operations at `n = 64`. `gdn_recur_*` stages this many in shared memory.
+/// Only a node with two or more inner (non-leaf) children is a branch point that needs its state
+/// again; its inner children are visited smallest first, so a pending branch point's current
+/// child holds at most `(s − 1)/2` of its `s` nodes, and a branch point has at least 3: the 5th
+/// nested one needs `n ≥ 63` — below that every node costs one computation. From 63 on, at most
+/// `n · n / 8` replayed updates (such a branch point's nearest saved ancestor roots at most
+/// `n / 8` nodes): 704 operations at `n = 64`. `gdn_recur_*` stages this many in shared memory.
 pub const fn gdn_replay_max_ops(n: u32) -> u32 {
     let replays = if n < (1 << (GDN_SLOTS + 2)) - 1 { 0 } else { n * n / (1 << (GDN_SLOTS - 1)) };
     let ops = 3 * n + replays;
@@ -1001,13 +1002,19 @@ pub const fn gdn_replay_max_ops(n: u32) -> u32 {
     }
 }
 
-/// Kinds of a [`GdnReplay`] operation (bits 6–7; bits 0–5 are its node or slot): load the
-/// registers from slot `x` (0: the committed state, `1..=GDN_SLOTS`: saved states), save them
-/// to slot `x`, apply node `x`'s update, apply it and write node `x`'s output.
+/// Kinds of a [`GdnReplay`] operation (bits 6–8, [`GDN_OP_KIND`]; bits 0–5 are its node or
+/// slot): load the registers from slot `x` (0: the committed state, `1..=GDN_SLOTS`: saved
+/// states), save them to slot `x`, apply node `x`'s update, write node `x`'s output and apply its
+/// update, write node `x`'s output and leave the registers as they are (a leaf: its output needs
+/// only its parent's state, which the registers hold). A node's output is the same function of
+/// its parent's state in both output kinds.
 pub const GDN_OP_LOAD: u16 = 0;
 pub const GDN_OP_SAVE: u16 = 1 << 6;
 pub const GDN_OP_STEP: u16 = 2 << 6;
 pub const GDN_OP_OUT: u16 = 3 << 6;
+pub const GDN_OP_LEAF: u16 = 4 << 6;
+/// The kind bits of a [`GdnReplay`] operation.
+pub const GDN_OP_KIND: u16 = 7 << 6;
 
 /// The order in which a `gdn_recur_*` block computes a tree's states: every block of a forward
 /// runs the same operations (`GDN_OP_*`), built on the host from the node batch by
@@ -1022,12 +1029,13 @@ pub struct GdnReplay {
 }
 
 /// The replay schedule of `nb`'s nodes (parents before children, as a `NodeBatch` holds them):
-/// depth first from the committed state, each node's children in ascending subtree size (the
-/// largest last, so nested branch points stay few), each node computed once from its parent's
-/// state (`GDN_OP_OUT`); a node with further children saves its state in a free slot before its
-/// first child and reloads it before each later one (the slot is freed before the last). A
-/// branch point that finds no free slot is recomputed from its nearest saved ancestor (or the
-/// committed state) with `GDN_OP_STEP`s. `None` only if the schedule would pass
+/// depth first from the committed state, each node computed once from its parent's state — a
+/// leaf's output without touching the registers (`GDN_OP_LEAF`, its parent's leaves first), an
+/// inner node's output and state (`GDN_OP_OUT`), inner children in ascending subtree size (the
+/// largest last, so nested branch points stay few); a node with two or more inner children
+/// saves its state in a free slot before its first inner child and reloads it before each
+/// later one (the slot is freed before the last). A branch point that finds no free slot is
+/// recomputed from its nearest saved ancestor (or the committed state) with `GDN_OP_STEP`s. `None` only if the schedule would pass
 /// [`gdn_replay_max_ops`] (not possible for a valid batch, see there) or a parent does not
 /// precede its child.
 pub fn gdn_replay(nb: &NodeBatch) -> Option<GdnReplay> {
@@ -1136,7 +1144,8 @@ impl ReplayBuilder {
         self.cur = v;
     }
 
-    /// Visits the children of `v` (the registers hold `v`'s state): smallest subtree first.
+    /// Visits the children of `v` (the registers hold `v`'s state): its leaves, then its inner
+    /// children smallest subtree first.
     fn children(&mut self, v: usize) {
         const ROOT: usize = MAX_NODES as usize;
         let mut kids = [0usize; MAX_NODES as usize];
@@ -1162,8 +1171,15 @@ impl ReplayBuilder {
             kids[j] = x;
             i += 1;
         }
-        // A branch point keeps its state for its later children in a free slot, if any.
-        if v != ROOT && k >= 2 {
+        // Leaves (subtree size 1, sorted first) read the registers without changing them.
+        let mut leaves = 0;
+        while leaves < k && self.size[kids[leaves]] == 1 {
+            self.emit(GDN_OP_LEAF | kids[leaves] as u16);
+            leaves += 1;
+        }
+        let inner = k - leaves;
+        // A branch point keeps its state for its later inner children in a free slot, if any.
+        if v != ROOT && inner >= 2 {
             let mut s = 1;
             while s <= self.slots {
                 if self.slot_node[s] == Self::FREE {
@@ -1174,9 +1190,9 @@ impl ReplayBuilder {
                 s += 1;
             }
         }
-        let mut j = 0;
+        let mut j = leaves;
         while j < k {
-            if j > 0 {
+            if j > leaves {
                 self.restore(v);
             }
             if j + 1 == k && v != ROOT {
@@ -1281,12 +1297,12 @@ const _: () = assert!(MAX_NODES <= GDN_RECUR_THREADS && MAX_NODES <= 64 && MAX_N
 
 /// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` and `n` node rows
 /// ([`GdnParams::smem_nodes`], the launch's node count) (4-byte words): `k [n][d_k]`,
-/// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, the replay schedule's operations
+/// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, `kᵀq [n]`, the replay schedule's operations
 /// ([`gdn_replay_max_ops`]`(n)` u16), then `1 + `[`gdn_slots`]`(n)` state slots of `d_k/4 · 64`
 /// floats (the root and the saved branch points; word `r·64 + t` of a slot is row `r` of thread
 /// `t`'s slice). At `d_k = 128`: 9 KB for one node, 65 KB for 22, 76 KB for 32, 110 KB for 64.
 pub const fn gdn_recur_smem_words(d_k: u32, n: u32) -> u32 {
-    n * (2 * d_k + GDN_COLS_PER_BLOCK + 2)
+    n * (2 * d_k + GDN_COLS_PER_BLOCK + 3)
         + gdn_replay_max_ops(n).div_ceil(2)
         + (1 + gdn_slots(n)) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
@@ -1557,7 +1573,7 @@ mod attn_tests {
         // SM's shared memory, was 5), trees keep 3 blocks per SM up to 32 nodes, 2 at 64.
         let blocks = |n: u32| sm / (gdn_recur_smem_words(128, n) * 4 + 1024);
         assert_eq!((blocks(1), blocks(2), blocks(3), blocks(22), blocks(32), blocks(64)), (22, 20, 5, 3, 3, 2));
-        assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_224);
+        assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_352);
         assert_eq!((gdn_replay_max_ops(31), gdn_replay_max_ops(62), gdn_replay_max_ops(64)), (93, 186, 704));
     }
 
@@ -1608,13 +1624,24 @@ mod replay_tests {
         let mut updates = 0;
         for &op in &r.ops[..r.len as usize] {
             let x = (op & 63) as usize;
-            match op & (3 << 6) {
+            match op & GDN_OP_KIND {
                 GDN_OP_LOAD => cur = slots[x],
                 GDN_OP_SAVE => {
                     assert!(x >= 1, "slot 0 holds the committed state");
                     slots[x] = cur;
                 }
+                GDN_OP_LEAF => {
+                    // The output of the registers' state plus the node's update; the registers stay.
+                    assert!(x < n);
+                    let mut leaf = cur;
+                    leaf.0[leaf.1] = x as u8;
+                    leaf.1 += 1;
+                    updates += 1;
+                    assert!(out[x].is_none(), "node {x} written twice");
+                    out[x] = Some(leaf);
+                }
                 kind => {
+                    assert!(kind == GDN_OP_STEP || kind == GDN_OP_OUT, "unknown kind {kind:#x}");
                     assert!(x < n);
                     cur.0[cur.1] = x as u8;
                     cur.1 += 1;
@@ -1685,9 +1712,49 @@ mod replay_tests {
         assert_eq!([1, 2, 3, 22, 64].map(gdn_slots), [0, 0, GDN_SLOTS, GDN_SLOTS, GDN_SLOTS]);
         for parents in [&[-1][..], &[-1, 0], &[-1, -1]] {
             let r = gdn_replay(&batch(parents)).unwrap();
-            assert!(r.ops[..r.len as usize].iter().all(|&op| op & (3 << 6) != GDN_OP_SAVE));
+            assert!(r.ops[..r.len as usize].iter().all(|&op| op & GDN_OP_KIND != GDN_OP_SAVE));
             assert_eq!(check(parents), parents.len());
         }
+    }
+
+    #[test]
+    fn leaves_leave_the_registers_so_siblings_need_no_reload() {
+        // A star: the root's output and state, then seven leaves from it; no save, no load.
+        let r = gdn_replay(&batch(&[-1, 0, 0, 0, 0, 0, 0, 0])).unwrap();
+        assert_eq!(
+            &r.ops[..r.len as usize],
+            [
+                GDN_OP_OUT,
+                GDN_OP_LEAF | 1,
+                GDN_OP_LEAF | 2,
+                GDN_OP_LEAF | 3,
+                GDN_OP_LEAF | 4,
+                GDN_OP_LEAF | 5,
+                GDN_OP_LEAF | 6,
+                GDN_OP_LEAF | 7
+            ]
+        );
+        // One node (the AR step) is a leaf of the committed state.
+        let r = gdn_replay(&batch(&[-1])).unwrap();
+        assert_eq!(&r.ops[..r.len as usize], [GDN_OP_LEAF]);
+        // Two inner children of node 0 (1 → 3, 2 → 4) and a leaf (5): the leaf first, then a save
+        // before the first inner child and a load before the second.
+        let r = gdn_replay(&batch(&[-1, 0, 0, 1, 2, 0])).unwrap();
+        let ops = &r.ops[..r.len as usize];
+        assert_eq!(
+            ops,
+            [
+                GDN_OP_OUT,
+                GDN_OP_LEAF | 5,
+                GDN_OP_SAVE | 1,
+                GDN_OP_OUT | 1,
+                GDN_OP_LEAF | 3,
+                GDN_OP_LOAD | 1,
+                GDN_OP_OUT | 2,
+                GDN_OP_LEAF | 4
+            ]
+        );
+        check(&[-1, 0, 0, 1, 2, 0]);
     }
 
     #[test]

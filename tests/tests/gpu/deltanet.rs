@@ -17,7 +17,11 @@
 //!   f32 roundings, `≤ (γ_{d_k} + 8u)·M`, plus the input errors
 //!   `Δα‖s‖ + Δβ·M + (2‖s‖ + |v|)‖Δk‖ + Δv_c`. So the column error after a node at depth `D` is
 //!   the sum of `D + 1` such terms along its path (the bound grows with depth).
-//!   `o_c = sᵀq`: `Δo_c ≤ E_c‖q‖ + ‖s‖‖Δq‖ + γ_{d_k}‖s‖‖q‖ + u|o_c|`.
+//!   The kernel reads a node's output from its parent's column `s`: `o_c = fma(δ, kᵀq, α·sᵀq)`
+//!   with `δ = β(v − α·sᵀk)`. With `E_c` the node's state error (it bounds `Δδ` too: every term of
+//!   `Δδ ≤ Δβ·M + Δv + E_parent + ‖s‖‖Δk‖ + (γ_{d_k} + u)‖s‖ + Δα‖s‖` is one of `E_c`'s), `|δ| ≤ M`,
+//!   `|sᵀq| ≤ ‖s‖‖q‖`, `‖k‖ = 1` and `Δ(kᵀq) ≤ ‖Δk‖‖q‖ + ‖Δq‖ + γ_{d_k}‖q‖`:
+//!   `Δo_c ≤ 2E_c‖q‖ + (‖s‖ + M)(‖Δq‖ + (γ_{d_k} + u)‖q‖) + M‖Δk‖‖q‖ + Δα‖s‖‖q‖ + 2u|o_c|`.
 //! * Gated norm: `Δms ≤ Σ(2|o|Δo + Δo²)/d_v + γ₁₀·ms`, `Δr/r ≤ ½Δms/(ms + eps) + 4u`,
 //!   `Δout_c ≤ |w_c silu(z_c)|·r·(Δo_c + |o_c|Δr/r) + |out_c|(|z_c|·2⁻²³ + 2⁻²¹ + 6u)`.
 //!
@@ -341,17 +345,26 @@ fn check_forward(s: &GdnShape, l: &Layer, nb: &NodeBatch, o: &[f32], out: &[f32]
     let (n, dv, vd) = (nb.n as usize, s.d_v, s.value_len());
     let ie: Vec<InputErr> = (0..n).map(|i| input_err(s, l, i, &res[i])).collect();
     let inputs: Vec<&DeltaInputs> = res.iter().map(|r| &r.inputs).collect();
-    let e = state_err(s, nb, &column_norms(s, &l.state), &res, &ie, &inputs);
+    let root_norms = column_norms(s, &l.state);
+    let e = state_err(s, nb, &root_norms, &res, &ie, &inputs);
     for i in 0..n {
         let r = &res[i];
-        let sn = column_norms(s, &r.state);
+        // The parent's column norms: the output is read from the parent's state (module doc).
+        let p = nb.parent[i];
+        let sn = if p < 0 { root_norms.clone() } else { column_norms(s, &res[p as usize].state) };
         let mut d_o = vec![0f64; vd];
         for jc in 0..vd {
-            let kh = (jc / dv) % s.n_k;
+            let (j, kh) = (jc / dv, (jc / dv) % s.n_k);
             let q = norm(r.inputs.q[kh * s.d_k..(kh + 1) * s.d_k].iter().map(|&x| x as f64));
             let want = r.o[jc] as f64;
-            d_o[jc] =
-                2.0 * (e[i][jc] * q + sn[jc] * ie[i].dq[kh] + gamma(s.d_k) * sn[jc] * q + U32 * want.abs()) + 1e-30;
+            let m = sn[jc] + (r.inputs.v[jc] as f64).abs();
+            d_o[jc] = 2.0
+                * (2.0 * e[i][jc] * q
+                    + (sn[jc] + m) * (ie[i].dq[kh] + (gamma(s.d_k) + U32) * q)
+                    + m * ie[i].dk[kh] * q
+                    + ie[i].da[j] * sn[jc] * q
+                    + 2.0 * U32 * want.abs())
+                + 1e-30;
             let got = o[i * vd + jc];
             prop_assert!(got.is_finite(), "o[{}][{}] = {} (not written?)", i, jc, got);
             let err = (got as f64 - want).abs();
