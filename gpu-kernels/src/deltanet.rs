@@ -45,8 +45,8 @@
 
 use kernel_abi::{
     gdn_replay_max_ops, gdn_scratch, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK, GDN_OP_KIND,
-    GDN_OP_LEAF, GDN_OP_LOAD, GDN_OP_OUT, GDN_OP_SAVE, GDN_OP_STEP, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS,
-    GDN_RECUR_THREADS, GDN_SLOTS, MAX_NODES,
+    GDN_OP_LEAF, GDN_OP_LOAD, GDN_OP_SAVE, GDN_OP_STEP, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS,
+    GDN_SLOTS, MAX_NODES,
 };
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};

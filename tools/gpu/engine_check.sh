@@ -114,14 +114,16 @@ ab)
     [ -f .gpu-bundle/old-flashtree.xz ] || { echo "no .gpu-bundle/old-flashtree.xz (or set AB_OLD_ENV)"; exit 2; }
     xz -dc .gpu-bundle/old-flashtree.xz > /tmp/flashtree-old; chmod +x /tmp/flashtree-old
   fi
-  # AB_MID_ENV="VAR=value …": a third side, this bundle's `flashtree` under those variables.
+  # AB_MID_ENV="VAR=value …": a third side, this bundle's `flashtree` under those variables;
+  # AB_NEW_ENV: the variables of the new side.
   read -r -a mid_env <<< "${AB_MID_ENV:-}"
+  read -r -a new_env <<< "${AB_NEW_ENV:-}"
   sides="old new"; [ ${#mid_env[@]} -gt 0 ] && sides="old mid new"
   pair; date
   : > "$OUT/ab-old-new.txt"
   for r in 1 2; do
     for v in $sides; do
-      bin=$B/flashtree; envv=()
+      bin=$B/flashtree; envv=("${new_env[@]}")
       [ "$v" = old ] && { bin=/tmp/flashtree-old; envv=("${old_env[@]}"); }
       [ "$v" = mid ] && envv=("${mid_env[@]}")
       env "${envv[@]}" timeout 120 $bin bench --model $M --draft $DQ --mode tree --oracle-depths 7 --prompt-tokens 512 --tokens 128 > /tmp/x.txt 2>&1

@@ -353,7 +353,7 @@ proptest! {
 }
 
 /// The 27B's gate/up plan (264 unsplit row blocks and 8 split ones on nvidia-h200; any plan with
-/// both here): the unsplit features bitwise those of the reducing product, the tail within the
+/// both here; the tail in one split per weight block, as its one-wave rule gives): the unsplit features bitwise those of the reducing product, the tail within the
 /// reference bound, the prep bitwise the scanning prep's, three products in a row the same, and
 /// every column's bits at n = 40 those of the column alone.
 #[test]
@@ -373,6 +373,11 @@ fn swiglu_tail_at_the_27b_plan() {
         let plan = s.w.plan();
         assert!(plan.full > 0 && plan.ksplit > 1, "{ty:?} ff {ff}: plan {plan:?} has no unsplit waves");
         assert!(s.ws.swiglu_accumulates(&s.w), "{ty:?} ff {ff}: plan {plan:?} does not accumulate");
+        // The accumulated tail (8 row blocks) in as many splits as one wave holds (`slots / 8`),
+        // at most one per weight block (the K-quants here: one weight block per split).
+        let tail = s.ws.swiglu_accum_split(gpu, &s.w).unwrap().unwrap();
+        let want = (slots as u32 / 8).clamp(plan.ksplit, (blocks as u32).max(plan.ksplit));
+        assert_eq!(tail, kernel_abi::QmmSplitPlan { full: plan.full, ksplit: want }, "{ty:?} ff {ff}: tail split");
         let full_feats = plan.full as usize * 64;
         for n in [1usize, 22] {
             let x = activations(22 + n as u64, n, s.gate.inp);
