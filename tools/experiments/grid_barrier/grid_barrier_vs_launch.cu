@@ -8,7 +8,8 @@
 //
 // Each phase does what the engine's smallest kernels do: every block reads one value the previous
 // phase wrote (a different block's) and writes one, so a phase depends on the whole previous one.
-// Printed: µs per phase boundary, for grids of 1 block per SM and 2 per SM (the matmuls' 264 slots).
+// Printed: µs per phase boundary, for grids of 1 block per SM and 2 per SM (the matmuls' 264 slots),
+// and the chained phase with a 4 KB row read and written per block.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -35,6 +36,20 @@ __global__ void phase_kernel(unsigned* buf, int phase, int pdl) {
     unsigned prev = buf[(phase & 1) * n + (blockIdx.x + 1) % n];
     buf[((phase + 1) & 1) * n + blockIdx.x] = prev + 1;
   }
+}
+
+// The same phase with a row per block: every thread reads 16 bytes of a neighbouring block's row
+// of the previous phase (4 KB per block, L2) and writes 16 bytes of its own — the floor of the
+// engine's small kernels (one dependent L2 read, one write, the boundary).
+__global__ void row_phase_kernel(uint4* rows, int phase, int pdl) {
+  if (pdl) {
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+  }
+  unsigned n = gridDim.x, t = threadIdx.x, w = blockDim.x;
+  uint4 v = rows[((phase & 1) * n + (blockIdx.x + 1) % n) * w + t];
+  v.x += 1;
+  rows[(((phase + 1) & 1) * n + blockIdx.x) * w + t] = v;
 }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
@@ -119,6 +134,44 @@ int main() {
              phases, pdl ? ", programmatic dependent launch" : "", best * 1e3f / phases);
       CK(cudaGraphExecDestroy(ge));
       CK(cudaGraphDestroy(g));
+    }
+    // The row phase: one dependent 4 KB read and a 4 KB write per block, chained with PDL.
+    {
+      uint4* rows;
+      CK(cudaMalloc(&rows, 2 * (size_t)grid * threads * sizeof(uint4)));
+      CK(cudaMemset(rows, 0, 2 * (size_t)grid * threads * sizeof(uint4)));
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+      for (int p = 0; p < phases; ++p) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(threads);
+        cfg.stream = s;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        CK(cudaLaunchKernelEx(&cfg, row_phase_kernel, rows, p, 1));
+      }
+      CK(cudaStreamEndCapture(s, &g));
+      CK(cudaGraphInstantiate(&ge, g, 0));
+      float best = 1e30f;
+      for (int rep = 0; rep < 6; ++rep) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (rep > 0 && ms < best) best = ms;
+      }
+      printf("grid %4d (%d per SM): kernel boundary + a dependent 4 KB read and write per block (PDL graph): %.3f us per phase\n",
+             grid, per_sm, best * 1e3f / phases);
+      CK(cudaGraphExecDestroy(ge));
+      CK(cudaGraphDestroy(g));
+      CK(cudaFree(rows));
     }
     // One persistent cooperative kernel (every block resident by construction).
     int max_blocks = 0;
