@@ -267,11 +267,8 @@ pub(crate) unsafe fn write_unit_values(
     let lane = lane_id();
     let units = k / 32;
     let first = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4;
-    // The four units' values first (converted and stored), then their sums' butterflies level by
-    // level, so the four shuffle chains overlap (each unit's sum is still the same adds in the
-    // same order), then lane 0's stores of the sums.
-    let mut sums = [0f32; 4];
-    unroll_below(4, |j| {
+    let mut j = 0;
+    while j < 4 {
         let unit = first + j;
         if unit < units {
             let v = vals[j] * inv;
@@ -286,33 +283,28 @@ pub(crate) unsafe fn write_unit_values(
                 *xb_hi.add(dst) = hi;
                 *xb_lo.add(dst) = lo;
             }
-            sums[j] = f16_to_f32(h);
+            let mut sum = f16_to_f32(h);
+            let mut s = 1;
+            while s < 32 {
+                sum += shfl_xor_f32(sum, s);
+                s <<= 1;
+            }
+            if lane == 0 {
+                *xsum.add(unit * QMM_MAX_N as usize + c as usize) = sum;
+                // The same sum for the K-quant kernels' correction products: `S / 64` (a
+                // power of two, so `|S/64| < 2^15` fits f16) as f16 hi + lo, at its B-fragment
+                // slot of the unit's group of 8 (see `group_sum_slot`).
+                let s64 = sum * 0.015625;
+                let hi = f32_to_f16(s64);
+                let lo = f32_to_f16(s64 - f16_to_f32(hi));
+                let sums_h = xsum.add(units * QMM_MAX_N as usize) as *mut u16;
+                let at = group_sum_slot(unit, c as usize);
+                *sums_h.add(at) = hi;
+                *sums_h.add(at + 2) = lo;
+            }
         }
-    });
-    let mut s = 1;
-    while s < 32 {
-        unroll_below(4, |j| {
-            sums[j] += shfl_xor_f32(sums[j], s);
-        });
-        s <<= 1;
+        j += 1;
     }
-    unroll_below(4, |j| {
-        let unit = first + j;
-        if unit < units && lane == 0 {
-            let sum = sums[j];
-            *xsum.add(unit * QMM_MAX_N as usize + c as usize) = sum;
-            // The same sum for the K-quant kernels' correction products: `S / 64` (a power of
-            // two, so `|S/64| < 2^15` fits f16) as f16 hi + lo, at its B-fragment slot of the
-            // unit's group of 8 (see `group_sum_slot`).
-            let s64 = sum * 0.015625;
-            let hi = f32_to_f16(s64);
-            let lo = f32_to_f16(s64 - f16_to_f32(hi));
-            let sums_h = xsum.add(units * QMM_MAX_N as usize) as *mut u16;
-            let at = group_sum_slot(unit, c as usize);
-            *sums_h.add(at) = hi;
-            *sums_h.add(at + 2) = lo;
-        }
-    });
 }
 
 #[link_section = ".shared"]
