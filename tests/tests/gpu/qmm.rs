@@ -538,3 +538,43 @@ fn qmm_rejects_bad_shapes_and_types() {
     assert!(e(w.matmul(gpu, 1, DevSpan::of(gpu, &y_short), &mut ws)).contains("y 4 values (has 3)"));
     w.matmul(gpu, 1, ys, &mut ws).unwrap();
 }
+
+/// The preps write only the f16 plane their products read (`QmmWorkspace::fragments_past_one_tile`
+/// cleared): one tile reads the fragment plane, more tiles of a format with warpgroup kernels the
+/// core-matrix plane — the same bits as a workspace that writes both, at every n (1, 8, 9, 22, 40:
+/// two launches past 32); a product whose multi-tile kernel is `mma.sync` (F16 at two tiles) is
+/// refused with an error naming the plane instead of reading a stale one, and runs at three.
+#[test]
+fn qmm_preps_write_only_the_plane_their_products_read() {
+    let Some(gpu) = gpu_or_skip("qmm_preps_write_only_the_plane_their_products_read") else { return };
+    let bits_with = |w: &QWeight, x: &[f32], n: usize, both: bool| -> Result<Vec<u32>, String> {
+        let dx = gpu.upload(x).unwrap();
+        let mut dy = gpu.zeros::<f32>(n * w.out()).unwrap();
+        gpu.fill_bytes(&mut dy, 0xff).unwrap();
+        let mut ws = QmmWorkspace::new(gpu, w.inp(), w.out()).unwrap();
+        ws.fragments_past_one_tile = both;
+        // A stale, different prep first: the planes hold other activations before this one.
+        let stale = activations(99, n, w.inp());
+        let ds = gpu.upload(&stale).unwrap();
+        w.prepare_x(gpu, DevSpan::of(gpu, &ds), n, &mut ws).unwrap();
+        w.prepare_x(gpu, DevSpan::of(gpu, &dx), n, &mut ws).unwrap();
+        w.matmul(gpu, n, DevSpan::of(gpu, &dy), &mut ws).map_err(|e| e.to_string())?;
+        Ok(gpu.download(&dy).unwrap().into_iter().map(f32::to_bits).collect())
+    };
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        let c = case(ty, 256, if qmm_block(ty) == 32 { 16 } else { 2 }, 7);
+        let w = QWeight::upload(gpu, c.ty, &c.raw, c.out, c.inp).unwrap();
+        for n in [1usize, 8, 9, 22, 40] {
+            let x = activations(n as u64, n, c.inp);
+            let (one, both) = (bits_with(&w, &x, n, false).unwrap(), bits_with(&w, &x, n, true).unwrap());
+            assert!(one == both, "{ty:?} n = {n}: the product differs with only its plane written");
+        }
+    }
+    let c = case(GgmlType::F16, 64, 4, 5);
+    let w = QWeight::upload(gpu, c.ty, &c.raw, c.out, c.inp).unwrap();
+    let x = activations(3, 12, c.inp);
+    let err = bits_with(&w, &x, 12, false).unwrap_err();
+    assert!(err.contains("fragment plane"), "F16 at two tiles: {err}");
+    let x = activations(4, 24, c.inp);
+    assert_eq!(bits_with(&w, &x, 24, false).unwrap(), bits_with(&w, &x, 24, true).unwrap(), "F16 at three tiles");
+}
