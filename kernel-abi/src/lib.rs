@@ -408,25 +408,24 @@ pub const CHAIN_TRACE_WORDS: usize = 3;
 pub struct QmmPrepParams {
     pub n: u32,
     pub in_features: u32,
-    /// What to write besides the sums: [`QMM_PREP_PAIRS`] (the bf16 hi + lo pair, F32 weights
-    /// need it), [`QMM_PLANE_FRAGMENTS`], [`QMM_PLANE_CORE_MATRIX`] — a product reads only the f16
-    /// plane its kernel needs (the `mma.sync` kernels the fragment plane, the warpgroup kernels the
-    /// core-matrix plane).
-    pub flags: u32,
+    /// Non-zero: also write the bf16 hi + lo pair (F32 weights need it).
+    pub pairs: u32,
     /// `qmm_prep_x` only (the other prep kernels ignore it). 0: scan each column for its
     /// `max |x|`. `m > 0`: the column's max is the max of the `m` words `ymax[c·m .. c·m + m]`
     /// (bits of `|x|`, as published by the fused SwiGLU epilogue for the `y` being prepared:
     /// one word per row group of that product, `m` = its row groups), with no scan.
     pub max_parts: u32,
+    /// Which f16 planes to write ([`QMM_PLANE_FRAGMENTS`], [`QMM_PLANE_CORE_MATRIX`]): a product
+    /// reads only the one its kernel needs (the `mma.sync` kernels the fragment plane, the
+    /// warpgroup kernels the core-matrix plane); the sums and the bf16 pair are written anyway.
+    pub planes: u32,
 }
 
-/// [`QmmPrepParams::flags`]: the bf16 hi + lo pair.
-pub const QMM_PREP_PAIRS: u32 = 1;
-/// [`QmmPrepParams::flags`]: the fragment-order plane `xh` (the `mma.sync` kernels: one tile,
+/// [`QmmPrepParams::planes`]: the fragment-order plane `xh` (the `mma.sync` kernels: one tile,
 /// and the multi-tile kernels of formats without warpgroup kernels at that tile count).
-pub const QMM_PLANE_FRAGMENTS: u32 = 2;
-/// [`QmmPrepParams::flags`]: the core-matrix plane `xcm` (the warpgroup kernels, two tiles on).
-pub const QMM_PLANE_CORE_MATRIX: u32 = 4;
+pub const QMM_PLANE_FRAGMENTS: u32 = 1;
+/// [`QmmPrepParams::planes`]: the core-matrix plane `xcm` (the warpgroup kernels, two tiles on).
+pub const QMM_PLANE_CORE_MATRIX: u32 = 2;
 
 /// The norm part of `qmm_prep_norm` (the prep part is [`QmmPrepParams`]).
 #[repr(C)]

@@ -21,7 +21,7 @@
 use kernel_abi::qmm_accum::FRAC_BITS;
 use kernel_abi::{
     QmmPrepNormParams, QmmPrepParams, QmmSwigluTail, QMM_MAX_N, QMM_PLANE_CORE_MATRIX, QMM_PLANE_FRAGMENTS,
-    QMM_PREP_CHUNK as PREP_CHUNK, QMM_PREP_PAIRS, QMM_ROWS_PER_BLOCK,
+    QMM_PREP_CHUNK as PREP_CHUNK, QMM_ROWS_PER_BLOCK,
 };
 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16, i64_to_f32_rn};
@@ -264,33 +264,6 @@ pub(crate) unsafe fn write_unit_values(
     xsum: *mut f32,
     p: QmmPrepParams,
 ) {
-    // One loop per plane choice (block-uniform), so no store is conditional inside it.
-    let (fragments, core) = (p.flags & QMM_PLANE_FRAGMENTS != 0, p.flags & QMM_PLANE_CORE_MATRIX != 0);
-    if fragments && core {
-        write_unit_values_planes::<true, true>(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p)
-    } else if core {
-        write_unit_values_planes::<false, true>(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p)
-    } else {
-        write_unit_values_planes::<true, false>(c, k, inv, vals, xh, xb_hi, xb_lo, xcm, xsum, p)
-    }
-}
-
-/// [`write_unit_values`] with the planes fixed: the fragment plane where `XH`, the core-matrix
-/// plane where `XCM`.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn write_unit_values_planes<const XH: bool, const XCM: bool>(
-    c: u32,
-    k: usize,
-    inv: f32,
-    vals: [f32; 4],
-    xh: *mut u16,
-    xb_hi: *mut u16,
-    xb_lo: *mut u16,
-    xcm: *mut u16,
-    xsum: *mut f32,
-    p: QmmPrepParams,
-) {
     let base = c as usize * k;
     let lane = lane_id();
     let units = k / 32;
@@ -302,14 +275,14 @@ unsafe fn write_unit_values_planes<const XH: bool, const XCM: bool>(
             let v = vals[j] * inv;
             let h = f32_to_f16(v);
             let dst = base + unit * 32 + position_in_block(lane) as usize;
-            if XH {
+            if p.planes & QMM_PLANE_FRAGMENTS != 0 {
                 *xh.add(dst) = h;
             }
             // The same value in the warpgroup kernels' plane (see `core_matrix_slot`).
-            if XCM {
+            if p.planes & QMM_PLANE_CORE_MATRIX != 0 {
                 *xcm.add(core_matrix_slot(unit, lane, c as usize, 2 * units)) = h;
             }
-            if p.flags & QMM_PREP_PAIRS != 0 {
+            if p.pairs != 0 {
                 let hi = f32_to_bf16(v);
                 let lo = f32_to_bf16(v - f32::from_bits((hi as u32) << 16));
                 *xb_hi.add(dst) = hi;

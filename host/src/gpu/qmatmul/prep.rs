@@ -7,7 +7,7 @@
 //! whichever plane and at whichever column it lands.
 
 use cudarc::driver::LaunchConfig;
-use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK, QMM_PREP_PAIRS};
+use kernel_abi::{QmmPrepNormParams, QmmPrepParams, QMM_MAX_N, QMM_PREP_CHUNK};
 
 use super::format::to_u32;
 use super::workspace::{chunk_cols, XPlane};
@@ -186,8 +186,13 @@ impl QmmWorkspace {
         for c in 0..n.div_ceil(QMM_MAX_N as usize) {
             let (first, cols) = chunk_cols(n, c);
             let pl = self.plane(gpu, c)?;
-            let flags = if pairs { QMM_PREP_PAIRS } else { 0 } | self.planes_for(cols);
-            let pp = QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, flags, max_parts: 0 };
+            let pp = QmmPrepParams {
+                n: cols as u32,
+                in_features: to_u32(inp, "in")?,
+                pairs: pairs as u32,
+                max_parts: 0,
+                planes: self.planes_for(cols),
+            };
             let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             launch(&pl, first, cols, cfg, pp)?;
         }

@@ -214,7 +214,7 @@ impl QmmWorkspace {
         Ok(())
     }
 
-    /// The f16 planes a prep of `cols` columns writes (`QmmPrepParams::flags`).
+    /// The f16 planes a prep of `cols` columns writes (`QmmPrepParams::planes`).
     pub(super) fn planes_for(&self, cols: usize) -> u32 {
         if cols <= 8 {
             QMM_PLANE_FRAGMENTS
