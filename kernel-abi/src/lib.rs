@@ -415,17 +415,7 @@ pub struct QmmPrepParams {
     /// (bits of `|x|`, as published by the fused SwiGLU epilogue for the `y` being prepared:
     /// one word per row group of that product, `m` = its row groups), with no scan.
     pub max_parts: u32,
-    /// Which f16 planes to write ([`QMM_PLANE_FRAGMENTS`], [`QMM_PLANE_CORE_MATRIX`]): a product
-    /// reads only the one its kernel needs (the `mma.sync` kernels the fragment plane, the
-    /// warpgroup kernels the core-matrix plane); the sums and the bf16 pair are written anyway.
-    pub planes: u32,
 }
-
-/// [`QmmPrepParams::planes`]: the fragment-order plane `xh` (the `mma.sync` kernels: one tile,
-/// and the multi-tile kernels of formats without warpgroup kernels at that tile count).
-pub const QMM_PLANE_FRAGMENTS: u32 = 1;
-/// [`QmmPrepParams::planes`]: the core-matrix plane `xcm` (the warpgroup kernels, two tiles on).
-pub const QMM_PLANE_CORE_MATRIX: u32 = 2;
 
 /// The norm part of `qmm_prep_norm` (the prep part is [`QmmPrepParams`]).
 #[repr(C)]

@@ -20,8 +20,7 @@
 
 use kernel_abi::qmm_accum::FRAC_BITS;
 use kernel_abi::{
-    QmmPrepNormParams, QmmPrepParams, QmmSwigluTail, QMM_MAX_N, QMM_PLANE_CORE_MATRIX, QMM_PLANE_FRAGMENTS,
-    QMM_PREP_CHUNK as PREP_CHUNK, QMM_ROWS_PER_BLOCK,
+    QmmPrepNormParams, QmmPrepParams, QmmSwigluTail, QMM_MAX_N, QMM_PREP_CHUNK as PREP_CHUNK, QMM_ROWS_PER_BLOCK,
 };
 
 use crate::device::convert::{f16_to_f32, f32_to_bf16, f32_to_f16, i64_to_f32_rn};
@@ -275,13 +274,9 @@ pub(crate) unsafe fn write_unit_values(
             let v = vals[j] * inv;
             let h = f32_to_f16(v);
             let dst = base + unit * 32 + position_in_block(lane) as usize;
-            if p.planes & QMM_PLANE_FRAGMENTS != 0 {
-                *xh.add(dst) = h;
-            }
+            *xh.add(dst) = h;
             // The same value in the warpgroup kernels' plane (see `core_matrix_slot`).
-            if p.planes & QMM_PLANE_CORE_MATRIX != 0 {
-                *xcm.add(core_matrix_slot(unit, lane, c as usize, 2 * units)) = h;
-            }
+            *xcm.add(core_matrix_slot(unit, lane, c as usize, 2 * units)) = h;
             if p.pairs != 0 {
                 let hi = f32_to_bf16(v);
                 let lo = f32_to_bf16(v - f32::from_bits((hi as u32) << 16));

@@ -32,9 +32,7 @@ use super::EngineError;
 use crate::gpu::attention::{self as attn, AttnDims, AttnPrepIn};
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
-use crate::gpu::qmatmul::{
-    qmm_format, qmm_multi_tile_reads_fragments, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace,
-};
+use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
 use crate::gpu::{DevSpan, Gpu, GpuTimer};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
@@ -381,13 +379,11 @@ impl DraftEngine {
         let max_in = [kh, h, ff, nh * hd].into_iter().max().unwrap_or(h);
         let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, 2 * nkv * hd, h].into_iter().max().unwrap_or(h);
         let mut ws = QmmWorkspace::with_columns(g, max_in, max_out, N)?;
-        let matrices = || {
-            [&target.head, &fc]
-                .into_iter()
-                .chain(layers.iter().flat_map(|l| [&l.q, &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices())))
-        };
-        ws.pairs_needed = matrices().any(|w| w.needs_pairs());
-        ws.fragments_past_one_tile = matrices().any(|w| qmm_multi_tile_reads_fragments(w.ty()));
+        ws.pairs_needed = target.head.needs_pairs()
+            || fc.needs_pairs()
+            || layers
+                .iter()
+                .any(|l| [&l.q, &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices()).any(|w| w.needs_pairs()));
         let kv_len = cfg
             .num_layers
             .checked_mul(2 * rows * dims.row())

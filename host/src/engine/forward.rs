@@ -20,8 +20,8 @@ use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
 use crate::gpu::norm::{add_rms_norm, rms_norm_rows_span};
 use crate::gpu::qmatmul::{
-    accumulation_enabled, accumulator_width_fits, qmm_multi_tile_reads_fragments, qmm_needs_pairs, qmm_swiglu_rows,
-    swiglu_tail_fits, swiglu_tail_rows, QWeight, QmmAccumulated, QmmWorkspace,
+    accumulation_enabled, accumulator_width_fits, qmm_needs_pairs, qmm_swiglu_rows, swiglu_tail_fits, swiglu_tail_rows,
+    QWeight, QmmAccumulated, QmmWorkspace,
 };
 use crate::gpu::sample::{argmax_rows_span, argmax_scratch_len, sample_rows};
 use crate::gpu::{DevSpan, Gpu, GpuError};
@@ -381,10 +381,6 @@ impl Engine {
             ws: {
                 let mut ws = QmmWorkspace::new(&gpu, max_in, max_out)?;
                 ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || w.head.needs_pairs();
-                // Past one tile every product reads the core-matrix plane unless some matrix has a
-                // multi-tile `mma.sync` kernel: then the preps write only what is read.
-                ws.fragments_past_one_tile = w.layers.iter().any(|l| l.uses_type(qmm_multi_tile_reads_fragments))
-                    || qmm_multi_tile_reads_fragments(w.head.ty());
                 if accumulates_residual(cfg.embedding_length) {
                     ws.enable_accumulation(&gpu, cfg.embedding_length)?;
                 }

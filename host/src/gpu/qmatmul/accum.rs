@@ -353,8 +353,7 @@ impl QmmWorkspace {
             return Err(GpuError::shape(op, format!("{n} tokens: 1..={}", self.max_columns())));
         }
         self.check_fits(op, w.out(), w.inp())?;
-        self.check_prepared(op, n, w.inp(), w.needs_pairs())?;
-        self.check_planes(op, w.ty(), n)
+        self.check_prepared(op, n, w.inp(), w.needs_pairs())
     }
 
     /// One launch per activation plane of the accumulating kernel of `w` (fused SwiGLU when

@@ -46,14 +46,6 @@ pub fn qmm_format(ty: GgmlType) -> Option<QmmFamily> {
     Some(QmmFamily { prefix, geometry, stages_x, wgmma })
 }
 
-/// Whether some multi-tile product of `ty` (2–4 tiles of 8 columns) is an `mma.sync` kernel,
-/// which reads the fragment plane of the prepared activations (`kernel_abi::QMM_PLANE_FRAGMENTS`)
-/// where the warpgroup kernels read the core-matrix plane: types without a kernel family count
-/// as reading it.
-pub fn qmm_multi_tile_reads_fragments(ty: GgmlType) -> bool {
-    qmm_format(ty).is_none_or(|f| (2..=4).any(|t| !qmm_is_wgmma(f.wgmma, t)))
-}
-
 /// Whether `ty` is packed as f16 values with one power-of-two scale per row
 /// (`kernel_abi::qmm_row_scaled`; see [`super::pack::bf16_rows_to_scaled_f16`]).
 pub fn qmm_is_row_scaled(ty: GgmlType) -> bool {

@@ -234,7 +234,6 @@ pub(super) fn launch(
     }
     ws.check_fits(op, out, inp)?;
     ws.check_prepared(op, n, inp, w.needs_pairs())?;
-    ws.check_planes(op, ty, n)?;
     let ff = if swiglu { w.ff() } else { None };
     let y_cols = ff.unwrap_or(out);
     if y.len() < n * y_cols {

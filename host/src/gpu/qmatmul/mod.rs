@@ -32,10 +32,7 @@ pub use accum::{
     accumulation_enabled, accumulator_width_fits, swiglu_tail_fits, swiglu_tail_rows, AccumPlan, QmmAccumulated,
     QmmSwigluAccumulated,
 };
-pub use format::{
-    qmm_format, qmm_is_row_scaled, qmm_multi_tile_reads_fragments, qmm_needs_pairs, qmm_packed_bytes, qmm_swiglu_rows,
-    QmmFamily,
-};
+pub use format::{qmm_format, qmm_is_row_scaled, qmm_needs_pairs, qmm_packed_bytes, qmm_swiglu_rows, QmmFamily};
 pub use gemv::{gemv_bf16, gemv_f32};
 pub use pack::bf16_rows_to_scaled_f16;
 pub use weight::{PackedWeight, QWeight};

@@ -186,18 +186,12 @@ impl QmmWorkspace {
         for c in 0..n.div_ceil(QMM_MAX_N as usize) {
             let (first, cols) = chunk_cols(n, c);
             let pl = self.plane(gpu, c)?;
-            let pp = QmmPrepParams {
-                n: cols as u32,
-                in_features: to_u32(inp, "in")?,
-                pairs: pairs as u32,
-                max_parts: 0,
-                planes: self.planes_for(cols),
-            };
+            let pp =
+                QmmPrepParams { n: cols as u32, in_features: to_u32(inp, "in")?, pairs: pairs as u32, max_parts: 0 };
             let cfg = LaunchConfig { grid_dim: (cols as u32, chunks, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
             launch(&pl, first, cols, cfg, pp)?;
         }
         self.prepared = Some((n, inp, pairs));
-        self.prepared_fragments = self.fragments_past_one_tile;
         Ok(())
     }
 }

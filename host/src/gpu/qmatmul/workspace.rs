@@ -10,8 +10,7 @@
 //! product over more than `QMM_MAX_N` tokens is one launch per plane (`kernels.rs`).
 
 use cudarc::driver::CudaSlice;
-use flashtree_quants::GgmlType;
-use kernel_abi::{MAX_NODES, QMM_MAX_N, QMM_PLANE_CORE_MATRIX, QMM_PLANE_FRAGMENTS, QMM_ROWS_PER_BLOCK};
+use kernel_abi::{MAX_NODES, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
 
 use crate::gpu::{DevSpan, Gpu, GpuError};
 
@@ -62,14 +61,6 @@ pub struct QmmWorkspace {
     /// Whether a caller preparing activations for several matrices must write the bf16 pair
     /// (some matrix is F32); the engine sets it once from its weights.
     pub pairs_needed: bool,
-    /// Whether activations of more than 8 columns are prepared with the fragment plane too (some
-    /// product over them may be a multi-tile `mma.sync` kernel:
-    /// [`super::qmm_multi_tile_reads_fragments`]). Default `true`; an engine whose matrices all
-    /// have warpgroup kernels at 2–4 tiles clears it, and every prep then writes only the plane
-    /// its products read (one tile: the fragment plane; more: the core-matrix plane).
-    pub fragments_past_one_tile: bool,
-    /// Whether the activations last prepared carry the fragment plane past one tile.
-    pub(super) prepared_fragments: bool,
     /// The accumulator pairs of accumulated products (`accum.rs`), once enabled.
     pub(super) accum: Option<super::accum::Accumulators>,
     /// The accumulator pairs of fused SwiGLU products' split tails (`accum.rs`), once enabled.
@@ -117,8 +108,6 @@ impl QmmWorkspace {
             max_out,
             planes: chunks,
             prepared: None,
-            fragments_past_one_tile: true,
-            prepared_fragments: true,
             pairs_needed: false,
             accum: None,
             swiglu_tail: None,
@@ -191,37 +180,6 @@ impl QmmWorkspace {
                     if pairs { " with pairs" } else { "" }
                 ),
             )),
-        }
-    }
-
-    /// Checks that a product of `ty` over the `n` columns last prepared finds the plane its
-    /// kernels read: past 8 columns an `mma.sync` multi-tile kernel needs the fragment plane,
-    /// which [`Self::fragments_past_one_tile`] may have left out.
-    pub(super) fn check_planes(&self, op: &'static str, ty: GgmlType, n: usize) -> Result<(), GpuError> {
-        let mma_sync_past_one_tile = (0..n.div_ceil(QMM_MAX_N as usize)).any(|c| {
-            let tiles = chunk_cols(n, c).1.div_ceil(8) as u32;
-            tiles >= 2 && super::qmm_format(ty).is_none_or(|f| !kernel_abi::qmm_is_wgmma(f.wgmma, tiles))
-        });
-        if mma_sync_past_one_tile && !self.prepared_fragments {
-            return Err(GpuError::shape(
-                op,
-                format!(
-                    "{ty:?} products of {n} columns read the fragment plane, which this workspace does not write past \
-                     one tile (fragments_past_one_tile = false)"
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The f16 planes a prep of `cols` columns writes (`QmmPrepParams::planes`).
-    pub(super) fn planes_for(&self, cols: usize) -> u32 {
-        if cols <= 8 {
-            QMM_PLANE_FRAGMENTS
-        } else if self.fragments_past_one_tile {
-            QMM_PLANE_FRAGMENTS | QMM_PLANE_CORE_MATRIX
-        } else {
-            QMM_PLANE_CORE_MATRIX
         }
     }
 }
