@@ -50,6 +50,25 @@ fn weights(ty: GgmlType, out: usize, inp: usize, seed: u64) -> Vec<u8> {
 }
 
 /// The whole call: activation prep of `x [n, in]`, then the product into `y [n, out]`.
+/// The benches' activations: `MAX_N` columns of `inp` values in [-2, 2).
+fn activations(inp: usize) -> Vec<f32> {
+    (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect()
+}
+
+/// Uploads of `packed` (`bytes` of weights each) enough that cycling through them reads DRAM, not
+/// L2 (`⌈2·l2 / bytes⌉`), and at least `min`.
+fn l2_busting_copies(gpu: &Gpu, packed: PackedWeight, bytes: usize, l2: usize, min: usize) -> Vec<QWeight> {
+    let copies = (2 * l2).div_ceil(bytes).max(min);
+    (0..copies).map(|_| packed.upload(gpu).unwrap()).collect()
+}
+
+/// A fused gate/up of `ff` features over `inp` of type `ty` (weight seeds 11 and 12), packed, and
+/// its weight bytes.
+fn gate_up(ty: GgmlType, ff: usize, inp: usize) -> (PackedWeight, usize) {
+    let (gate, up) = (weights(ty, ff, inp, 11), weights(ty, ff, inp, 12));
+    (PackedWeight::pack_gate_up(ty, &gate, &up, ff, inp).unwrap(), gate.len() + up.len())
+}
+
 fn qmm(
     gpu: &Gpu,
     w: &QWeight,
@@ -94,12 +113,10 @@ fn main() {
     for (ty, inp, out) in cases {
         let host = weights(ty, out, inp, (inp * 31 + out) as u64);
         let bytes = host.len();
-        let copies = (2 * l2).div_ceil(bytes).max(1);
-        let packed = PackedWeight::pack(ty, &host, out, inp).unwrap();
-        let ws_bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(&gpu).unwrap()).collect();
-        drop(packed);
+        let ws_bufs = l2_busting_copies(&gpu, PackedWeight::pack(ty, &host, out, inp).unwrap(), bytes, l2, 1);
+        let copies = ws_bufs.len();
         drop(host);
-        let x: Vec<f32> = (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let x = activations(inp);
         let dx = gpu.upload(&x).unwrap();
         let dy = gpu.zeros::<f32>(MAX_N * out).unwrap();
         let (xs, ys) = (DevSpan::of(&gpu, &dx), DevSpan::of(&gpu, &dy));
@@ -183,13 +200,12 @@ fn accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
         }
         let host = weights(ty, d, inp, (inp * 31 + d) as u64);
         let bytes = host.len();
-        let copies = (2 * l2).div_ceil(bytes).max(2);
-        let packed = PackedWeight::pack(ty, &host, d, inp).unwrap();
-        let bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
-        drop((packed, host));
+        let bufs = l2_busting_copies(gpu, PackedWeight::pack(ty, &host, d, inp).unwrap(), bytes, l2, 2);
+        let copies = bufs.len();
+        drop(host);
         let mut ws = QmmWorkspace::new(gpu, inp, d).unwrap();
         ws.enable_accumulation(gpu, d).unwrap();
-        let x: Vec<f32> = (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let x = activations(inp);
         let hv: Vec<f32> = (0..MAX_N * d).map(|i| ((i * 13 % 97) as f32 - 48.0) / 24.0).collect();
         let nw: Vec<f32> = (0..d).map(|i| 1.0 + (i % 7) as f32 / 16.0).collect();
         let (dx, dh, dw) = (gpu.upload(&x).unwrap(), gpu.upload(&hv).unwrap(), gpu.upload(&nw).unwrap());
@@ -236,7 +252,7 @@ fn swiglu_cases(gpu: &Gpu, c: &mut criterion::Criterion, ceiling: f64, l2: usize
     let (inp, ff) = (5120usize, 17408usize);
     let rows = qmm_swiglu_rows(ff);
     let dy = gpu.zeros::<f32>(MAX_N * rows).unwrap();
-    let x: Vec<f32> = (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+    let x = activations(inp);
     let dx = gpu.upload(&x).unwrap();
     let (xs, ys) = (DevSpan::of(gpu, &dx), DevSpan::of(gpu, &dy));
     for ty in
@@ -246,14 +262,9 @@ fn swiglu_cases(gpu: &Gpu, c: &mut criterion::Criterion, ceiling: f64, l2: usize
         if !format!("swiglu {name}").contains(filter) {
             continue;
         }
-        let gate = weights(ty, ff, inp, 11);
-        let up = weights(ty, ff, inp, 12);
-        let bytes = gate.len() + up.len();
-        let packed = PackedWeight::pack_gate_up(ty, &gate, &up, ff, inp).unwrap();
-        drop((gate, up));
-        let copies = (2 * l2).div_ceil(bytes).max(1);
-        let bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
-        drop(packed);
+        let (packed, bytes) = gate_up(ty, ff, inp);
+        let bufs = l2_busting_copies(gpu, packed, bytes, l2, 1);
+        let copies = bufs.len();
         let (mut f1, mut p1) = (0.0, 0.0);
         for n in NS {
             bufs[0].prepare_x(gpu, xs, n, ws).unwrap();
@@ -306,21 +317,16 @@ fn swiglu_accum_cases(gpu: &Gpu, ceiling: f64, l2: usize, filter: &str) {
         if !format!("accum swiglu {name}").contains(filter) {
             continue;
         }
-        let gate = weights(ty, ff, inp, 11);
-        let up = weights(ty, ff, inp, 12);
-        let bytes = gate.len() + up.len();
-        let packed = PackedWeight::pack_gate_up(ty, &gate, &up, ff, inp).unwrap();
-        drop((gate, up));
-        let copies = (2 * l2).div_ceil(bytes).max(2);
-        let bufs: Vec<QWeight> = (0..copies).map(|_| packed.upload(gpu).unwrap()).collect();
-        drop(packed);
+        let (packed, bytes) = gate_up(ty, ff, inp);
+        let bufs = l2_busting_copies(gpu, packed, bytes, l2, 2);
+        let copies = bufs.len();
         let mut ws = QmmWorkspace::new(gpu, ff, qmm_swiglu_rows(ff)).unwrap();
         let tail = swiglu_tail_rows(&bufs[0]);
         if tail == 0 || ws.enable_swiglu_accumulation(gpu, tail).is_err() {
             println!("INFO qmm-swiglu-site {name}: plan {:?} has no tail that accumulates", bufs[0].plan());
             continue;
         }
-        let x: Vec<f32> = (0..MAX_N * inp).map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0).collect();
+        let x = activations(inp);
         let dx = gpu.upload(&x).unwrap();
         let dy = gpu.zeros::<f32>(MAX_N * ff).unwrap();
         let sp = |b| DevSpan::of(gpu, b);
