@@ -56,6 +56,18 @@ pub struct ChainedLaunch<'a> {
     cluster_y: u32,
 }
 
+/// A group of kernel arguments that several kernels take in the same order: its one definition
+/// of that order, appended by [`ChainedLaunch::args`].
+pub(crate) trait LaunchArgs {
+    fn append(&self, launch: &mut ChainedLaunch<'_>);
+}
+
+impl<T: LaunchArgs + ?Sized> LaunchArgs for &T {
+    fn append(&self, launch: &mut ChainedLaunch<'_>) {
+        (**self).append(launch)
+    }
+}
+
 impl<'a> ChainedLaunch<'a> {
     pub fn new(gpu: &'a Gpu, name: &'static str) -> Self {
         ChainedLaunch {
@@ -133,6 +145,12 @@ impl<'a> ChainedLaunch<'a> {
     pub fn cluster_y(&mut self, blocks: u32) -> &mut Self {
         self.cluster = 1;
         self.cluster_y = blocks.max(1);
+        self
+    }
+
+    /// Appends a group of arguments that several kernels take in the same order ([`LaunchArgs`]).
+    pub(crate) fn args(&mut self, a: &impl LaunchArgs) -> &mut Self {
+        a.append(self);
         self
     }
 

@@ -560,17 +560,7 @@ pub fn gdn_norm_prep_with(
         // the workspace; the kernel waits (griddepcontrol) before touching memory.
         unsafe {
             let mut l = ChainedLaunch::new(gpu, kernel);
-            l.span(o)
-                .span(z)
-                .span(w.norm_w)
-                .span(pl.xh)
-                .span(pl.xb_hi)
-                .span(pl.xb_lo)
-                .span(pl.xcm)
-                .span(pl.xscale)
-                .span(pl.xsum)
-                .value(super::Param(pp))
-                .value(super::Param(p));
+            l.span(o).span(z).span(w.norm_w).args(&pl).value(super::Param(pp)).value(super::Param(p));
             if cluster > 0 {
                 l.cluster_y(cluster);
             }

@@ -398,7 +398,7 @@ impl QmmWorkspace {
                 shared_mem_bytes: smem,
             };
             let mut launch = ChainedLaunch::new(gpu, name);
-            launch.buf(w.buf()).span(pl.xh).span(pl.xb_hi).span(pl.xb_lo).span(pl.xcm).span(pl.xscale).span(pl.xsum);
+            launch.buf(w.buf()).args(&pl);
             outputs(&mut launch, first, cols)?;
             // Safety: the arguments match `qmm_entry!` (the caller's four outputs last).
             unsafe { launch.value(Param(p)).tag(p.in_features).launch(cfg)? };
@@ -476,12 +476,7 @@ impl QmmWorkspace {
                     .span(zero_words.sub(first, cols, "accumulator words")?)
                     .span(w)
                     .span(rows(h_out, "h_out")?)
-                    .span(pl.xh)
-                    .span(pl.xb_hi)
-                    .span(pl.xb_lo)
-                    .span(pl.xcm)
-                    .span(pl.xscale)
-                    .span(pl.xsum)
+                    .args(&pl)
                     .value(Param(pp))
                     .value(np)
                     .launch(cfg)
@@ -582,12 +577,7 @@ impl QmmWorkspace {
                     .span(words.sub(first, cols, "tail words")?)
                     .span(wide(zero)?)
                     .span(zero_words.sub(first, cols, "tail words")?)
-                    .span(pl.xh)
-                    .span(pl.xb_hi)
-                    .span(pl.xb_lo)
-                    .span(pl.xcm)
-                    .span(pl.xscale)
-                    .span(pl.xsum)
+                    .args(&pl)
                     .value(pp)
                     .value(tp)
                     .launch(cfg)

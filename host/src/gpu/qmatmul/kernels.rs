@@ -284,12 +284,7 @@ pub(super) fn launch(
         unsafe {
             ChainedLaunch::new(gpu, name)
                 .buf(w.buf())
-                .span(pl.xh)
-                .span(pl.xb_hi)
-                .span(pl.xb_lo)
-                .span(pl.xcm)
-                .span(pl.xscale)
-                .span(pl.xsum)
+                .args(&pl)
                 .buf_mut(&mut ws.partial)
                 .buf_mut(&mut ws.counters)
                 .span(y_chunk)

@@ -83,19 +83,7 @@ impl QmmWorkspace {
             };
             let pp = Param(QmmPrepParams { max_parts, ..pp });
             // Chained: the kernel waits for its predecessor before touching memory (`device::griddep`).
-            unsafe {
-                ChainedLaunch::new(gpu, "qmm_prep_x")
-                    .span(x)
-                    .span(ymax)
-                    .span(pl.xh)
-                    .span(pl.xb_hi)
-                    .span(pl.xb_lo)
-                    .span(pl.xcm)
-                    .span(pl.xscale)
-                    .span(pl.xsum)
-                    .value(pp)
-                    .launch(cfg)
-            }
+            unsafe { ChainedLaunch::new(gpu, "qmm_prep_x").span(x).span(ymax).args(&pl).value(pp).launch(cfg) }
         })
     }
 
@@ -145,12 +133,7 @@ impl QmmWorkspace {
                     .span(a)
                     .span(w)
                     .span(h_out)
-                    .span(pl.xh)
-                    .span(pl.xb_hi)
-                    .span(pl.xb_lo)
-                    .span(pl.xcm)
-                    .span(pl.xscale)
-                    .span(pl.xsum)
+                    .args(&pl)
                     .value(Param(pp))
                     .value(np)
                     .launch(cfg)

@@ -12,6 +12,7 @@
 use cudarc::driver::CudaSlice;
 use kernel_abi::{MAX_NODES, QMM_MAX_N, QMM_ROWS_PER_BLOCK};
 
+use crate::gpu::chain::{ChainedLaunch, LaunchArgs};
 use crate::gpu::{DevSpan, Gpu, GpuError};
 
 /// Chunk `c`'s first column and column count in a product over `n` tokens (`c < ⌈n / 32⌉`).
@@ -29,6 +30,13 @@ pub(crate) struct XPlane {
     pub xcm: DevSpan<u16>,
     pub xscale: DevSpan<f32>,
     pub xsum: DevSpan<f32>,
+}
+
+/// The plane as every prep and product kernel takes it: `xh, xb_hi, xb_lo, xcm, xscale, xsum`.
+impl LaunchArgs for XPlane {
+    fn append(&self, l: &mut ChainedLaunch<'_>) {
+        l.span(self.xh).span(self.xb_hi).span(self.xb_lo).span(self.xcm).span(self.xscale).span(self.xsum);
+    }
 }
 
 /// Reusable scratch of the `qmm` products sized for at most `MAX_NODES` tokens (in
