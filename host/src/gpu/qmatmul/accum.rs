@@ -83,13 +83,20 @@ fn accum_split(gpu: &Gpu, w: &QWeight, rule: AccumPlan) -> Result<QmmSplitPlan, 
     match rule {
         AccumPlan::Matrix => Ok(w.plan()),
         AccumPlan::OneWave => {
-            let family = family_for(w.ty(), w.out(), w.inp())?;
-            let slots = gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?;
-            let row_blocks = to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK).max(1);
-            let blocks_per_row = to_u32(w.inp() / family.geometry.0 as usize, "in")?.max(1);
-            Ok(QmmSplitPlan { full: 0, ksplit: (slots / row_blocks).clamp(1, 16).min(blocks_per_row) })
+            let (slots, row_blocks, blocks_per_row) = wave_shape(gpu, w)?;
+            Ok(QmmSplitPlan { full: 0, ksplit: (slots / row_blocks.max(1)).clamp(1, 16).min(blocks_per_row) })
         }
     }
+}
+
+/// What a one-wave plan of `w` is made from: the one-tile kernel's resident blocks on `gpu`, `w`'s
+/// row blocks and its K blocks per row (at least 1).
+fn wave_shape(gpu: &Gpu, w: &QWeight) -> Result<(u32, u32, u32), GpuError> {
+    let family = family_for(w.ty(), w.out(), w.inp())?;
+    let slots = gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?;
+    let row_blocks = to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK);
+    let blocks_per_row = to_u32(w.inp() / family.geometry.0 as usize, "in")?.max(1);
+    Ok((slots, row_blocks, blocks_per_row))
 }
 
 /// The K split of an accumulated fused SwiGLU product of `w` under `rule`: its unsplit row blocks
@@ -104,11 +111,8 @@ fn swiglu_tail_split(gpu: &Gpu, w: &QWeight, rule: AccumPlan) -> Result<QmmSplit
     if rule == AccumPlan::Matrix || plan.ksplit <= 1 {
         return Ok(plan);
     }
-    let family = family_for(w.ty(), w.out(), w.inp())?;
-    let slots = gpu.resident_blocks(kernel_name_nt1(family.prefix)?, QMM_WARPS * 32)?;
-    let row_blocks = to_u32(w.out(), "out")?.div_ceil(QMM_ROWS_PER_BLOCK);
+    let (slots, row_blocks, blocks_per_row) = wave_shape(gpu, w)?;
     let tail = row_blocks.saturating_sub(plan.full).max(1);
-    let blocks_per_row = to_u32(w.inp() / family.geometry.0 as usize, "in")?.max(1);
     Ok(QmmSplitPlan { full: plan.full, ksplit: (slots / tail).clamp(plan.ksplit, blocks_per_row.max(plan.ksplit)) })
 }
 
