@@ -81,6 +81,52 @@ __global__ void persistent_kernel(unsigned* buf, unsigned* counter, int phases, 
   }
 }
 
+// The best of 5 timed runs of `run` (enqueued on `s` between events `a` and `b`, each after an
+// untimed `before`) after a warm-up, ms.
+template <typename Before, typename Run>
+float best_ms(cudaStream_t s, cudaEvent_t a, cudaEvent_t b, Before before, Run run) {
+  float best = 1e30f;
+  for (int rep = 0; rep < 6; ++rep) {
+    before();
+    CK(cudaEventRecord(a, s));
+    run();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    if (rep > 0 && ms < best) best = ms;
+  }
+  return best;
+}
+
+// `phases` launches of `launch(cfg, phase)` (grid `grid` of `threads`, chained by programmatic
+// dependent launch where `pdl`) captured in one graph; the best of 5 replays after a warm-up, ms.
+template <typename Launch>
+float graph_best_ms(cudaStream_t s, cudaEvent_t a, cudaEvent_t b, int phases, int grid, int threads, int pdl,
+                    Launch launch) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int p = 0; p < phases; ++p) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    launch(&cfg, p);
+  }
+  CK(cudaStreamEndCapture(s, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  float best = best_ms(s, a, b, [] {}, [&] { CK(cudaGraphLaunch(ge, s)); });
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  return best;
+}
+
 int main() {
   int dev = 0;
   CK(cudaSetDevice(dev));
@@ -103,74 +149,22 @@ int main() {
     int grid = per_sm * sms;
     // Chained launches captured in a graph, with and without programmatic dependent launch.
     for (int pdl : {0, 1}) {
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      for (int p = 0; p < phases; ++p) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(grid);
-        cfg.blockDim = dim3(threads);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = pdl ? 1 : 0;
-        CK(cudaLaunchKernelEx(&cfg, phase_kernel, buf, p, pdl));
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      float best = 1e30f;
-      for (int rep = 0; rep < 6; ++rep) {
-        CK(cudaEventRecord(a, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (rep > 0 && ms < best) best = ms;
-      }
+      float best = graph_best_ms(s, a, b, phases, grid, threads, pdl, [&](cudaLaunchConfig_t* cfg, int p) {
+        CK(cudaLaunchKernelEx(cfg, phase_kernel, buf, p, pdl));
+      });
       printf("grid %4d (%d per SM): kernel boundary, graph of %d launches%s: %.3f us per boundary\n", grid, per_sm,
              phases, pdl ? ", programmatic dependent launch" : "", best * 1e3f / phases);
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
     }
     // The row phase: one dependent 4 KB read and a 4 KB write per block, chained with PDL.
     {
       uint4* rows;
       CK(cudaMalloc(&rows, 2 * (size_t)grid * threads * sizeof(uint4)));
       CK(cudaMemset(rows, 0, 2 * (size_t)grid * threads * sizeof(uint4)));
-      cudaGraph_t g;
-      cudaGraphExec_t ge;
-      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-      for (int p = 0; p < phases; ++p) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(grid);
-        cfg.blockDim = dim3(threads);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, row_phase_kernel, rows, p, 1));
-      }
-      CK(cudaStreamEndCapture(s, &g));
-      CK(cudaGraphInstantiate(&ge, g, 0));
-      float best = 1e30f;
-      for (int rep = 0; rep < 6; ++rep) {
-        CK(cudaEventRecord(a, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (rep > 0 && ms < best) best = ms;
-      }
+      float best = graph_best_ms(s, a, b, phases, grid, threads, 1, [&](cudaLaunchConfig_t* cfg, int p) {
+        CK(cudaLaunchKernelEx(cfg, row_phase_kernel, rows, p, 1));
+      });
       printf("grid %4d (%d per SM): kernel boundary + a dependent 4 KB read and write per block (PDL graph): %.3f us per phase\n",
              grid, per_sm, best * 1e3f / phases);
-      CK(cudaGraphExecDestroy(ge));
-      CK(cudaGraphDestroy(g));
       CK(cudaFree(rows));
     }
     // One persistent cooperative kernel (every block resident by construction).
@@ -181,19 +175,11 @@ int main() {
       continue;
     }
     for (int spin_ns : {0, 32, 100}) {
-      float best = 1e30f;
-      for (int rep = 0; rep < 6; ++rep) {
-        CK(cudaMemsetAsync(counter, 0, sizeof(unsigned), s));
-        int ph = phases;
-        void* args[] = {&buf, &counter, &ph, &spin_ns};
-        CK(cudaEventRecord(a, s));
+      int ph = phases;
+      void* args[] = {&buf, &counter, &ph, &spin_ns};
+      float best = best_ms(s, a, b, [&] { CK(cudaMemsetAsync(counter, 0, sizeof(unsigned), s)); }, [&] {
         CK(cudaLaunchCooperativeKernel((void*)persistent_kernel, dim3(grid), dim3(threads), args, 0, s));
-        CK(cudaEventRecord(b, s));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        if (rep > 0 && ms < best) best = ms;
-      }
+      });
       printf("grid %4d (%d per SM): grid barrier in one persistent kernel (nanosleep %3d ns between polls): %.3f us per barrier\n",
              grid, per_sm, spin_ns, best * 1e3f / phases);
     }
