@@ -203,13 +203,17 @@ impl KScales {
     /// f16x2 `(s'_2c, s'_2c+1) = (sc_2c, sc_2c+1 / 16)` and `(−1024·sc_2c, −64·sc_2c+1)` of row
     /// `r`, unit pair `c`, all exact: one `prmt` puts the two bytes into the mantissas of
     /// `(1024, 64)` (whose last mantissa bits weigh 1 and 1/16), one subtraction removes them, one
-    /// multiplication by `−1024` (`1024·63 < 65504`) gives the biases.
+    /// multiplication by `−1024` (`1024·63 < 65504`) gives the biases. The constant is the
+    /// `prmt`'s first source and the scale word its second (bytes 4..8), so that ptxas keeps the
+    /// constant in one register and encodes each selector as an immediate; the other way round
+    /// it made the constant the immediate and moved every selector into a register first (one
+    /// `IMAD.U32` per `prmt`: 2–5 % of the Q4_K/Q5_K loops, `cargo xtask sass`).
     #[inline(always)]
     fn pair(&self, r: usize, c: u32) -> (u32, u32) {
         let word = self.sc[r][(c / 2) as usize];
-        let lo = 2 * (c % 2);
-        // Bytes: sc_2c, 0x64, sc_2c+1, 0x54 (the constant's bytes 5 and 7).
-        let p = prmt(word, 0x5400_6400, lo | 5 << 4 | (lo + 1) << 8 | 7 << 12);
+        let lo = 4 + 2 * (c % 2);
+        // Bytes: sc_2c, 0x64, sc_2c+1, 0x54 (the constant's bytes 1 and 3).
+        let p = prmt(0x5400_6400, word, lo | 1 << 4 | (lo + 1) << 8 | 3 << 12);
         let s = hsub2(p, 0x5400_6400);
         (s, hmul2(s, 0xe400_e400))
     }
