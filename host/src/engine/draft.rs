@@ -26,13 +26,16 @@ use cudarc::driver::CudaSlice;
 use kernel_abi::{NodeBatch, QMM_MAX_N};
 
 use super::batch::bytes_of;
-use super::forward::{norm_site, Addend};
+use super::forward::{accumulates_residual, mixer_product, norm_site, Addend};
 use super::weights::TargetWeights;
 use super::EngineError;
 use crate::gpu::attention::{self as attn, AttnDims, AttnPrepIn};
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
-use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmWorkspace};
+use crate::gpu::qmatmul::{
+    accumulation_enabled, qmm_format, qmm_swiglu_rows, swiglu_tail_fits, swiglu_tail_rows, PackedWeight, QWeight,
+    QmmAccumulated, QmmWorkspace,
+};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
 use crate::gpu::{DevSpan, Gpu, GpuTimer};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
@@ -384,6 +387,16 @@ impl DraftEngine {
             || layers
                 .iter()
                 .any(|l| [&l.q, &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices()).any(|w| w.needs_pairs()));
+        // The block pass's output and down projections accumulate for the next norm site, and
+        // the gate/up products their split tails, as in the target's forward (`gpu::qmatmul`
+        // accum.rs): no split of these products waits for another.
+        if accumulates_residual(h) {
+            ws.enable_accumulation(g, h)?;
+        }
+        let tail = layers.iter().map(|l| swiglu_tail_rows(&l.gate_up)).max().unwrap_or(0);
+        if accumulation_enabled() && swiglu_tail_fits(tail) {
+            ws.enable_swiglu_accumulation(g, tail)?;
+        }
         let kv_len = cfg
             .num_layers
             .checked_mul(2 * rows * dims.row())
@@ -618,6 +631,8 @@ impl DraftEngine {
         if self.block_graph.as_ref().is_some_and(|(_, gk)| *gk != key) {
             self.block_graph = None;
         }
+        // Outside any capture: a replay runs no host code (`gpu::qmatmul` accum.rs).
+        self.ws.begin_accumulation(&self.gpu)?;
         match &self.block_graph {
             Some((g, _)) => g.replay()?,
             None if super::forward::graphs_enabled() && self.block_runs > 0 => {
@@ -715,24 +730,19 @@ impl DraftEngine {
         // norm prep).
         let eb = [s(&self.e), s(&self.e2)];
         let mut cur = 0;
+        // The previous product for the next norm site: accumulated, or in `mix`.
+        let mut acc: Option<QmmAccumulated> = None;
+        let last = self.layers.len().saturating_sub(1);
         for (li, l) in self.layers.iter().enumerate() {
             let sliding = self.cfg.sliding_layers.get(li).copied().unwrap_or(false);
             let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
             let window = if sliding { self.cfg.sliding_window.unwrap_or(0) } else { 0 };
-            let add = if li == 0 { None } else { Some(s(&self.mix)) };
-            norm_site(
-                gpu,
-                &mut self.ws,
-                eb,
-                &mut cur,
-                add.into(),
-                s(&l.attn_norm),
-                s(&self.x),
-                bs,
-                h,
-                eps,
-                &mut |_| Ok(()),
-            )?;
+            let add = match (li, acc.take()) {
+                (0, _) => Addend::None,
+                (_, Some(a)) => Addend::Accumulated(a),
+                (_, None) => Addend::Buffer(s(&self.mix)),
+            };
+            norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
             matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
             let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
             let input = AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in };
@@ -771,24 +781,29 @@ impl DraftEngine {
                 self.attn_groups[sliding as usize],
             )?;
             self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
-            matmul(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?;
-            norm_site(
-                gpu,
-                &mut self.ws,
-                eb,
-                &mut cur,
-                Addend::Buffer(s(&self.mix)),
-                s(&l.post_norm),
-                s(&self.x),
-                bs,
-                h,
-                eps,
-                &mut |_| Ok(()),
-            )?;
-            l.gate_up.swiglu(gpu, bs, s(&self.wide), &mut self.ws)?;
-            // Column maxima from the SwiGLU epilogue (no scan; bitwise the same activations).
-            self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, self.ws.pairs_needed)?;
-            matmul(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
+            let add = match mixer_product(gpu, &l.o, bs, s(&self.mix), &mut self.ws)? {
+                Some(a) => Addend::Accumulated(a),
+                None => Addend::Buffer(s(&self.mix)),
+            };
+            norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.post_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
+            let pairs = self.ws.pairs_needed;
+            if self.ws.swiglu_accumulates(&l.gate_up) {
+                // The split tail accumulated; the down projection's prep applies its SwiGLU.
+                let t = self.ws.swiglu_accum(gpu, &l.gate_up, bs, s(&self.wide))?;
+                self.ws.prepare_swiglu_accum(gpu, s(&self.wide), t, bs, ff, pairs)?;
+            } else {
+                l.gate_up.swiglu(gpu, bs, s(&self.wide), &mut self.ws)?;
+                // Column maxima from the SwiGLU epilogue (no scan; bitwise the same activations).
+                self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, pairs)?;
+            }
+            // The last layer's down projection feeds the output norm over slots 1 … B−1 only,
+            // which reads it from `mix` (an accumulated product is consumed whole).
+            acc = if li == last {
+                matmul(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
+                None
+            } else {
+                mixer_product(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?
+            };
         }
         // Slots 1 … B−1 predict the drafted positions; slot 0's output is not used (nor normed).
         let rows = bs - 1;
@@ -808,6 +823,7 @@ impl DraftEngine {
             eps,
             &mut |_| Ok(()),
         )?;
+        self.ws.end_accumulation(gpu)?;
         matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
         topk_logprobs_rows(
             gpu,

@@ -1229,8 +1229,8 @@ pub(super) fn accumulates_residual(width: usize) -> bool {
 /// A mixer's or MLP's output product, read only by the next norm site's residual add:
 /// accumulated for that site where the workspace takes `w` ([`QmmWorkspace::accumulates`]: its
 /// K-split reduction then happens exactly in the site's kernel, no split waiting for another),
-/// else `y = W·x` into `y`.
-fn mixer_product(
+/// else `y = W·x` into `y`. (The DFlash draft's block pass uses it too.)
+pub(super) fn mixer_product(
     gpu: &Gpu,
     w: &QWeight,
     n: usize,
