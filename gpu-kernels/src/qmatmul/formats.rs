@@ -493,16 +493,26 @@ impl Format for Q6K {
         let mut out = [0u32; 4];
         let mut r = 0;
         while r < 2 {
-            let lo = (l.ql[r][hf][(tq % 2) as usize][h as usize] >> (4 * (tq / 2))) & 0x0f0f_0f0f;
-            let hi = ((l.qh[r][hf][h as usize] >> (2 * tq)) & 0x0303_0303) << 4;
-            // 0..63 per byte; the weight is (q − 32)·d·sc.
-            let q = lo | hi;
+            let qh = l.qh[r][hf][h as usize];
+            // The unit's two high bits of every byte, at bits 4..6 and nothing else (masked
+            // before the shift, so no neighbour's bits come in).
+            let hi = match tq {
+                0 => (qh & 0x0303_0303) << 4,
+                1 => (qh & 0x0c0c_0c0c) << 2,
+                2 => qh & 0x3030_3030,
+                _ => (qh & 0xc0c0_c0c0) >> 2,
+            };
+            // q = low | high << 4: 0..63 in every byte, nothing above bit 5; the weight is
+            // (q − 32)·d·sc.
+            let q = and_or(l.ql[r][hf][(tq % 2) as usize][h as usize] >> (4 * (tq / 2)), 0x0f0f_0f0f, hi);
             // (d·sc, d·sc) of unit u from the block's decoded pairs.
             let pair = l.dsc[r][(u / 2) as usize];
             let dsc = prmt(pair, pair, if u % 2 == 0 { 0x1010 } else { 0x3232 });
-            // q − 32: (1024 + q) − (1024 + 32) exactly.
-            let a = hsub2(and_or(q, 0x003f_003f, MAGIC_1024), 0x6420_6420);
-            let b = hsub2(and_or(q >> 8, 0x003f_003f, MAGIC_1024), 0x6420_6420);
+            // f16x2 `1024 + q` of q's bytes (0, 2) and (1, 3): one `prmt` each puts the magic's
+            // 0x64 above them (the magic as the first source, so the selector is an immediate;
+            // `KScales::pair`); then q − 32 = (1024 + q) − (1024 + 32) exactly.
+            let a = hsub2(prmt(MAGIC_1024, q, 0x3614), 0x6420_6420);
+            let b = hsub2(prmt(MAGIC_1024, q, 0x3715), 0x6420_6420);
             out[r] = hmul2(a, dsc);
             out[r + 2] = hmul2(b, dsc);
             r += 1;
