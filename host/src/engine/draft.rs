@@ -174,19 +174,23 @@ pub struct DraftEngine {
 type BlockGraphKey = (usize, [usize; 2], u32);
 
 /// Fewest context keys per split of the draft's attention (`kernel_abi::attn_split_len_min`) at
-/// a context of `n_ctx` committed rows: the smallest of 128 (`ATTN_MIN_SPLIT_KEYS`), 256, 512 and
-/// 1024 that keeps the committed rows at ≤ 8 splits per KV head (the draft needs no batch
-/// invariance: its output is only a proposal). One split per 1,024 keys is what a long context
-/// wants (fewer, longer splits than the target's one per 128: `docs/perf/spec.md`, run 6), but
-/// below 1,024 rows that is a single split — 8 blocks for the whole attention of a layer. Powers
-/// of two keep the block graph's arguments fixed except where the step changes.
+/// a context of `n_ctx` committed rows: the smallest of 64 (one tile, `ATTN_TILE_KEYS`), 128, …
+/// 1024 that keeps the committed rows at ≤ [`DRAFT_SPLITS`] splits per KV head (the draft needs
+/// no batch invariance: its output is only a proposal, so it need not follow the target's one
+/// split per 128 keys). The block's 16 nodes share one tensor-core tile row, so the attention of
+/// a layer is `splits × KV heads` blocks: at 771 rows 13 one-tile splits (104 blocks) instead of
+/// 7 (56); at 8K 16 splits of 512 keys instead of 8 of 1024 (`docs/perf/spec.md`, nineteenth
+/// session). Powers of two keep the block graph's arguments fixed except where the step changes.
 fn draft_split_keys(n_ctx: usize) -> u32 {
-    let mut keys = kernel_abi::ATTN_MIN_SPLIT_KEYS;
-    while keys < DRAFT_MAX_SPLIT_KEYS && n_ctx > 8 * keys as usize {
+    let mut keys = kernel_abi::ATTN_TILE_KEYS;
+    while keys < DRAFT_MAX_SPLIT_KEYS && n_ctx > DRAFT_SPLITS * keys as usize {
         keys *= 2;
     }
     keys
 }
+
+/// Splits per KV head [`draft_split_keys`] aims at (at most; more past 16K rows).
+const DRAFT_SPLITS: usize = 16;
 
 /// The longest split [`draft_split_keys`] picks (the scratch is sized for the shortest).
 const DRAFT_MAX_SPLIT_KEYS: u32 = 1024;
@@ -856,15 +860,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn draft_split_keys_keep_at_most_eight_splits_up_to_the_longest_split() {
+    fn draft_split_keys_keep_at_most_sixteen_splits_up_to_the_longest_split() {
         let splits = |n_ctx: usize| (n_ctx + 16).div_ceil(draft_split_keys(n_ctx) as usize);
-        assert_eq!(draft_split_keys(0), kernel_abi::ATTN_MIN_SPLIT_KEYS);
-        assert_eq!(draft_split_keys(700), 128);
-        assert_eq!(draft_split_keys(1100), 256);
-        assert_eq!(draft_split_keys(8192), 1024);
+        assert_eq!(draft_split_keys(0), kernel_abi::ATTN_TILE_KEYS);
+        assert_eq!(draft_split_keys(771), 64);
+        assert_eq!(draft_split_keys(1100), 128);
+        assert_eq!(draft_split_keys(8192), 512);
+        assert_eq!(draft_split_keys(16_384), 1024);
         assert_eq!(draft_split_keys(100_000), DRAFT_MAX_SPLIT_KEYS);
-        for n_ctx in (0..8192).step_by(61) {
-            assert!(splits(n_ctx) <= 9, "{n_ctx} rows: {} splits", splits(n_ctx));
+        for n_ctx in (0..16_384).step_by(61) {
+            assert!(splits(n_ctx) <= DRAFT_SPLITS + 1, "{n_ctx} rows: {} splits", splits(n_ctx));
             assert!(draft_split_keys(n_ctx) >= draft_split_keys(n_ctx.saturating_sub(61)), "monotone");
         }
     }
