@@ -827,7 +827,6 @@ impl DraftEngine {
             eps,
             &mut |_| Ok(()),
         )?;
-        self.ws.end_accumulation(gpu)?;
         matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
         topk_logprobs_rows(
             gpu,
@@ -839,6 +838,11 @@ impl DraftEngine {
             DevSpan::of(gpu, &self.topk_tokens),
             s(&self.topk_logprobs),
         )?;
+        // Last: with the block's odd number of products per accumulator set (5 layers) this
+        // zeroes pair 0 by a memset node, which between the output norm and the LM head would
+        // keep the head from launching early (as it did: the output norm's share of the chain
+        // 4 → 12 µs).
+        self.ws.end_accumulation(gpu)?;
         Ok(())
     }
 
