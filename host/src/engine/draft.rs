@@ -736,7 +736,6 @@ impl DraftEngine {
         let mut cur = 0;
         // The previous product for the next norm site: accumulated, or in `mix`.
         let mut acc: Option<QmmAccumulated> = None;
-        let last = self.layers.len().saturating_sub(1);
         for (li, l) in self.layers.iter().enumerate() {
             let sliding = self.cfg.sliding_layers.get(li).copied().unwrap_or(false);
             let batch = if self.cfg.causal.unwrap_or(sliding) { causal_batch } else { batch };
@@ -800,37 +799,24 @@ impl DraftEngine {
                 // Column maxima from the SwiGLU epilogue (no scan; bitwise the same activations).
                 self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, pairs)?;
             }
-            // The last layer's down projection feeds the output norm over slots 1 … B−1 only,
-            // which reads it from `mix` (an accumulated product is consumed whole).
-            acc = if li == last {
-                matmul(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
-                None
-            } else {
-                mixer_product(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?
-            };
+            acc = mixer_product(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
         }
-        // Slots 1 … B−1 predict the drafted positions; slot 0's output is not used (nor normed).
+        // Slots 1 … B−1 predict the drafted positions. The output norm and the LM head run over
+        // every slot (slot 0's row is not used; rows are independent), so that the norm consumes
+        // the last down projection accumulated, whole; at B = 16 the head's tile count is that of
+        // B − 1 rows.
+        let add = match acc.take() {
+            Some(a) => Addend::Accumulated(a),
+            None => Addend::Buffer(s(&self.mix)),
+        };
+        let out_norm = s(&self.output_norm);
+        norm_site(gpu, &mut self.ws, eb, &mut cur, add, out_norm, s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
+        matmul(gpu, &t.head, bs, s(&self.logits), &mut self.ws)?;
         let rows = bs - 1;
-        let slots = |x: DevSpan<f32>| x.sub(h, rows * h, "draft outputs");
-        let out_eb = [slots(eb[0])?, slots(eb[1])?];
-        let (mix, x) = (slots(s(&self.mix))?, slots(s(&self.x))?);
-        norm_site(
-            gpu,
-            &mut self.ws,
-            out_eb,
-            &mut cur,
-            Addend::Buffer(mix),
-            s(&self.output_norm),
-            x,
-            rows,
-            h,
-            eps,
-            &mut |_| Ok(()),
-        )?;
-        matmul(gpu, &t.head, rows, s(&self.logits), &mut self.ws)?;
+        let drafted = s(&self.logits).sub(vocab, rows * vocab, "draft logits")?;
         topk_logprobs_rows(
             gpu,
-            s(&self.logits),
+            drafted,
             rows,
             vocab,
             k,
@@ -838,19 +824,18 @@ impl DraftEngine {
             DevSpan::of(gpu, &self.topk_tokens),
             s(&self.topk_logprobs),
         )?;
-        // Last: with the block's odd number of products per accumulator set (5 layers) this
-        // zeroes pair 0 by a memset node, which between the output norm and the LM head would
-        // keep the head from launching early (as it did: the output norm's share of the chain
-        // 4 → 12 µs).
+        // Last: after an odd number of products in an accumulator set (the gate/up tails of 5
+        // layers) this zeroes pair 0 by a memset node, which between the output norm and the LM
+        // head kept the head from launching early (the output norm's share of the chain 4 → 12 µs).
         self.ws.end_accumulation(gpu)?;
         Ok(())
     }
 
     /// The logits of the last [`DraftEngine::propose`]: `(B−1) · vocab` f32, rows in position
-    /// order (waits; for tests).
+    /// order (slots 1 … B−1; waits; for tests).
     pub fn last_logits(&self) -> Result<Vec<f32>, EngineError> {
-        let rows = self.cfg.block_size - 1;
-        Ok(self.gpu.download(&self.logits)?[..rows * self.target_vocab].to_vec())
+        let (b, vocab) = (self.cfg.block_size, self.target_vocab);
+        Ok(self.gpu.download(&self.logits)?[vocab..b * vocab].to_vec())
     }
 }
 
