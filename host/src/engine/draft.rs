@@ -50,7 +50,7 @@ const N: usize = QMM_MAX_N as usize;
 struct DraftLayer {
     attn_norm: CudaSlice<f32>,
     post_norm: CudaSlice<f32>,
-    q: QWeight,
+    q: DraftQ,
     kv: DraftKv,
     o: QWeight,
     q_norm: CudaSlice<f32>,
@@ -61,12 +61,29 @@ struct DraftLayer {
 
 /// A draft layer's k and v projections (`[n_kv·hd, h]` each): one matrix `[2·n_kv·hd, h]`, product
 /// rows `[k | v]`, when their types have a lossless common type (always for BF16, F16 and Q8_0
-/// drafts; [`flashtree_quants::common_lossless_type`]), else two. Both passes read k and v of
-/// the same input (the context pass only those two, so q stays a matrix of its own: stacking it
-/// too would make every context row stream the q rows as well).
+/// drafts; [`flashtree_quants::common_lossless_type`]), else two. The context pass reads these
+/// (k and v of the context rows only: stacking q too would make every context row stream the q
+/// rows as well); the block pass reads them only when its q stands alone ([`DraftQ`]).
 enum DraftKv {
     Stacked(QWeight),
     Split { k: QWeight, v: QWeight },
+}
+
+/// A draft layer's q projection for the block pass: with k and v under it (`[q | k | v]` rows,
+/// one product instead of two: the block pass's q and kv products are each ≈ 10 µs of launch
+/// fill and tail for 5–22 MB of weights) where the three have a lossless common type, else alone.
+/// The context pass keeps its own k + v matrix ([`DraftKv`]): it needs no q rows.
+enum DraftQ {
+    WithKv(QWeight),
+    Alone(QWeight),
+}
+
+impl DraftQ {
+    fn matrix(&self) -> &QWeight {
+        match self {
+            DraftQ::WithKv(w) | DraftQ::Alone(w) => w,
+        }
+    }
 }
 
 impl DraftKv {
@@ -199,19 +216,20 @@ const DRAFT_MAX_SPLIT_KEYS: u32 = 1024;
 pub const DRAFT_MAX_K: usize = N;
 
 /// A matrix to pack for `qmm`: its name, `[out, in]`, and for a fused gate/up pair the up
-/// matrix's name (`out` = `ff`), or for a stacked pair the matrix stacked under it (same shape,
-/// a type with a lossless common type: the packed matrix is `[2·out, in]`).
+/// matrix's name (`out` = `ff`), or for a stack the matrices stacked under it (`(name, rows)`,
+/// each `[rows, in]`, all of one lossless common type: the packed matrix is
+/// `[out + Σ rows, in]`).
 struct PackJob {
     name: String,
     up: Option<String>,
-    below: Option<String>,
+    below: Vec<(String, usize)>,
     out: usize,
     inp: usize,
 }
 
 impl PackJob {
     fn matrix(name: String, out: usize, inp: usize) -> Self {
-        PackJob { name, up: None, below: None, out, inp }
+        PackJob { name, up: None, below: Vec::new(), out, inp }
     }
 
     /// Packs on the host.
@@ -225,21 +243,28 @@ impl PackJob {
             )));
         }
         let err = |e: crate::gpu::GpuError| EngineError::Weights(format!("{}: {e}", self.name));
-        if let Some(below) = &self.below {
-            let b = tensor(d, below)?;
-            let ty = common_lossless_type(&[t.ty, b.ty]).ok_or_else(|| {
-                EngineError::Weights(format!("{} is {} and {below} is {}: no common type", self.name, t.ty, b.ty))
-            })?;
-            let elements = self.out.checked_mul(self.inp).ok_or_else(|| {
-                EngineError::Weights(format!("{}: [{}, {}] overflows", self.name, self.out, self.inp))
+        if !self.below.is_empty() {
+            let mut parts = vec![(self.name.as_str(), t, self.out)];
+            for (name, rows) in &self.below {
+                parts.push((name.as_str(), tensor(d, name)?, *rows));
+            }
+            let types: Vec<_> = parts.iter().map(|(_, x, _)| x.ty).collect();
+            let ty = common_lossless_type(&types).ok_or_else(|| {
+                let names: Vec<_> = parts.iter().map(|(n, x, _)| format!("{n} ({})", x.ty)).collect();
+                EngineError::Weights(format!("{}: no common type", names.join(", ")))
             })?;
             let mut raw = Vec::new();
-            for (name, x) in [(&self.name, &t), (below, &b)] {
+            let mut total = 0usize;
+            for (name, x, rows) in &parts {
+                let elements = rows
+                    .checked_mul(self.inp)
+                    .ok_or_else(|| EngineError::Weights(format!("{name}: [{rows}, {}] overflows", self.inp)))?;
                 let p =
                     promote(x.ty, ty, x.data, elements).map_err(|e| EngineError::Weights(format!("{name}: {e}")))?;
                 raw.extend_from_slice(&p);
+                total += rows;
             }
-            return PackedWeight::pack(ty, &raw, 2 * self.out, self.inp).map_err(err);
+            return PackedWeight::pack(ty, &raw, total, self.inp).map_err(err);
         }
         match &self.up {
             None => PackedWeight::pack(t.ty, t.data, self.out, self.inp).map_err(err),
@@ -339,12 +364,19 @@ impl DraftEngine {
         let mut stacked = Vec::with_capacity(cfg.num_layers);
         for i in 0..cfg.num_layers {
             let n = |s: &str| format!("layers.{i}.{s}");
-            let (k, v) = (n("self_attn.k_proj.weight"), n("self_attn.v_proj.weight"));
-            let stack = common_lossless_type(&[tensor(draft, &k)?.ty, tensor(draft, &v)?.ty]).is_some();
-            stacked.push(stack);
-            jobs.push(PackJob::matrix(n("self_attn.q_proj.weight"), nh * hd, h));
+            let (q, k, v) = (n("self_attn.q_proj.weight"), n("self_attn.k_proj.weight"), n("self_attn.v_proj.weight"));
+            let (qt, kt, vt) = (tensor(draft, &q)?.ty, tensor(draft, &k)?.ty, tensor(draft, &v)?.ty);
+            let stack = common_lossless_type(&[kt, vt]).is_some();
+            let with_kv = common_lossless_type(&[qt, kt, vt]).is_some();
+            stacked.push((stack, with_kv));
+            if with_kv {
+                let below = vec![(k.clone(), nkv * hd), (v.clone(), nkv * hd)];
+                jobs.push(PackJob { below, ..PackJob::matrix(q, nh * hd, h) });
+            } else {
+                jobs.push(PackJob::matrix(q, nh * hd, h));
+            }
             if stack {
-                jobs.push(PackJob { below: Some(v), ..PackJob::matrix(k, nkv * hd, h) });
+                jobs.push(PackJob { below: vec![(v, nkv * hd)], ..PackJob::matrix(k, nkv * hd, h) });
             } else {
                 jobs.push(PackJob::matrix(k, nkv * hd, h));
                 jobs.push(PackJob::matrix(v, nkv * hd, h));
@@ -360,9 +392,9 @@ impl DraftEngine {
         let mut take = || packed.next().ok_or_else(|| EngineError::Weights("draft matrices".into()));
         let fc = take()?;
         let mut layers = Vec::with_capacity(cfg.num_layers);
-        for (i, &stacked) in stacked.iter().enumerate() {
+        for (i, &(stacked, with_kv)) in stacked.iter().enumerate() {
             let n = |s: &str| format!("layers.{i}.{s}");
-            let q = take()?;
+            let q = if with_kv { DraftQ::WithKv(take()?) } else { DraftQ::Alone(take()?) };
             let kv = if stacked { DraftKv::Stacked(take()?) } else { DraftKv::Split { k: take()?, v: take()? } };
             let o = take()?;
             let gu = take()?;
@@ -384,13 +416,14 @@ impl DraftEngine {
         let rows = ctx.checked_add(b).ok_or_else(|| EngineError::Plan(format!("context {ctx} overflows")))?;
         let vocab = tcfg.vocab_size;
         let max_in = [kh, h, ff, nh * hd].into_iter().max().unwrap_or(h);
-        let max_out = [vocab, qmm_swiglu_rows(ff), nh * hd, 2 * nkv * hd, h].into_iter().max().unwrap_or(h);
+        let qkv = nh * hd + 2 * nkv * hd;
+        let max_out = [vocab, qmm_swiglu_rows(ff), qkv, h].into_iter().max().unwrap_or(h);
         let mut ws = QmmWorkspace::with_columns(g, max_in, max_out, N)?;
         ws.pairs_needed = target.head.needs_pairs()
             || fc.needs_pairs()
-            || layers
-                .iter()
-                .any(|l| [&l.q, &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices()).any(|w| w.needs_pairs()));
+            || layers.iter().any(|l| {
+                [l.q.matrix(), &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices()).any(|w| w.needs_pairs())
+            });
         // The block pass's output and down projections accumulate for the next norm site, and
         // the gate/up products their split tails, as in the target's forward (`gpu::qmatmul`
         // accum.rs): no split of these products waits for another.
@@ -420,7 +453,7 @@ impl DraftEngine {
             mix: z(N * h)?,
             kb: z(N * 2 * nkv * hd)?,
             vb: z(N * nkv * hd)?,
-            qb: z(N * nh * hd)?,
+            qb: z(N * qkv)?,
             qo: z(N * nh * hd)?,
             ao: z(N * nh * hd)?,
             wide: z(N * ff)?,
@@ -746,9 +779,18 @@ impl DraftEngine {
                 (_, None) => Addend::Buffer(s(&self.mix)),
             };
             norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
-            matmul(gpu, &l.q, bs, s(&self.qb), &mut self.ws)?;
-            let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
-            let input = AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in };
+            let input = match &l.q {
+                DraftQ::WithKv(w) => {
+                    // One product, rows `[q | k | v]`.
+                    matmul(gpu, w, bs, s(&self.qb), &mut self.ws)?;
+                    AttnPrepIn::merged(self.dims, s(&self.qb))?
+                }
+                DraftQ::Alone(q) => {
+                    matmul(gpu, q, bs, s(&self.qb), &mut self.ws)?;
+                    let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
+                    AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in }
+                }
+            };
             let (kc, vc) = (self.plane(li, false)?, self.plane(li, true)?);
             let none = s(&self.ao).sub(0, 0, "no gate")?;
             attn::attn_prep(
