@@ -57,7 +57,7 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   ptx [--arch sm_90a] [--ptxas] [--features F]
                                         build gpu-kernels to target/ptx/gpu_kernels.<arch>[+F].ptx;
-                                        --ptxas assembles it with ptxas -v and fails on spills
+                                        --ptxas assembles it with ptxas -v and fails on spills and stack frames
                                         and on serialized warpgroup products
   sass [--arch sm_90a] [--features F] [--loops] [KERNEL…]
                                         assemble the PTX, disassemble it (nvdisasm) and print each

@@ -76,10 +76,12 @@ pub fn serialized_kernels(log: &str) -> Vec<String> {
     out
 }
 
-/// Assembles `ptx` for `arch`, prints the usage table, fails on spills and on warpgroup products
-/// serialized by ptxas (remark C7514: every `HGMMA` waits for the one before it). No shipped kernel
-/// has either; a change that serializes a kernel's products would lose their overlap without a
-/// sound (the Q8_0 kernels did until docs/perf/qmatmul.md session 17).
+/// Assembles `ptx` for `arch`, prints the usage table, fails on spills, on stack frames and on
+/// warpgroup products serialized by ptxas (remark C7514: every `HGMMA` waits for the one before
+/// it). No shipped kernel has any of them; a change that serializes a kernel's products would lose
+/// their overlap without a sound (the Q8_0 kernels did until docs/perf/qmatmul.md session 17), and
+/// a stack frame without spills is local memory all the same (conditional stores lowered to a
+/// dummy stack slot cost every prep kernel ≈ 1 µs: the eighteenth engine session's `r10`).
 pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
     let (_, log) = assemble(ptx, arch)?;
     let usage = parse_log(&log);
@@ -101,6 +103,10 @@ pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
     if !spilling.is_empty() {
         return Err(format!("register spills in: {}", spilling.join(", ")));
     }
+    let stacked = with_stack_frames(&usage);
+    if !stacked.is_empty() {
+        return Err(format!("stack frames (local memory) in: {}", stacked.join(", ")));
+    }
     let serialized = serialized_kernels(&log);
     println!(
         "warpgroup products serialized by ptxas (C7514): {}",
@@ -114,6 +120,11 @@ pub fn check(ptx: &Path, arch: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The kernels with a stack frame, as `name (N bytes)`.
+fn with_stack_frames(usage: &[KernelUsage]) -> Vec<String> {
+    usage.iter().filter(|u| u.stack_bytes > 0).map(|u| format!("{} ({} bytes)", u.name, u.stack_bytes)).collect()
 }
 
 /// Parses `ptxas -v` output into per-kernel usage.
@@ -184,5 +195,7 @@ ptxas info    : Used 255 registers, used 1 barriers, 512 bytes smem, 360 bytes c
         assert_eq!(u[1].spill_stores, 8);
         assert_eq!(u[1].spill_loads, 4);
         assert_eq!(u[1].shared_bytes, 512);
+        assert_eq!(with_stack_frames(&u), vec!["argmax (16 bytes)".to_string()]);
+        assert!(with_stack_frames(&u[..1]).is_empty());
     }
 }
