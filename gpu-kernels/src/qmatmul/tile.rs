@@ -104,7 +104,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
     // The lane's data of stage `st` (blocks past `b1` are not loaded): plain 16-byte loads
     // straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`).
     let load_stage = #[inline(always)]
-    |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
+    |st: u32| load_stage::<F, false>(group, b0 + st * F::PER_STAGE, b1, lane);
 
     // Multi-tile kernels with f16 activations stage x in shared memory per chunk of
     // `QMM_XS_CHUNK_UNITS` units (all 8 warps read the same columns): one cooperative copy per
@@ -400,11 +400,12 @@ pub(super) fn run_stages<L: Copy>(
 /// Most weight blocks one pipeline stage holds (`Format::PER_STAGE` ≤ this).
 pub(super) const MAX_STAGE_BLOCKS: usize = 4;
 
-/// The lane's data of the stage whose first block is `b` (blocks at or past `b1` are not loaded):
-/// plain 16-byte loads straight into registers, coalesced by the lane layout
-/// (`kernel_abi::qmm_lanes`). `group`: the warp's 16-row group of packed W.
+/// The lane's data of the stage whose first block is `b` (blocks at or past `b1` are not loaded;
+/// with `FULL` the caller knows the stage is whole, and no block is tested): plain 16-byte loads
+/// straight into registers, coalesced by the lane layout (`kernel_abi::qmm_lanes`). `group`: the
+/// warp's 16-row group of packed W.
 #[inline(always)]
-pub(super) unsafe fn load_stage<F: Format>(
+pub(super) unsafe fn load_stage<F: Format, const FULL: bool>(
     group: *const u8,
     b: u32,
     b1: u32,
@@ -414,7 +415,7 @@ pub(super) unsafe fn load_stage<F: Format>(
     let mut l = [F::ZERO; MAX_STAGE_BLOCKS];
     let mut i = 0;
     while i < MAX_STAGE_BLOCKS {
-        if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b + (i as u32) < b1) {
+        if i < F::PER_STAGE as usize && (FULL || F::PER_STAGE == 1 || b + (i as u32) < b1) {
             l[i] = F::load(group.add(((b + i as u32) * block16) as usize), lane);
         }
         i += 1;

@@ -66,10 +66,56 @@ const TILE_SLAB: u32 = CHUNK_UNITS * 2 * 256;
 /// session 11).
 const DEPTH: usize = 2;
 
-/// The kernel body (see the module doc); `SWIGLU` as in [`super::tile`]; `TWO`: the stages run
-/// over two register buffers (`super::tile::run_stages`).
+/// The kernel body for every format: [`qmm_wg_stages`] without `FULL`. With the experiment
+/// feature `qmm-q8-full-stages` (not shipped: docs/perf/qmatmul.md, nineteenth session), with
+/// `FULL` where the block's weight blocks fill whole stages (formats of several blocks per stage,
+/// Q8_0 / F16 / BF16; the K-quants' stages are single blocks, so they keep only the general path).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool, const ACCUM: bool>(
+    w: *const u8,
+    xcm: *const u16,
+    xsum: *const f32,
+    xscale: *const f32,
+    partial: *mut f32,
+    counters: *mut u32,
+    y: *mut f32,
+    ymax: *mut u32,
+    p: QmmParams,
+) {
+    #[cfg(feature = "qmm-q8-full-stages")]
+    if F::PER_STAGE > 1 {
+        let (_, b0, b1) = qmm_block_range(
+            block_x(),
+            p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
+            p.full_row_blocks,
+            p.ksplit,
+            p.cluster,
+            p.in_features / F::ELEMS,
+        );
+        if (b1 - b0) % F::PER_STAGE == 0 {
+            return qmm_wg_stages::<F, T, TWO, SWIGLU, ACCUM, true>(
+                w, xcm, xsum, xscale, partial, counters, y, ymax, p,
+            );
+        }
+    }
+    qmm_wg_stages::<F, T, TWO, SWIGLU, ACCUM, false>(w, xcm, xsum, xscale, partial, counters, y, ymax, p)
+}
+
+/// The kernel body (see the module doc); `SWIGLU` as in [`super::tile`]; `TWO`: the stages run
+/// over two register buffers (`super::tile::run_stages`); `FULL`: every stage holds
+/// `F::PER_STAGE` weight blocks (no per-block load predicates or unit checks: the same
+/// operations on the same values as the general path).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn qmm_wg_stages<
+    F: Format,
+    const T: usize,
+    const TWO: bool,
+    const SWIGLU: bool,
+    const ACCUM: bool,
+    const FULL: bool,
+>(
     w: *const u8,
     xcm: *const u16,
     xsum: *const f32,
@@ -102,7 +148,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool,
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
 
     let load_stage = #[inline(always)]
-    |st: u32| load_stage::<F>(group, b0 + st * F::PER_STAGE, b1, lane);
+    |st: u32| load_stage::<F, FULL>(group, b0 + st * F::PER_STAGE, b1, lane);
 
     // x: two buffers of `CHUNK_UNITS` units in the core-matrix layout, filled by bulk copies
     // straight from the `qmm_prep_x` plane (`prep::core_matrix_slot`): chunk `k + 1` is copied
@@ -169,9 +215,9 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool,
         // Units of a whole stage (a compile-time constant); a stage is partial only at the end
         // of a K split whose block count is not a multiple of PER_STAGE.
         let max_units = F::PER_STAGE * units;
-        let full = F::PER_STAGE == 1 || stage_units == max_units;
+        let full = FULL || F::PER_STAGE == 1 || stage_units == max_units;
         let valid = #[inline(always)]
-        |i: u32| i < max_units && (F::PER_STAGE == 1 || i < stage_units);
+        |i: u32| i < max_units && (FULL || F::PER_STAGE == 1 || i < stage_units);
         let su0 = b * units - chunk_unit0;
         // K-quant super-blocks (PER_STAGE = 1): the scales of the stage's one block.
         let ks = F::super_scales(&cur[0], t);
