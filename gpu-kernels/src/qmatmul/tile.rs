@@ -79,16 +79,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
     let xs_on = qmm_xs_smem_bytes(T as u32, F::STAGES_X) > 0;
-    // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
-    let (rb, b0, b1) = qmm_block_range(
-        block_x(),
-        p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
-        p.full_row_blocks,
-        p.ksplit,
-        p.cluster,
-        blocks,
-    );
+    let (rb, b0, b1) = block_range(&p, blocks);
     let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
@@ -395,6 +387,20 @@ pub(super) fn run_stages<L: Copy>(
         step(st + 1, &odd);
         st += 2;
     }
+}
+
+/// This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`) of a
+/// matrix of `blocks` weight blocks per row.
+#[inline(always)]
+pub(super) fn block_range(p: &QmmParams, blocks: u32) -> (u32, u32, u32) {
+    qmm_block_range(
+        block_x(),
+        p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
+        p.full_row_blocks,
+        p.ksplit,
+        p.cluster,
+        blocks,
+    )
 }
 
 /// Most weight blocks one pipeline stage holds (`Format::PER_STAGE` ≤ this).

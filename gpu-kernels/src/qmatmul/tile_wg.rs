@@ -35,10 +35,10 @@
 //!
 //! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
-use kernel_abi::{qmm_block_range, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
 use super::formats::{add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
-use super::tile::{load_stage, run_stages, MAX_STAGE_BLOCKS};
+use super::tile::{block_range, load_stage, run_stages, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::ld_v2_f32;
 use crate::device::mbarrier;
@@ -85,14 +85,7 @@ unsafe fn qmm_wg<F: Format, const T: usize, const TWO: bool, const SWIGLU: bool,
 ) {
     #[cfg(feature = "qmm-q8-full-stages")]
     if F::PER_STAGE > 1 {
-        let (_, b0, b1) = qmm_block_range(
-            block_x(),
-            p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
-            p.full_row_blocks,
-            p.ksplit,
-            p.cluster,
-            p.in_features / F::ELEMS,
-        );
+        let (_, b0, b1) = block_range(&p, p.in_features / F::ELEMS);
         if (b1 - b0) % F::PER_STAGE == 0 {
             return qmm_wg_stages::<F, T, TWO, SWIGLU, ACCUM, true>(
                 w, xcm, xsum, xscale, partial, counters, y, ymax, p,
@@ -129,16 +122,8 @@ unsafe fn qmm_wg_stages<
     launch_dependents();
     let lane = lane_id();
     let (g, t) = (lane / 4, lane % 4);
-    // This block's row block and weight blocks `b0 .. b1` (`kernel_abi::qmm_block_range`).
     let blocks = p.in_features / F::ELEMS;
-    let (rb, b0, b1) = qmm_block_range(
-        block_x(),
-        p.out_features.div_ceil(QMM_ROWS_PER_BLOCK),
-        p.full_row_blocks,
-        p.ksplit,
-        p.cluster,
-        blocks,
-    );
+    let (rb, b0, b1) = block_range(&p, blocks);
     let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
