@@ -26,16 +26,13 @@ use cudarc::driver::CudaSlice;
 use kernel_abi::{NodeBatch, QMM_MAX_N};
 
 use super::batch::bytes_of;
-use super::forward::{accumulates_residual, mixer_product, norm_site, Addend};
+use super::forward::{enable_accumulations, gate_up_site, mixer_product, norm_site, Addend};
 use super::weights::TargetWeights;
 use super::EngineError;
 use crate::gpu::attention::{self as attn, AttnDims, AttnPrepIn};
 use crate::gpu::embed::embed_rows;
 use crate::gpu::graph::Graph;
-use crate::gpu::qmatmul::{
-    accumulation_enabled, qmm_format, qmm_swiglu_rows, swiglu_tail_fits, swiglu_tail_rows, PackedWeight, QWeight,
-    QmmAccumulated, QmmWorkspace,
-};
+use crate::gpu::qmatmul::{qmm_format, qmm_swiglu_rows, PackedWeight, QWeight, QmmAccumulated, QmmWorkspace};
 use crate::gpu::sample::{topk_logprobs_rows, topk_scratch_len};
 use crate::gpu::{DevSpan, Gpu, GpuTimer};
 use crate::model::{DraftConfig, DraftModel, Qwen35Config};
@@ -424,16 +421,9 @@ impl DraftEngine {
             || layers.iter().any(|l| {
                 [l.q.matrix(), &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices()).any(|w| w.needs_pairs())
             });
-        // The block pass's output and down projections accumulate for the next norm site, and
-        // the gate/up products their split tails, as in the target's forward (`gpu::qmatmul`
-        // accum.rs): no split of these products waits for another.
-        if accumulates_residual(h) {
-            ws.enable_accumulation(g, h)?;
-        }
-        let tail = layers.iter().map(|l| swiglu_tail_rows(&l.gate_up)).max().unwrap_or(0);
-        if accumulation_enabled() && swiglu_tail_fits(tail) {
-            ws.enable_swiglu_accumulation(g, tail)?;
-        }
+        // The block pass's products accumulate as in the target's forward: no split of them
+        // waits for another.
+        enable_accumulations(g, &mut ws, h, layers.iter().map(|l| &l.gate_up))?;
         let kv_len = cfg
             .num_layers
             .checked_mul(2 * rows * dims.row())
@@ -831,16 +821,7 @@ impl DraftEngine {
                 None => Addend::Buffer(s(&self.mix)),
             };
             norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.post_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
-            let pairs = self.ws.pairs_needed;
-            if self.ws.swiglu_accumulates(&l.gate_up) {
-                // The split tail accumulated; the down projection's prep applies its SwiGLU.
-                let t = self.ws.swiglu_accum(gpu, &l.gate_up, bs, s(&self.wide))?;
-                self.ws.prepare_swiglu_accum(gpu, s(&self.wide), t, bs, ff, pairs)?;
-            } else {
-                l.gate_up.swiglu(gpu, bs, s(&self.wide), &mut self.ws)?;
-                // Column maxima from the SwiGLU epilogue (no scan; bitwise the same activations).
-                self.ws.prepare_swiglu(gpu, s(&self.wide), bs, ff, pairs)?;
-            }
+            gate_up_site(gpu, &mut self.ws, &l.gate_up, bs, s(&self.wide), ff, &mut |_| Ok(()))?;
             acc = mixer_product(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
         }
         // Slots 1 … B−1 predict the drafted positions. The output norm and the LM head run over

@@ -381,14 +381,7 @@ impl Engine {
             ws: {
                 let mut ws = QmmWorkspace::new(&gpu, max_in, max_out)?;
                 ws.pairs_needed = w.layers.iter().any(|l| l.uses_type(qmm_needs_pairs)) || w.head.needs_pairs();
-                if accumulates_residual(cfg.embedding_length) {
-                    ws.enable_accumulation(&gpu, cfg.embedding_length)?;
-                }
-                // The MLPs' fused gate/up products accumulate their split tails where they fit.
-                let tail = w.layers.iter().map(|l| swiglu_tail_rows(&l.gate_up)).max().unwrap_or(0);
-                if accumulation_enabled() && swiglu_tail_fits(tail) {
-                    ws.enable_swiglu_accumulation(&gpu, tail)?;
-                }
+                enable_accumulations(&gpu, &mut ws, cfg.embedding_length, w.layers.iter().map(|l| &l.gate_up))?;
                 ws
             },
             rope,
@@ -887,19 +880,7 @@ impl Engine {
                 }
             }
             norm_site(s(&lw.post_norm), false, acc.take(), &mut self.ws, prof)?;
-            let pairs = self.ws.pairs_needed;
-            if self.ws.swiglu_accumulates(&lw.gate_up) {
-                // The split tail accumulated; the down projection's prep applies its SwiGLU.
-                let t = self.ws.swiglu_accum(gpu, &lw.gate_up, n, s(&self.wide))?;
-                mark(gpu, prof, "qmm")?;
-                self.ws.prepare_swiglu_accum(gpu, s(&self.wide), t, n, lw.down.inp(), pairs)?;
-            } else {
-                lw.gate_up.swiglu(gpu, n, s(&self.wide), &mut self.ws)?;
-                mark(gpu, prof, "qmm")?;
-                // The down projection's input: column maxima from the SwiGLU epilogue (no scan).
-                self.ws.prepare_swiglu(gpu, s(&self.wide), n, lw.down.inp(), pairs)?;
-            }
-            mark(gpu, prof, "prep")?;
+            gate_up_site(gpu, &mut self.ws, &lw.gate_up, n, s(&self.wide), lw.down.inp(), &mut |k| mark(gpu, prof, k))?;
             acc = mixer_product(gpu, &lw.down, n, mix, &mut self.ws)?;
             mark(gpu, prof, "qmm")?;
         }
@@ -1242,6 +1223,53 @@ pub(super) fn mixer_product(
     }
     w.matmul(gpu, n, y, ws)?;
     Ok(None)
+}
+
+/// Enables the accumulated products (`gpu::qmatmul` accum.rs) of a forward whose residual stream
+/// is `width` wide and whose MLPs are the fused `gate_ups`: the output and down projections into
+/// the next norm site (where [`accumulates_residual`]), the gate/up products' split tails where
+/// they fit. The target's forward and the DFlash draft's block pass.
+pub(super) fn enable_accumulations<'a>(
+    gpu: &Gpu,
+    ws: &mut QmmWorkspace,
+    width: usize,
+    gate_ups: impl Iterator<Item = &'a QWeight>,
+) -> Result<(), EngineError> {
+    if accumulates_residual(width) {
+        ws.enable_accumulation(gpu, width)?;
+    }
+    let tail = gate_ups.map(swiglu_tail_rows).max().unwrap_or(0);
+    if accumulation_enabled() && swiglu_tail_fits(tail) {
+        ws.enable_swiglu_accumulation(gpu, tail)?;
+    }
+    Ok(())
+}
+
+/// An MLP's fused gate/up product of `n` rows into `wide` and the down projection's prep of it
+/// (`ff` features): the split tail accumulated and its SwiGLU applied by the prep where the
+/// workspace takes it, else the SwiGLU epilogue's column maxima read without a scan. `after`:
+/// `"qmm"` after the product, `"prep"` after the prep (profile marks).
+pub(super) fn gate_up_site(
+    gpu: &Gpu,
+    ws: &mut QmmWorkspace,
+    gate_up: &QWeight,
+    n: usize,
+    wide: DevSpan<f32>,
+    ff: usize,
+    after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+) -> Result<(), EngineError> {
+    let pairs = ws.pairs_needed;
+    if ws.swiglu_accumulates(gate_up) {
+        let t = ws.swiglu_accum(gpu, gate_up, n, wide)?;
+        after("qmm")?;
+        ws.prepare_swiglu_accum(gpu, wide, t, n, ff, pairs)?;
+    } else {
+        gate_up.swiglu(gpu, n, wide, ws)?;
+        after("qmm")?;
+        ws.prepare_swiglu(gpu, wide, n, ff, pairs)?;
+    }
+    after("prep")?;
+    Ok(())
 }
 
 /// Converts the activations `x [n, inp]` for the matmuls that follow (with the bf16 pair only
