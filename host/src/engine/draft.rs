@@ -765,8 +765,7 @@ impl DraftEngine {
             let window = if sliding { self.cfg.sliding_window.unwrap_or(0) } else { 0 };
             let add = match (li, acc.take()) {
                 (0, _) => Addend::None,
-                (_, Some(a)) => Addend::Accumulated(a),
-                (_, None) => Addend::Buffer(s(&self.mix)),
+                (_, acc) => Addend::product(acc, s(&self.mix)),
             };
             norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.attn_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
             let input = match &l.q {
@@ -816,10 +815,7 @@ impl DraftEngine {
                 self.attn_groups[sliding as usize],
             )?;
             self.ws.prepare(gpu, s(&self.ao), bs, nh * hd, self.ws.pairs_needed)?;
-            let add = match mixer_product(gpu, &l.o, bs, s(&self.mix), &mut self.ws)? {
-                Some(a) => Addend::Accumulated(a),
-                None => Addend::Buffer(s(&self.mix)),
-            };
+            let add = Addend::product(mixer_product(gpu, &l.o, bs, s(&self.mix), &mut self.ws)?, s(&self.mix));
             norm_site(gpu, &mut self.ws, eb, &mut cur, add, s(&l.post_norm), s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
             gate_up_site(gpu, &mut self.ws, &l.gate_up, bs, s(&self.wide), ff, &mut |_| Ok(()))?;
             acc = mixer_product(gpu, &l.down, bs, s(&self.mix), &mut self.ws)?;
@@ -828,10 +824,7 @@ impl DraftEngine {
         // every slot (slot 0's row is not used; rows are independent), so that the norm consumes
         // the last down projection accumulated, whole; at B = 16 the head's tile count is that of
         // B − 1 rows.
-        let add = match acc.take() {
-            Some(a) => Addend::Accumulated(a),
-            None => Addend::Buffer(s(&self.mix)),
-        };
+        let add = Addend::product(acc.take(), s(&self.mix));
         let out_norm = s(&self.output_norm);
         norm_site(gpu, &mut self.ws, eb, &mut cur, add, out_norm, s(&self.x), bs, h, eps, &mut |_| Ok(()))?;
         matmul(gpu, &t.head, bs, s(&self.logits), &mut self.ws)?;

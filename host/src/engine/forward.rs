@@ -703,8 +703,7 @@ impl Engine {
          -> Result<DevSpan<f32>, EngineError> {
             let add = match (first, acc) {
                 (true, _) => Addend::None,
-                (false, Some(a)) => Addend::Accumulated(a),
-                (false, None) => Addend::Buffer(mix),
+                (false, acc) => Addend::product(acc, mix),
             };
             norm_site(gpu, ws, hb, &mut cur, add, w, x, n, d, eps, &mut |k| mark(gpu, prof, k))?;
             Ok(hb[cur])
@@ -1139,9 +1138,11 @@ pub(super) enum Addend {
     Accumulated(QmmAccumulated),
 }
 
-impl From<Option<DevSpan<f32>>> for Addend {
-    fn from(a: Option<DevSpan<f32>>) -> Self {
-        a.map_or(Addend::None, Addend::Buffer)
+impl Addend {
+    /// The addend a mixer's or MLP's product leaves for the next norm site: accumulated
+    /// ([`mixer_product`]'s `Some`), else the product `y` it wrote.
+    pub(super) fn product(acc: Option<QmmAccumulated>, y: DevSpan<f32>) -> Addend {
+        acc.map_or(Addend::Buffer(y), Addend::Accumulated)
     }
 }
 
