@@ -30,7 +30,7 @@
 use kernel_abi::{qmm_format, qmm_lanes, qmm_row_scaled, qmm_stages_x};
 
 use crate::device::convert::pack_bf16x2;
-use crate::device::half2::{and_or, hfma2_splat, hmul2, hsub2, prmt};
+use crate::device::half2::{and_or, hfma2, hfma2_splat, hmul2, hsub2, prmt};
 use crate::device::load::{ld_nc_u16_cached, ld_nc_v4, ld_stream_v4, U32x4};
 
 /// Private chunk `j` of lane `lane` in a packed block: `512·j + 16·lane` (streamed once, no L1
@@ -129,16 +129,17 @@ pub trait Format {
     /// Row-scaled formats (`kernel_abi::qmm_row_scaled`): each output is multiplied by its row's
     /// power-of-two scale, stored as f32 after the packed blocks.
     const ROW_SCALED: bool = false;
-    /// Products taken from zero and scaled in f32: per unit (Q8_0, `acc += d·P` with
-    /// `unit_scales`) or, with `SUPER`, per super-block (K-quants, [`KScales`]).
+    /// Products taken from zero and scaled in f32 per unit (Q8_0: `acc += d·P` with
+    /// `unit_scales`).
     const PRODUCTS_FROM_ZERO: bool = false;
-    /// K-quant super-block formats (Q4_K, Q5_K): the units' products are combined per block
-    /// with [`KScales`] instead of `unit_scales`.
+    /// K-quant super-block formats (Q4_K, Q5_K): each fragment scaled by
+    /// [`KScales::scale_frag`] into the running sum, and per block one mins product into its own
+    /// accumulator ([`KScales::mins_tile`], added by [`add_mins`] at the end).
     const SUPER: bool = false;
     /// The block's [`KScales`] for lane `(g, t)` (super-block formats only).
     #[inline(always)]
     fn super_scales(_l: &Self::Lane, _t: u32) -> KScales {
-        KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_m: [0; 2] }
+        KScales { sc: [[0; 2]; 2], dd: [0; 2], neg_cd: [0; 2], a_m: [0; 2] }
     }
     /// `[scale_g, scale_g8]` of unit `u` (per-unit formats, Q8_0: `d`).
     #[inline(always)]
@@ -177,49 +178,55 @@ fn k_scale_bytes(hdr: &[u32; 4], j: u32) -> (u32, u32) {
 /// How a K-quant super-block (Q4_K, Q5_K: `w = d·sc_u·q − dmin·m_u` in unit `u`, 6-bit `sc_u`,
 /// `m_u`) is summed, per row and column:
 ///
-/// `Σ_k w_k x̂_k = d·P − 64·dmin·C`, `P = Σ_k (sc_u·q_k)·x̂_k`, `C = Σ_u m_u·S_u/64`,
+/// `Σ_k w_k x̂_k ≈ P + M`, `P = Σ_k ŵ_k·x̂_k`, `M = Σ_u μ_u·S_u/64`,
 ///
-/// with `S_u = Σ_{k∈u} x̂_k`. The A fragments of `P` are the exact integers `sc_u·q ≤ 63·31`
-/// (< 2048, so exact in f16): the offset fragment `1024 + q` (even `u`) or `1024 + 16q` (odd `u`)
-/// goes through one `fma.f16x2` with `(s'_u, −1024·s'_u)`, `s'_u = sc_u` or `sc_u/16`, whose
-/// exact result `sc_u·q` needs no rounding. So `P` is one tensor-core sum over the block's 16
-/// k16 steps with no per-unit work on the products (the scaling cost is per weight pair, not per
-/// output: it does not grow with the number of token columns), and no offset enters it. `C` is
-/// one tensor-core product over the block's 8 units (`A = (m_u | m_u)`, `B = (hi | lo)` of
-/// `S_u/64` in f16, exact products, `S` carried to ≈ 2^-22), scaled back by `64`.
+/// with `S_u = Σ_{k∈u} x̂_k`. The A fragments of `P` are the weights' scaled part rounded to f16
+/// the way Q6_K's are: `ŵ = f16(q·s_u)` with `s_u = f16(d·sc_u)` (even `u`) or
+/// `16·f16(d·sc_u/16)` (odd `u`; the same value wherever `d·sc_u/16` is a normal f16) — the
+/// offset fragment `1024 + q` (even `u`) or `1024 + 16q` (odd `u`) goes through one `fma.f16x2`
+/// with `(s'_u, −1024·s'_u)`, `s'_u = f16(d·sc_u)` or `f16(d·sc_u/16)`, whose exact result
+/// `q·s_u` is rounded once. So the units' products go straight into the running sum over every
+/// block of the row (as Q6_K's), with no per-block product, wait or scaling. `M` is one
+/// tensor-core product per block over its 8 units (`A = (μ_u | μ_u)` with
+/// `μ_u = f16(−64·dmin·m_u)`, `B = (hi | lo)` of `S_u/64` in f16, `S` carried to ≈ 2^-22) into
+/// its own accumulator, added to `P` once after the last block. Error per weight (normal f16):
+/// `|ŵ − d·sc·q| ≤ 2^-10·|d·sc·q|`, `|μ_u − (−64·dmin·m_u)| ≤ 2^-11·64·|dmin·m_u|`; f16 range:
+/// `1039·d·sc_u < 65504` and `64·63·dmin < 65504` (the host checks `d ≤ 1`, `dmin ≤ 16`).
 #[derive(Clone, Copy)]
 pub struct KScales {
     /// `[row][half]`: the 6-bit `sc_u` of units `4·half .. +4`, one per byte.
     pub sc: [[u32; 2]; 2],
-    /// `[row]`: `d`.
-    pub d: [f32; 2],
-    /// `[row]`: `−64·dmin`.
-    pub neg_min64: [f32; 2],
-    /// `[row]`: f16x2 `(m_2t, m_2t+1)` (A register of the `C` product).
+    /// `[row]`: f16x2 `(d, d)`.
+    pub dd: [u32; 2],
+    /// `[row]`: f16x2 `(−1024·d, −64·d)` (exact).
+    pub neg_cd: [u32; 2],
+    /// `[row]`: f16x2 `(μ_2t, μ_2t+1)` (A register of the `M` product).
     pub a_m: [u32; 2],
 }
 
 impl KScales {
-    /// f16x2 `(s'_2c, s'_2c+1) = (sc_2c, sc_2c+1 / 16)` and `(−1024·sc_2c, −64·sc_2c+1)` of row
-    /// `r`, unit pair `c`, all exact: one `prmt` puts the two bytes into the mantissas of
-    /// `(1024, 64)` (whose last mantissa bits weigh 1 and 1/16), one subtraction removes them, one
-    /// multiplication by `−1024` (`1024·63 < 65504`) gives the biases. The constant is the
-    /// `prmt`'s first source and the scale word its second (bytes 4..8), so that ptxas keeps the
-    /// constant in one register and encodes each selector as an immediate; the other way round
-    /// it made the constant the immediate and moved every selector into a register first (one
-    /// `IMAD.U32` per `prmt`: 2–5 % of the Q4_K/Q5_K loops, `cargo xtask sass`).
+    /// f16x2 `(s'_2c, s'_2c+1) = (f16(d·sc_2c), f16(d·sc_2c+1/16))` and `−1024·s'` of row `r`,
+    /// unit pair `c`: one `prmt` puts the two scale bytes into the mantissas of `(1024, 64)`
+    /// (whose last mantissa bits weigh 1 and 1/16), one `fma` by `(d, d)` minus `(1024, 64)·d`
+    /// gives `(sc, sc/16)·d` rounded once, one multiplication by `−1024` (exact) the biases.
+    /// The constant is the `prmt`'s first source and the scale word its second (bytes 4..8), so
+    /// that ptxas keeps the constant in one register and encodes each selector as an immediate;
+    /// the other way round it made the constant the immediate and moved every selector into a
+    /// register first (one `IMAD.U32` per `prmt`: 2–5 % of the Q4_K/Q5_K loops, `cargo xtask sass`).
     #[inline(always)]
     fn pair(&self, r: usize, c: u32) -> (u32, u32) {
         let word = self.sc[r][(c / 2) as usize];
         let lo = 4 + 2 * (c % 2);
         // Bytes: sc_2c, 0x64, sc_2c+1, 0x54 (the constant's bytes 1 and 3).
         let p = prmt(0x5400_6400, word, lo | 1 << 4 | (lo + 1) << 8 | 3 << 12);
-        let s = hsub2(p, 0x5400_6400);
+        // `p·d − (1024, 64)·d`: the subtrahend is exact (a power of two times d), so the fma's
+        // one rounding is that of `(p − (1024, 64))·d = (sc, sc/16)·d`.
+        let s = hfma2(p, self.dd[r], self.neg_cd[r]);
         (s, hmul2(s, 0xe400_e400))
     }
 
-    /// The A fragment `sc_u·q` of unit `u` from its offset fragment `off` (`[a0, a1, a2, a3]`:
-    /// rows `g, g+8, g, g+8`): `fma(off, s'_u, −1024·s'_u)` per f16x2, exact.
+    /// The A fragment `ŵ = f16(q·s_u)` of unit `u` from its offset fragment `off`
+    /// (`[a0, a1, a2, a3]`: rows `g, g+8, g, g+8`): `fma(off, s'_u, −1024·s'_u)` per f16x2.
     #[inline(always)]
     pub fn scale_frag(&self, off: [u32; 4], u: u32) -> [u32; 4] {
         let mut a = [0u32; 4];
@@ -236,41 +243,51 @@ impl KScales {
         a
     }
 
-    /// Ends the block for one tile: `acc += d·P − 64·dmin·C`, with `P` the block's product
-    /// (this lane's four outputs) and `C` the tensor-core product of the unit mins with the
-    /// group sums `bs` (this lane's B fragment of the tile's column).
+    /// The block's mins product for one tile: `m += (μ | μ) · (hi | lo)(S/64)` (this lane's four
+    /// outputs of the tile's `M` accumulator; `bs`: this lane's B fragment of the tile's column).
     #[inline(always)]
-    pub fn finish_tile(&self, bs: [u32; 2], pb: &[f32; 4], acc: &mut [f32; 4]) {
-        use crate::device::math::fma_ordered;
+    pub fn mins_tile(&self, bs: [u32; 2], m: &mut [f32; 4]) {
         let a_m = [self.a_m[0], self.a_m[1], self.a_m[0], self.a_m[1]];
-        let c = crate::device::mma::mma_f16_16816_zero_ordered(a_m, bs);
-        let mut j = 0;
-        while j < 4 {
-            let r = j / 2;
-            let a = fma_ordered(self.d[r], pb[j], acc[j]);
-            acc[j] = fma_ordered(self.neg_min64[r], c[j], a);
-            j += 1;
-        }
+        crate::device::mma::mma_f16_16816_ordered(m, a_m, bs);
     }
 }
+
+/// `P + M` at the end of a K-quant row range (see [`KScales`]): one add per output.
+#[inline(always)]
+pub fn add_mins<const T: usize>(acc: &mut [[f32; 4]; T], m: &[[f32; 4]; T]) {
+    let mut tile = 0;
+    while tile < T {
+        let mut j = 0;
+        while j < 4 {
+            acc[tile][j] += m[tile][j];
+            j += 1;
+        }
+        tile += 1;
+    }
+}
+
+/// f16 `−64` in both halves.
+const NEG_64_X2: u32 = 0xd400_d400;
 
 /// [`KScales`] of the two rows' headers (`hdr[row]`: word 0 = `d | dmin << 16`, 1..3 = the 12
 /// scale bytes) for lane quad position `t`.
 #[inline(always)]
 fn k_super_scales(hdr: &[[u32; 4]; 2], t: u32) -> KScales {
-    let mut ks = KScales { sc: [[0; 2]; 2], d: [0.0; 2], neg_min64: [0.0; 2], a_m: [0; 2] };
+    let mut ks = KScales { sc: [[0; 2]; 2], dd: [0; 2], neg_cd: [0; 2], a_m: [0; 2] };
     // Bytes 2t and 2t+1 of the 8 sub-block bytes into halves 0 and 1.
     let sel = 2 * t | (2 * t + 1) << 8;
     let mut r = 0;
     while r < 2 {
         let h = &hdr[r];
-        ks.d[r] = crate::device::convert::f16_to_f32(h[0] as u16);
-        ks.neg_min64[r] = -64.0 * crate::device::convert::f16_to_f32((h[0] >> 16) as u16);
+        ks.dd[r] = prmt(h[0], h[0], 0x1010);
+        ks.neg_cd[r] = hmul2(ks.dd[r], 0xd400_e400);
+        // (−64·dmin, −64·dmin): exact (a power of two) for dmin ≤ 1023.
+        let nm = hmul2(prmt(h[0], h[0], 0x3232), NEG_64_X2);
         let (sc_lo, m_lo) = k_scale_bytes(h, 0);
         let (sc_hi, m_hi) = k_scale_bytes(h, 4);
         ks.sc[r] = [sc_lo, sc_hi];
         let mp = and_or(prmt(m_lo, m_hi, sel), 0x00ff_00ff, MAGIC_1024);
-        ks.a_m[r] = hsub2(mp, MAGIC_1024);
+        ks.a_m[r] = hmul2(hsub2(mp, MAGIC_1024), nm);
         r += 1;
     }
     ks
@@ -293,7 +310,6 @@ impl Format for Q4K {
     const PER_STAGE: u32 = qmm_format::Q4_K.2;
     const STAGES_X: bool = qmm_stages_x::Q4_K;
     const BF16: bool = false;
-    const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q4kLane;
     const ZERO: Q4kLane = Q4kLane { hdr: [[0; 4]; 2], qs: [[[0; 2]; 4]; 2] };
 
@@ -358,7 +374,6 @@ impl Format for Q5K {
     const PER_STAGE: u32 = qmm_format::Q5_K.2;
     const STAGES_X: bool = qmm_stages_x::Q5_K;
     const BF16: bool = false;
-    const PRODUCTS_FROM_ZERO: bool = true;
     type Lane = Q5kLane;
     const ZERO: Q5kLane = Q5kLane { hdr: [[0; 4]; 2], qh: [[0; 2]; 2], qs: [[[0; 2]; 4]; 2] };
 

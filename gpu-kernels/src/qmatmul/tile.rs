@@ -28,11 +28,13 @@
 //! * Scaled formats (Q6_K, F16, BF16, F32) accumulate straight into the f32 accumulators.
 //! * Q8_0 takes each unit's product `P` (A = the exact quants `q`) from a zero accumulator and
 //!   adds `d·P` (one f32 fma per output).
-//! * Q4_K and Q5_K take one product per super-block with the exact integers `sc_u·q` as A
-//!   (one `fma.f16x2` per two weights) and finish it with `d·P` and one small tensor-core
-//!   product of the unit mins with the unit sums (`formats::KScales`): per output two fmas per
-//!   256 weights, instead of four per 32 (the session 9 form: unit products from zero, scaled
-//!   in f32, whose cost grew with the number of columns).
+//! * Q4_K and Q5_K accumulate straight into the f32 accumulators too, with the weights' scaled
+//!   part rounded to f16 as A (`f16(q·f16(d·sc_u))`: one `fma.f16x2` per two weights, the
+//!   block's `d` folded into the unit scales), plus one small tensor-core product per
+//!   super-block of the unit mins with the unit sums into accumulators of their own, added once
+//!   at the end (`formats::KScales`): no per-block product from zero, wait or f32 finish, whose
+//!   cost grew with the number of columns (the nineteenth session's form: exact integer
+//!   fragments `sc_u·q`, `d·P` and the mins per block in f32 — docs/perf/qmatmul.md).
 //!
 //! Lanes of padding columns (c ≥ n) load column `n − 1`'s x, so no load is predicated and nothing
 //! is zeroed per stage; their results are never stored.
@@ -49,10 +51,10 @@ use kernel_abi::{
     qmm_block_range, qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS,
 };
 
-use super::formats::{add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{add_mins, add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::load::{ld_v2_f32, ld_v4, U32x4};
-use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered, mma_f16_16816_zero_ordered};
+use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered};
 use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, st_shared_v4};
 use crate::device::sync::sync_threads;
 use crate::device::*;
@@ -117,6 +119,9 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
         }
     };
     let mut acc = [[0.0f32; 4]; T];
+    // K-quant formats: the mins products' own accumulators (`formats::KScales`), added to `acc`
+    // after the last block.
+    let mut macc = [[0.0f32; 4]; T];
     // The math of stage `st` on its lane data `cur` (`chunk_unit0`: first unit of the staged x).
     // The `#[inline(always)]` on this file's closures is part of the measured code generation:
     // without it LLVM inlines differently (other register counts, and `qmm_f16_nt3` spills).
@@ -210,11 +215,9 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                 }
                 let lanedata = cur[i_blk as usize];
                 if F::SUPER {
-                    // K-quant super-block: one product `P` over the block's units with the
-                    // scaled fragments `sc_u·q`, then `d·P` and the mins' correction product
-                    // (see `formats::KScales`).
+                    // K-quant super-block: the scaled fragments `ŵ` straight into the running
+                    // sums, then the block's mins product into `macc` (see `formats::KScales`).
                     let ks = F::super_scales(&lanedata, t);
-                    let mut pb = [[0.0f32; 4]; T];
                     unroll_units::<F>(
                         #[inline(always)]
                         |u| {
@@ -222,18 +225,13 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                             let a0 = ks.scale_frag(F::frag(&lanedata, u, 0), u);
                             let mut tile = 0;
                             while tile < T {
-                                let bf = [xf[tile][0], xf[tile][1]];
-                                if u == 0 {
-                                    pb[tile] = mma_f16_16816_zero_ordered(a0, bf);
-                                } else {
-                                    mma_f16_16816_ordered(&mut pb[tile], a0, bf);
-                                }
+                                mma_f16_16816_ordered(&mut acc[tile], a0, [xf[tile][0], xf[tile][1]]);
                                 tile += 1;
                             }
                             let a1 = ks.scale_frag(F::frag(&lanedata, u, 1), u);
                             let mut tile = 0;
                             while tile < T {
-                                mma_f16_16816_ordered(&mut pb[tile], a1, [xf[tile][2], xf[tile][3]]);
+                                mma_f16_16816_ordered(&mut acc[tile], a1, [xf[tile][2], xf[tile][3]]);
                                 tile += 1;
                             }
                         },
@@ -248,7 +246,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                             let v = ld_v2_f32(sums_h.add(at) as *const f32);
                             [v[0].to_bits(), v[1].to_bits()]
                         };
-                        ks.finish_tile(bs, &pb[tile], &mut acc[tile]);
+                        ks.mins_tile(bs, &mut macc[tile]);
                         tile += 1;
                     }
                     return;
@@ -331,6 +329,9 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
             stage_math(st, cur, chunk_unit0);
         },
     );
+    if F::SUPER {
+        add_mins(&mut acc, &macc);
+    }
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }

@@ -37,10 +37,10 @@
 
 use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
 
-use super::formats::{add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{add_mins, add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{block_range, load_stage, run_stages, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
-use crate::device::load::ld_v2_f32;
+use crate::device::load::ld_v2_f32_ordered;
 use crate::device::mbarrier;
 use crate::device::shared::{dynamic_smem, smem_addr, Shared};
 use crate::device::sync::sync_threads;
@@ -183,11 +183,11 @@ unsafe fn qmm_wg_stages<
     };
 
     let mut acc = [[0.0f32; 4]; T];
-    // K-quant formats: the block's product `P` (`formats::KScales`). Kept for the whole kernel:
-    // only products define it (`ptxas` serializes the products if another instruction writes an
-    // accumulator inside a pipeline stage).
-    let mut pb = [[0.0f32; 4]; T];
-    // Per-unit formats: the two unit-product buffers (likewise only defined by products).
+    // K-quant formats: the mins products' own accumulators (`formats::KScales`), written only by
+    // `mma.sync` (never by a warpgroup product), added to `acc` after the last block.
+    let mut macc = [[0.0f32; 4]; T];
+    // Per-unit formats: the two unit-product buffers (only defined by products: `ptxas`
+    // serializes the products if another instruction writes an accumulator inside a stage).
     let (mut pu0, mut pu1) = ([[0.0f32; 4]; T], [[0.0f32; 4]; T]);
     let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
 
@@ -235,8 +235,21 @@ unsafe fn qmm_wg_stages<
             }
         };
         if !F::PRODUCTS_FROM_ZERO {
-            // Scaled formats: every product straight into the accumulators, in unit order; at
-            // most DEPTH groups in flight (their A registers stay live until they complete).
+            // Scaled formats (K-quants: super-block stages): every product straight into the
+            // accumulators, in unit order; at most DEPTH groups in flight (their A registers
+            // stay live until they complete). K-quants: the block's group sums (requested
+            // before its products) and its mins products into `macc` (`formats::KScales`).
+            let mut bs = [[0u32; 2]; T];
+            if F::SUPER {
+                let mut tile = 0;
+                while tile < T {
+                    let col = (8 * tile + g as usize).min(n - 1);
+                    let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
+                    let v = ld_v2_f32_ordered(sums_h.add(at) as *const f32);
+                    bs[tile] = [v[0].to_bits(), v[1].to_bits()];
+                    tile += 1;
+                }
+            }
             unroll_below(
                 8,
                 #[inline(always)]
@@ -250,6 +263,18 @@ unsafe fn qmm_wg_stages<
                     }
                 },
             );
+            if F::SUPER {
+                // Four tiles: no product in flight past the block (its A registers held over the
+                // next stage's loads would spill at 128 registers).
+                if T >= 4 {
+                    wgmma::wait::<0>();
+                }
+                let mut tile = 0;
+                while tile < T {
+                    ks.mins_tile(bs[tile], &mut macc[tile]);
+                    tile += 1;
+                }
+            }
             return;
         }
         // Per-unit formats (Q8_0): units in pairs — unit `i`'s product from zero into buffer
@@ -258,65 +283,30 @@ unsafe fn qmm_wg_stages<
         // unit while the next one's product runs instead reads a buffer under an asynchronous
         // product, which makes ptxas serialize every product of the kernel (remark C7514: each
         // `HGMMA` followed by a full wait; docs/perf/qmatmul.md sessions 16–17).
-        if !F::SUPER {
-            // Ends unit `i` from its buffer (`i % 2`: a compile-time choice at each call).
-            let finish = #[inline(always)]
-            |i: u32, pu0: &mut [[f32; 4]; T], pu1: &mut [[f32; 4]; T], acc: &mut [[f32; 4]; T]| {
-                let pu = if i % 2 == 0 { pu0 } else { pu1 };
-                wgmma::fence_operands(pu);
-                add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
-            };
-            unroll_below(
-                8,
-                #[inline(always)]
-                |i| {
-                    let i = i as u32;
-                    if valid(i) {
-                        issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
-                        if i % 2 == 1 || !valid(i + 1) {
-                            wgmma::wait::<0>();
-                            if i % 2 == 1 {
-                                finish(i - 1, &mut pu0, &mut pu1, &mut acc);
-                            }
-                            finish(i, &mut pu0, &mut pu1, &mut acc);
-                        }
-                    }
-                },
-            );
-            return;
-        }
-        // K-quant super-blocks (PER_STAGE = 1): the block's product `P` from zero over its 8
-        // units (at most DEPTH in flight), then `d·P` and the mins' correction exactly as
-        // `super::tile`.
-        let mut bs = [[0u32; 2]; T];
-        let mut tile = 0;
-        while tile < T {
-            let col = (8 * tile + g as usize).min(n - 1);
-            let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-            let v = ld_v2_f32(sums_h.add(at) as *const f32);
-            bs[tile] = [v[0].to_bits(), v[1].to_bits()];
-            tile += 1;
-        }
+        // Ends unit `i` from its buffer (`i % 2`: a compile-time choice at each call).
+        let finish = #[inline(always)]
+        |i: u32, pu0: &mut [[f32; 4]; T], pu1: &mut [[f32; 4]; T], acc: &mut [[f32; 4]; T]| {
+            let pu = if i % 2 == 0 { pu0 } else { pu1 };
+            wgmma::fence_operands(pu);
+            add_unit_product(F::unit_scales(&cur[(i / units) as usize], i % units), pu, acc);
+        };
         unroll_below(
             8,
             #[inline(always)]
             |i| {
                 let i = i as u32;
-                if i < units {
-                    issue(i, &mut pb, i == 0);
-                    if i + 1 >= DEPTH as u32 && i + 1 < units {
-                        wait_unit(i + 1 - DEPTH as u32);
+                if valid(i) {
+                    issue(i, if i % 2 == 0 { &mut pu0 } else { &mut pu1 }, true);
+                    if i % 2 == 1 || !valid(i + 1) {
+                        wgmma::wait::<0>();
+                        if i % 2 == 1 {
+                            finish(i - 1, &mut pu0, &mut pu1, &mut acc);
+                        }
+                        finish(i, &mut pu0, &mut pu1, &mut acc);
                     }
                 }
             },
         );
-        wgmma::wait::<0>();
-        wgmma::fence_operands(&mut pb);
-        let mut tile = 0;
-        while tile < T {
-            ks.finish_tile(bs[tile], &pb[tile], &mut acc[tile]);
-            tile += 1;
-        }
     };
 
     // Register pipeline of weight stages as in `super::tile`. x chunk `k` starts at block
@@ -353,6 +343,9 @@ unsafe fn qmm_wg_stages<
     );
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
+    if F::SUPER {
+        add_mins(&mut acc, &macc);
+    }
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }

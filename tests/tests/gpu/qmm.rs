@@ -4,15 +4,18 @@
 //! Error budget (derived in `gpu-kernels/src/qmatmul/{mod,formats}.rs`), per output `(c, o)`:
 //! * x → f16 after an exact power-of-two scaling: `|Δx_i| ≤ 2^-11 |x_i| + 2^-24 max|x|`
 //!   (bf16 hi + lo for F32 weights: `≤ 2^-16 |x_i|`);
-//! * weights: Q6_K rounded to f16 (`|Δw_i| ≤ 2^-10 |w_i|`); Q4_K, Q5_K and Q8_0 exact, their
-//!   per-block and per-unit f32 sums within `2^-14 M_i` / `2^-17 M_i` (see [`magnitudes`]);
+//! * weights: Q6_K rounded to f16 (`|Δw_i| ≤ 2^-10 |w_i|`); Q4_K and Q5_K rounded to f16 as
+//!   `d·sc·q` and `64·dmin·m` parts (`≤ 2^-10·M_i` plus `2^-17` absolute, see [`magnitudes`]);
+//!   Q8_0 exact, its per-unit f32 sums within `2^-17 M_i`;
 //!   F16 exact; BF16 as row-scaled f16, exact down to `2^-31` of the row's largest `|w|` and
 //!   within `2^-39·max_row |w|` below (`host::gpu::qmatmul::bf16_rows_to_scaled_f16`); F32 split
 //!   into bf16 hi + lo with the lo·lo product dropped (`≤ 2^-15 |w_i|`);
-//! * f32 tensor-core accumulation, sequential over `in/16` steps plus the split partials:
-//!   `γ_{in/16 + 24}` with `u = 2^-23` (truncating adders) times `Σ|w x|`.
+//! * f32 tensor-core accumulation, sequential over `in/16` steps (and for Q4_K/Q5_K the `in/256`
+//!   mins steps and their one add) plus the split partials: `γ_{in/16 + in/256 + 25}` with
+//!   `u = 2^-23` (truncating adders) times `Σ|w x|` (Q4_K/Q5_K: `Σ M_i |x_i|`, the terms the
+//!   two sums add before they cancel).
 //!
-//! So `|y − y_ref| ≤ Σ_i (|x_i| ε_w M_i + |w_i| |Δx_i|) · 1.01 + γ · Σ_i |w_i x_i|`.
+//! So `|y − y_ref| ≤ Σ_i (|x_i| (ε_w M_i + a_w) + |w_i| |Δx_i|) · 1.01 + γ · Σ_i A_i |x_i|`.
 
 use flashtree::gpu::qmatmul::{qmm_swiglu_rows, QWeight, QmmWorkspace};
 use flashtree::gpu::{DevSpan, Gpu};
@@ -81,14 +84,14 @@ fn random_weights(ty: GgmlType, out: usize, inp: usize, rng: &mut Rng) -> Vec<u8
 
 /// `M_i` of the error budget for every weight (row-major `[out, in]`).
 ///
-/// Q4_K and Q5_K (`formats::KScales`): per super-block `d·P − 64·dmin·C` with
-/// `P = Σ_i (sc_j·q_i)·x̂_i` over the block's 16 k16 steps, the A values `sc_j·q_i` exact integers.
-/// Each step adds 16 exact products to the running f32 sum with ≤ 17 alignment/truncation errors
-/// of 2^-23 of the largest of them (≤ `Σ_block |sc·q·x̂|`), so `P` is within
-/// `272·2^-23·Σ_block |sc_j·q_i·x̂_i|`; `C` (exact products, `S` in f16 hi + lo to 2^-22, eight
-/// terms) within `2^-19·Σ |m_j·x̂_i|`; the two fmas add `2·2^-24` of `|d·P| + |64·dmin·C|`. Per
-/// weight that is `≤ 2^-14·M_i` with `M_i = |d·sc_j·q_i| + |dmin·m_j| ≤ |w_i| + 2·|dmin·m_j|`
-/// (the form used below, from the dequantized `w_i`). The weights themselves are exact.
+/// Q4_K and Q5_K (`formats::KScales`): the A values are `ŵ = f16(q·s_u)` with `s_u = f16(d·sc_u)`
+/// (or `16·f16(d·sc_u/16)`): two roundings of `2^-11` each, `|ŵ − d·sc·q| ≤ 2^-10(1 + 2^-12)
+/// |d·sc·q|` for normal f16, plus at most `15·2^-21 + 2^-25` where `s_u` or `ŵ` is subnormal;
+/// the mins enter as `μ_u·S_u/64` with `μ_u = f16(−64·dmin·m_u)` (`2^-11` of `64·|dmin·m|`,
+/// plus `2^-25`) and `S` in f16 hi + lo (to `2^-22`): per weight `≤ (2^-11 + 2^-22)|dmin·m|`
+/// plus `2^-31`. With `M_i = |d·sc_j·q_i| + |dmin·m_j|` (from the dequantized `w_i`:
+/// `d·sc·q = w_i + dmin·m`) that is `≤ 2^-10·1.001·M_i + 2^-17` per unit of `|x_i|`; and the
+/// running sums add terms as large as `M_i·|x_i|` ([`expected`]'s `γ` term).
 ///
 /// Q8_0 (`formats.rs`): the unit `j` of a row adds `d_j·P_j` with `P_j = Σ q_i x̂_i`, the A values
 /// `q_i` exact (`|q| ≤ 128`). The f32 errors of one unit, per weight and relative to `|x_i|`: the
@@ -111,7 +114,8 @@ fn magnitudes(ty: GgmlType, raw: &[u8], w: &[f32], inp: usize) -> Vec<f64> {
                 let dmin = f16(&blk[2..4]);
                 for (e, &wi) in wb.iter().enumerate() {
                     let (_, mm) = k_scales::scale_min(&blk[4..16], e / 32);
-                    m.push((wi as f64).abs() + 2.0 * (dmin * mm as f64).abs());
+                    let min = dmin * mm as f64;
+                    m.push((wi as f64 + min).abs() + min.abs());
                 }
             }
             m
@@ -174,11 +178,14 @@ pub(crate) fn expected(c: &Case, x: &[f32], n: usize) -> Vec<(f64, f64)> {
         GgmlType::BF16 => (2f64.powi(-39), 2f64.powi(-11)),
         // W and x both split into bf16 hi + lo; the lo·lo product is dropped.
         GgmlType::F32 => (2f64.powi(-15), 2f64.powi(-16)),
-        GgmlType::Q4_K | GgmlType::Q5_K => (2f64.powi(-14), 2f64.powi(-11)),
+        GgmlType::Q4_K | GgmlType::Q5_K => (2f64.powi(-10) * 1.001, 2f64.powi(-11)),
         GgmlType::Q8_0 => (2f64.powi(-17), 2f64.powi(-11)),
         _ => (2f64.powi(-10), 2f64.powi(-11)),
     };
-    let steps = c.inp / 16 + 24;
+    let k_quant = matches!(c.ty, GgmlType::Q4_K | GgmlType::Q5_K);
+    // Absolute part of a weight's rounding per unit of |x_i| (Q4_K/Q5_K's subnormal scales).
+    let wabs = if k_quant { 2f64.powi(-17) } else { 0.0 };
+    let steps = c.inp / 16 + c.inp / 256 + 25;
     let u = 2f64.powi(-23);
     let gamma = steps as f64 * u / (1.0 - steps as f64 * u);
     let mut res = Vec::with_capacity(n * c.out);
@@ -192,8 +199,8 @@ pub(crate) fn expected(c: &Case, x: &[f32], n: usize) -> Vec<(f64, f64)> {
             for i in 0..c.inp {
                 let (wi, xi) = (wr[i] as f64, xc[i] as f64);
                 want += wi * xi;
-                abs += (wi * xi).abs();
-                bound += xi.abs() * wq * mr[i] + wi.abs() * (xrel * xi.abs() + 2f64.powi(-24) * xmax);
+                abs += if k_quant { mr[i] * xi.abs() } else { (wi * xi).abs() };
+                bound += xi.abs() * (wq * mr[i] + wabs) + wi.abs() * (xrel * xi.abs() + 2f64.powi(-24) * xmax);
             }
             res.push((want, bound * 1.01 + gamma * abs + 1e-30));
         }

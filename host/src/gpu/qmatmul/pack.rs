@@ -118,6 +118,7 @@ pub fn pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Result<
             format!("W {ty:?} [{out}, {inp}] is {} bytes, not {} ({row_bytes} per row)", raw.len(), out * row_bytes),
         ));
     }
+    check_k_scales(ty, raw, bytes, row_bytes)?;
     let src = packed_sources(ty, bytes)?;
     let mut packed = vec![0u8; packed_len];
     let block_bytes = qmm_block_bytes(out as u32, inp as u32, elems as u32, bytes as u32) as usize;
@@ -145,6 +146,41 @@ pub fn pack_weights(ty: GgmlType, raw: &[u8], out: usize, inp: usize) -> Result<
         }
     }
     Ok(packed)
+}
+
+/// Largest `|d|` and `|dmin|` of a Q4_K/Q5_K super-block that the kernels take: they fold `d`
+/// into f16 unit scales whose bias `−1024·d·sc` (`sc ≤ 63`) and mins `−64·dmin·m` (`m ≤ 63`)
+/// must stay finite in f16 (`gpu-kernels/src/qmatmul/formats.rs`, `KScales`). Real models'
+/// scales are below `10^-1`.
+pub const K_QUANT_MAX_D: f32 = 1.0;
+/// See [`K_QUANT_MAX_D`].
+pub const K_QUANT_MAX_DMIN: f32 = 16.0;
+
+/// Refuses a Q4_K/Q5_K matrix with a super-block scale outside the kernels' range
+/// ([`K_QUANT_MAX_D`], [`K_QUANT_MAX_DMIN`]; NaN and infinities included), naming the first such
+/// block. Other types pass.
+fn check_k_scales(ty: GgmlType, raw: &[u8], bytes: usize, row_bytes: usize) -> Result<(), GpuError> {
+    if !matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K) {
+        return Ok(());
+    }
+    for (i, blk) in raw.chunks_exact(bytes).enumerate() {
+        let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        let dmin = half::f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+        // A NaN compares false: refused too.
+        let within = |v: f32, max: f32| v.abs() <= max;
+        if !within(d, K_QUANT_MAX_D) || !within(dmin, K_QUANT_MAX_DMIN) {
+            let per_row = row_bytes / bytes;
+            return Err(GpuError::shape(
+                "qmm",
+                format!(
+                    "W {ty:?} row {} super-block {} has d = {d}, dmin = {dmin}: the kernels take |d| ≤ {K_QUANT_MAX_D} and |dmin| ≤ {K_QUANT_MAX_DMIN}",
+                    i / per_row,
+                    i % per_row
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Interleaves gate and up `[ff, in]` (raw GGUF bytes of type `ty`, rows contiguous) by 8 rows —
@@ -205,7 +241,14 @@ mod tests {
             let (elems, bytes, _) = family_for(ty, out, inp).unwrap().geometry;
             let (blocks, bytes) = (inp / elems as usize, bytes as usize);
             let row_bytes = blocks * bytes;
-            let raw: Vec<u8> = (0..out * row_bytes).map(|i| (i * 7 % 251 + 1) as u8).collect();
+            let mut raw: Vec<u8> = (0..out * row_bytes).map(|i| (i * 7 % 251 + 1) as u8).collect();
+            if ty == GgmlType::Q4_K {
+                // d and dmin below 1 (their f16 high bytes ≤ 0x3b): the range the kernels take.
+                for blk in raw.chunks_exact_mut(bytes) {
+                    blk[1] &= 0x3b;
+                    blk[3] &= 0x3b;
+                }
+            }
             let packed = pack_weights(ty, &raw, out, inp).unwrap();
             assert_eq!(packed.len(), out.div_ceil(128) * 128 * row_bytes);
             assert_eq!(packed.len(), qmm_packed_bytes(ty, out, inp).unwrap());
@@ -318,6 +361,28 @@ mod tests {
     fn pack_refuses_a_matrix_over_4_gib() {
         let e = pack_weights(GgmlType::Q8_0, &[], 1 << 20, 4096).unwrap_err().to_string();
         assert!(e.contains("4563402752 bytes packed") && e.contains("4 GiB"), "{e}");
+    }
+
+    #[test]
+    fn pack_refuses_k_quant_scales_out_of_range_naming_the_block() {
+        for (ty, size) in [(GgmlType::Q4_K, 144usize), (GgmlType::Q5_K, 176)] {
+            let mut raw = vec![0u8; 2 * 2 * size];
+            // Every block d = dmin = 0.5: accepted.
+            for b in raw.chunks_exact_mut(size) {
+                b[0..2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+                b[2..4].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+            }
+            assert!(pack_weights(ty, &raw, 2, 512).is_ok());
+            // Row 1, block 0: d = 2.
+            raw[2 * size..2 * size + 2].copy_from_slice(&half::f16::from_f32(2.0).to_le_bytes());
+            let e = pack_weights(ty, &raw, 2, 512).unwrap_err().to_string();
+            assert!(e.contains("row 1 super-block 0") && e.contains("d = 2"), "{e}");
+            // dmin = NaN instead.
+            raw[2 * size..2 * size + 2].copy_from_slice(&half::f16::from_f32(0.5).to_le_bytes());
+            raw[3 * size + 2..3 * size + 4].copy_from_slice(&half::f16::NAN.to_le_bytes());
+            let e = pack_weights(ty, &raw, 2, 512).unwrap_err().to_string();
+            assert!(e.contains("row 1 super-block 1") && e.contains("dmin = NaN"), "{e}");
+        }
     }
 
     #[test]
