@@ -13,6 +13,7 @@
 //! quantizer has a documented round-trip error bound (see each module). The committed gguf-py
 //! fixtures (`tests/tests/cpu/quant_fixtures.rs`) check both directions.
 
+pub mod as_matmul;
 pub mod bf16;
 pub mod f16;
 pub mod f32;
@@ -25,6 +26,7 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_1;
 
+pub use as_matmul::dequantize_as_matmul;
 pub use promote::common_lossless_type;
 
 use std::fmt;

@@ -17,6 +17,9 @@
 #                kernels in two interleaved rounds — its matmul shape (EXP_FILTER) at every n (bench-qmm,
 #                matmul only) and the engine's AR step, 22-node verify and Q8_0 draft step
 #                (ab-FEATURE.txt); EXP_ENV: host variables the build needs      ≈ 2 min
+#   ptxab        this bundle's kernels against every .gpu-bundle/ptx-<name>.ptx.xz (whole PTX
+#                builds: the previous kernels, variants, probes): a bench-qmm case (PTXAB_FILTER)
+#                and the engine's AR / verify / draft step, interleaved rounds (ptxab.txt)   ≈ 1 min/build
 #   ab           this bundle's `flashtree` against .gpu-bundle/old-flashtree.xz (the build
 #                before a host-side change) or, with AB_OLD_ENV, against itself under those
 #                variables; tree bench at oracle AL 8, two interleaved rounds (ab-old-new.txt)  ≈ 4 min
@@ -100,6 +103,33 @@ exp)
     done
   done
   grep -E "^==|n=16 |n=22 |draft step|forward of a 2" "$OUT/ab-$f.txt" | head -60
+  ;;
+ptxab)
+  # Kernel builds side by side: every .gpu-bundle/ptx-<name>.ptx.xz (whole PTX files, e.g. the
+  # previous build's and variants of a change, packed by hand) against this bundle's own kernels,
+  # in PTXAB_ROUNDS (2) interleaved rounds — the bench-qmm case PTXAB_FILTER (matmul only, every
+  # n) and, unless PTXAB_ENGINE=0, the engine's AR step, 22-node verify and draft step
+  # (ptxab.txt). Values may be wrong under a probe build: only the timings count.
+  filter="${PTXAB_FILTER:-Q4_K 5120->17408}"
+  names=(bundle); for x in .gpu-bundle/ptx-*.ptx.xz; do [ -f "$x" ] || continue
+    n="${x#.gpu-bundle/ptx-}"; n="${n%.ptx.xz}"; xz -dc "$x" > "/tmp/ptx-$n.ptx"; names+=("$n"); done
+  [ "${PTXAB_ENGINE:-1}" = 0 ] || { pair; date; }
+  COPY="$($B/flashtree info --bench --quiet | sed -n 's/^copy_gbps=//p')"
+  : > "$OUT/ptxab.txt"
+  for r in $(seq 1 "${PTXAB_ROUNDS:-2}"); do
+    for v in "${names[@]}"; do
+      env_ptx=(); [ "$v" = bundle ] || env_ptx=(FLASHTREE_PTX="/tmp/ptx-$v.ptx")
+      env "${env_ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="/tmp/ptxab-$v-$r.tsv" \
+        timeout 100 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
+      echo "== round $r, $v: $filter matmul only (us, fraction of copy)" >> "$OUT/ptxab.txt"
+      awk -F'\t' '$1=="qmm-mm" {printf "%-34s %9s %6s\n", $2, $3, $5}' "/tmp/ptxab-$v-$r.tsv" >> "$OUT/ptxab.txt"
+      [ "${PTXAB_ENGINE:-1}" = 0 ] && continue
+      env "${env_ptx[@]}" timeout 80 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
+      echo "== round $r, $v: engine" >> "$OUT/ptxab.txt"
+      grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$OUT/ptxab.txt"
+    done
+  done
+  grep -E "^==|n=1 |n=22 |draft step|forward of a 2" "$OUT/ptxab.txt" | head -80
   ;;
 ab)
   # A host-side change against the build before it: .gpu-bundle/old-flashtree.xz (that build's

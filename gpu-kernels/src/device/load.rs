@@ -39,15 +39,12 @@ pub unsafe fn ld_v2_f32(p: *const f32) -> [f32; 2] {
     [a, b]
 }
 
-/// [`ld_v2_f32`] issued where it stands: not `pure`, so LLVM keeps it in program order with the
-/// other side-effecting instructions (e.g. the warpgroup products) instead of sinking it to its
-/// first use — for a load whose latency a run of products should cover.
+/// `ld.global.u32` (coherent, cached in L1), 4-byte aligned; see [`ld_v4`].
 #[inline(always)]
-pub unsafe fn ld_v2_f32_ordered(p: *const f32) -> [f32; 2] {
-    let (a, b): (f32, f32);
-    asm!("ld.global.v2.f32 {{{0},{1}}}, [{2}];", out(reg32) a, out(reg32) b, in(reg64) p,
-         options(readonly, nostack));
-    [a, b]
+pub unsafe fn ld_u32(p: *const u32) -> u32 {
+    let a: u32;
+    asm!("ld.global.u32 {0}, [{1}];", out(reg32) a, in(reg64) p, options(pure, readonly, nostack));
+    a
 }
 
 /// `ld.global.nc.L1::no_allocate.v4.u32`: streaming read that does not pollute L1

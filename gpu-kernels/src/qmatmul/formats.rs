@@ -133,8 +133,8 @@ pub trait Format {
     /// `unit_scales`).
     const PRODUCTS_FROM_ZERO: bool = false;
     /// K-quant super-block formats (Q4_K, Q5_K): each fragment scaled by
-    /// [`KScales::scale_frag`] into the running sum, and per block one mins product into its own
-    /// accumulator ([`KScales::mins_tile`], added by [`add_mins`] at the end).
+    /// [`KScales::scale_frag`] into the running sum, then per block one mins step
+    /// ([`KScales::mins_frag`]).
     const SUPER: bool = false;
     /// The block's [`KScales`] for lane `(g, t)` (super-block formats only).
     #[inline(always)]
@@ -178,20 +178,22 @@ fn k_scale_bytes(hdr: &[u32; 4], j: u32) -> (u32, u32) {
 /// How a K-quant super-block (Q4_K, Q5_K: `w = d·sc_u·q − dmin·m_u` in unit `u`, 6-bit `sc_u`,
 /// `m_u`) is summed, per row and column:
 ///
-/// `Σ_k w_k x̂_k ≈ P + M`, `P = Σ_k ŵ_k·x̂_k`, `M = Σ_u μ_u·S_u/64`,
+/// `Σ_k w_k x̂_k ≈ Σ_blocks (P + M)`, `P = Σ_k ŵ_k·x̂_k`, `M = Σ_u μ_u·S_u/64`,
 ///
 /// with `S_u = Σ_{k∈u} x̂_k`. The A fragments of `P` are the weights' scaled part rounded to f16
 /// the way Q6_K's are: `ŵ = f16(q·s_u)` with `s_u = f16(d·sc_u)` (even `u`) or
 /// `16·f16(d·sc_u/16)` (odd `u`; the same value wherever `d·sc_u/16` is a normal f16) — the
 /// offset fragment `1024 + q` (even `u`) or `1024 + 16q` (odd `u`) goes through one `fma.f16x2`
 /// with `(s'_u, −1024·s'_u)`, `s'_u = f16(d·sc_u)` or `f16(d·sc_u/16)`, whose exact result
-/// `q·s_u` is rounded once. So the units' products go straight into the running sum over every
-/// block of the row (as Q6_K's), with no per-block product, wait or scaling. `M` is one
-/// tensor-core product per block over its 8 units (`A = (μ_u | μ_u)` with
-/// `μ_u = f16(−64·dmin·m_u)`, `B = (hi | lo)` of `S_u/64` in f16, `S` carried to ≈ 2^-22) into
-/// its own accumulator, added to `P` once after the last block. Error per weight (normal f16):
-/// `|ŵ − d·sc·q| ≤ 2^-10·|d·sc·q|`, `|μ_u − (−64·dmin·m_u)| ≤ 2^-11·64·|dmin·m_u|`; f16 range:
-/// `1039·d·sc_u < 65504` and `64·63·dmin < 65504` (the host checks `d ≤ 1`, `dmin ≤ 16`).
+/// `q·s_u` is rounded once. `M` is one more k16 step per block (`A = (μ_u | μ_u)` with
+/// `μ_u = f16(−64·dmin·m_u)`, `B = (hi | lo)` of `S_u/64` in f16, `S` carried to ≈ 2^-22, from
+/// the group-sum plane, `prep::group_sum_slot`). So every product of a row range goes straight
+/// into one running f32 sum in a fixed order — per block its 8 units' 16 steps, then its mins
+/// step — with no per-block product from zero, wait or f32 scaling (whose cost grew with the
+/// number of columns). Error per weight (normal f16): `|ŵ − d·sc·q| ≤ 2^-10·|d·sc·q|`,
+/// `|μ_u − (−64·dmin·m_u)| ≤ 2^-11·64·|dmin·m_u|`; f16 range: `1039·d·sc_u < 65504` and
+/// `64·63·dmin < 65504` (the host refuses `|d| > 1`, `|dmin| > 16`:
+/// `host::gpu::qmatmul::pack::K_QUANT_MAX_D`).
 #[derive(Clone, Copy)]
 pub struct KScales {
     /// `[row][half]`: the 6-bit `sc_u` of units `4·half .. +4`, one per byte.
@@ -243,26 +245,11 @@ impl KScales {
         a
     }
 
-    /// The block's mins product for one tile: `m += (μ | μ) · (hi | lo)(S/64)` (this lane's four
-    /// outputs of the tile's `M` accumulator; `bs`: this lane's B fragment of the tile's column).
+    /// The A fragment of the block's mins product (`formats::KScales`): `(μ | μ)` for both row
+    /// halves, the same registers for the hi and lo k halves.
     #[inline(always)]
-    pub fn mins_tile(&self, bs: [u32; 2], m: &mut [f32; 4]) {
-        let a_m = [self.a_m[0], self.a_m[1], self.a_m[0], self.a_m[1]];
-        crate::device::mma::mma_f16_16816_ordered(m, a_m, bs);
-    }
-}
-
-/// `P + M` at the end of a K-quant row range (see [`KScales`]): one add per output.
-#[inline(always)]
-pub fn add_mins<const T: usize>(acc: &mut [[f32; 4]; T], m: &[[f32; 4]; T]) {
-    let mut tile = 0;
-    while tile < T {
-        let mut j = 0;
-        while j < 4 {
-            acc[tile][j] += m[tile][j];
-            j += 1;
-        }
-        tile += 1;
+    pub fn mins_frag(&self) -> [u32; 4] {
+        [self.a_m[0], self.a_m[1], self.a_m[0], self.a_m[1]]
     }
 }
 

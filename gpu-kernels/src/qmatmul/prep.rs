@@ -7,7 +7,7 @@
 //! of two `1 / s_c`, rounded to f16 at its fragment position, optionally also as bf16 hi + lo,
 //! and the unit sum `S[unit][c] = Σ_i f16(x̂_i)` (f32, butterfly order — fixed, so it is the same
 //! for every launch), and after the `units × 32` f32 sums the same sums as f16 hi + lo of
-//! `S / 64` in groups of 8 units ([`group_sum_slot`]); the f16 values also go to the core-matrix
+//! `S / 64` in groups of 8 units, a core-matrix plane ([`group_sum_slot`]); the f16 values also go to the core-matrix
 //! plane of the warpgroup kernels ([`core_matrix_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
 //! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
 //!
@@ -54,14 +54,18 @@ pub const fn position_in_block(e: u32) -> u32 {
 }
 
 /// Index (in u16) of the f16 `hi` part of unit `unit`'s sum for column `c` in the group-sum
-/// area (`lo` is 2 further on). Units are grouped by 8 (one K-quant super-block); a group holds,
-/// per column, 16 halves in the B-fragment order of a k16 step over the group's units: lane `t`
-/// of a quad reads 8 bytes at `4t`: `hi(S_2t), hi(S_2t+1), lo(S_2t), lo(S_2t+1)` — the `b0`
-/// (k = 2t, 2t+1: the hi parts) and `b1` (k = 2t+8, 2t+9: the lo parts) registers.
+/// area (`lo` is 64 further on), for a matrix of `groups` groups of 8 units (one K-quant
+/// super-block each). The area is a core-matrix plane like [`core_matrix_slot`]'s with one k16
+/// step per group, `k = j` (the hi parts) and `k = 8 + j` (the lo parts) for unit `j` of the
+/// group: tile-major (the 8-column group `c / 8` holds its groups contiguously, 256 bytes
+/// each), then k half `kk` at `+ 128·kk` bytes, column `c % 8` at `+ 16·(c % 8)`, unit `j` at
+/// `+ 2j`. The warpgroup kernels copy a chunk's groups of a tile with one bulk copy and read
+/// them as the B operand of the mins product; a warp-level kernel's lane `(g, t)` reads its B
+/// fragment `b0 = hi(S_2t), hi(S_2t+1)` and `b1 = lo(S_2t), lo(S_2t+1)` as two 4-byte words.
 #[inline(always)]
-pub const fn group_sum_slot(unit: usize, c: usize) -> usize {
+pub const fn group_sum_slot(unit: usize, c: usize, groups: usize) -> usize {
     let (group, j) = (unit / 8, unit % 8);
-    (group * QMM_MAX_N as usize + c) * 16 + 4 * (j / 2) + j % 2
+    ((c / 8) * groups + group) * 128 + (c % 8) * 8 + j
 }
 
 /// Index (in u16) of element `e` (0..32) of unit `unit`, column `c`, in the core-matrix plane
@@ -298,9 +302,9 @@ pub(crate) unsafe fn write_unit_values(
                 let hi = f32_to_f16(s64);
                 let lo = f32_to_f16(s64 - f16_to_f32(hi));
                 let sums_h = xsum.add(units * QMM_MAX_N as usize) as *mut u16;
-                let at = group_sum_slot(unit, c as usize);
+                let at = group_sum_slot(unit, c as usize, units.div_ceil(8));
                 *sums_h.add(at) = hi;
-                *sums_h.add(at + 2) = lo;
+                *sums_h.add(at + 64) = lo;
             }
         }
         j += 1;

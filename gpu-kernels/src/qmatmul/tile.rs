@@ -51,9 +51,9 @@ use kernel_abi::{
     qmm_block_range, qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS,
 };
 
-use super::formats::{add_mins, add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
-use crate::device::load::{ld_v2_f32, ld_v4, U32x4};
+use crate::device::load::{ld_u32, ld_v4, U32x4};
 use crate::device::mma::{mma_bf16_16816, mma_f16_16816, mma_f16_16816_ordered};
 use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, st_shared_v4};
 use crate::device::sync::sync_threads;
@@ -119,9 +119,6 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
         }
     };
     let mut acc = [[0.0f32; 4]; T];
-    // K-quant formats: the mins products' own accumulators (`formats::KScales`), added to `acc`
-    // after the last block.
-    let mut macc = [[0.0f32; 4]; T];
     // The math of stage `st` on its lane data `cur` (`chunk_unit0`: first unit of the staged x).
     // The `#[inline(always)]` on this file's closures is part of the measured code generation:
     // without it LLVM inlines differently (other register counts, and `qmm_f16_nt3` spills).
@@ -138,20 +135,24 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
         // Per-stage base pointers; units then sit at compile-time offsets (immediate addresses).
         let unit0 = (b * units) as usize;
         let valid_units = ((b_end - b) * units) as usize;
-        // Group sums (K-quant correction products): this lane's B fragment `[hi, lo]` of
-        // block `bb`, column `c`, is 8 bytes at `(bb·QMM_MAX_N + c)·16 + 4t` halves.
+        // Group sums (K-quant mins steps): this lane's B fragment `[hi, lo]` of block `bb`,
+        // column `c`: two words at `prep::group_sum_slot(8·bb + 2t, c, groups)` and 64 halves on.
         let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
+        let groups = (k / 32).div_ceil(8);
+        let sum_frag = #[inline(always)]
+        |bb: usize, col: usize| {
+            let at = super::prep::group_sum_slot(8 * bb + 2 * t as usize, col, groups);
+            [ld_u32(sums_h.add(at) as *const u32), ld_u32(sums_h.add(at + 64) as *const u32)]
+        };
         let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];
         // Lanes of padding columns (c ≥ n) load column `n − 1` (or 0) instead of nothing: the
         // loads stay unpredicated and nothing is zeroed per stage; a padding column's results
         // are never stored, and a column's products never mix with another's.
         if T == 1 && F::SUPER {
-            let gbase = sums_h.add((b as usize * QMM_MAX_N as usize + xcol) * 16 + 4 * t as usize);
             let mut i = 0;
             while i < MAX_STAGE_BLOCKS {
                 if i < F::PER_STAGE as usize && (F::PER_STAGE == 1 || b as usize + i < b_end as usize) {
-                    let v = ld_v2_f32(gbase.add(i * QMM_MAX_N as usize * 16) as *const f32);
-                    gs[i] = [v[0].to_bits(), v[1].to_bits()];
+                    gs[i] = sum_frag(b as usize + i, xcol);
                 }
                 i += 1;
             }
@@ -216,7 +217,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                 let lanedata = cur[i_blk as usize];
                 if F::SUPER {
                     // K-quant super-block: the scaled fragments `ŵ` straight into the running
-                    // sums, then the block's mins product into `macc` (see `formats::KScales`).
+                    // sums, then the block's mins step (see `formats::KScales`).
                     let ks = F::super_scales(&lanedata, t);
                     unroll_units::<F>(
                         #[inline(always)]
@@ -239,14 +240,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                     let mut tile = 0;
                     while tile < T {
                         let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                        let bs = if T == 1 {
-                            gs[i_blk as usize]
-                        } else {
-                            let at = (bb as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-                            let v = ld_v2_f32(sums_h.add(at) as *const f32);
-                            [v[0].to_bits(), v[1].to_bits()]
-                        };
-                        ks.mins_tile(bs, &mut macc[tile]);
+                        let bs = if T == 1 { gs[i_blk as usize] } else { sum_frag(bb as usize, col) };
+                        mma_f16_16816_ordered(&mut acc[tile], ks.mins_frag(), bs);
                         tile += 1;
                     }
                     return;
@@ -329,9 +324,6 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
             stage_math(st, cur, chunk_unit0);
         },
     );
-    if F::SUPER {
-        add_mins(&mut acc, &macc);
-    }
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }

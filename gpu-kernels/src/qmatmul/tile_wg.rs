@@ -35,12 +35,11 @@
 //!
 //! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS};
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS, QMM_XS_SUMS_SLAB};
 
-use super::formats::{add_mins, add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
+use super::formats::{add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{block_range, load_stage, run_stages, MAX_STAGE_BLOCKS};
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
-use crate::device::load::ld_v2_f32_ordered;
 use crate::device::mbarrier;
 use crate::device::shared::{dynamic_smem, smem_addr, Shared};
 use crate::device::sync::sync_threads;
@@ -121,13 +120,12 @@ unsafe fn qmm_wg_stages<
 ) {
     launch_dependents();
     let lane = lane_id();
-    let (g, t) = (lane / 4, lane % 4);
+    let t = lane % 4;
     let blocks = p.in_features / F::ELEMS;
     let (rb, b0, b1) = block_range(&p, blocks);
     let row0 = rb * QMM_ROWS_PER_BLOCK + warp_id() * QMM_ROWS_PER_WARP;
     let units = F::ELEMS / 32;
     let k = p.in_features as usize;
-    let n = p.n as usize;
     let block16 = 16 * F::BYTES;
     let group = w.add(((row0 / 16) * blocks * block16) as usize);
     let stages = (b1 - b0).div_ceil(F::PER_STAGE);
@@ -155,6 +153,11 @@ unsafe fn qmm_wg_stages<
     // steps (`prep::core_matrix_slot`: tile-major plane, 256 bytes per tile and step) to the
     // buffer's tile slab (`TILE_SLAB` bytes apart), all counted off barrier `kc % 2`.
     let steps_total = 2 * (k as u32 / 32);
+    // K-quants: the group-sum plane (`prep::group_sum_slot`: tile-major, 256 bytes per block)
+    // and its two shared-memory buffers after the x buffers, `QMM_XS_SUMS_SLAB` per tile.
+    let groups_total = (k as u32 / 32).div_ceil(8);
+    let sums = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u8;
+    let sums_smem = xs + 2 * buf_bytes;
     let issue_chunk = #[inline(always)]
     |kc: u32| {
         if thread_x() != 0 {
@@ -163,11 +166,18 @@ unsafe fn qmm_wg_stages<
         let cb0 = b0 + kc * chunk_blocks;
         let (s0, nsteps) = (2 * cb0 * units, 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units);
         let bar = bars + 8 * (kc % 2);
-        mbarrier::arrive_expect_tx(bar, T as u32 * nsteps * 256);
+        // K-quants: the chunk's groups of the group-sum plane too (one k16 step of B per block).
+        let ngroups = if F::SUPER { nsteps / (2 * units) } else { 0 };
+        mbarrier::arrive_expect_tx(bar, T as u32 * (nsteps + ngroups) * 256);
         let mut tile = 0;
         while tile < T as u32 {
             let src = (xcm as *const u8).add(((tile * steps_total + s0) * 256) as usize);
             mbarrier::bulk_copy_g2s(xs + (kc % 2) * buf_bytes + tile * TILE_SLAB, src, nsteps * 256, bar);
+            if F::SUPER {
+                let src = sums.add(((tile * groups_total + cb0) * 256) as usize);
+                let dst = sums_smem + (kc % 2) * T as u32 * QMM_XS_SUMS_SLAB + tile * QMM_XS_SUMS_SLAB;
+                mbarrier::bulk_copy_g2s(dst, src, ngroups * 256, bar);
+            }
             tile += 1;
         }
     };
@@ -181,15 +191,19 @@ unsafe fn qmm_wg_stages<
         let lo = desc0 as u32 + buf * (buf_bytes >> 4) + (2 * unit_in_chunk + h) * (256 >> 4);
         (lo, (desc0 >> 32) as u32)
     };
+    // The mins step's B: block `block_in_chunk`'s k16 step of group sums (its k halves, hi and
+    // lo, 128 bytes apart), tiles `QMM_XS_SUMS_SLAB` apart.
+    let sdesc0 = wgmma::b_desc(sums_smem, 128, QMM_XS_SUMS_SLAB);
+    let sums_desc = #[inline(always)]
+    |buf: u32, block_in_chunk: u32| {
+        let lo = sdesc0 as u32 + buf * ((T as u32 * QMM_XS_SUMS_SLAB) >> 4) + block_in_chunk * (256 >> 4);
+        (lo, (sdesc0 >> 32) as u32)
+    };
 
     let mut acc = [[0.0f32; 4]; T];
-    // K-quant formats: the mins products' own accumulators (`formats::KScales`), written only by
-    // `mma.sync` (never by a warpgroup product), added to `acc` after the last block.
-    let mut macc = [[0.0f32; 4]; T];
     // Per-unit formats: the two unit-product buffers (only defined by products: `ptxas`
     // serializes the products if another instruction writes an accumulator inside a stage).
     let (mut pu0, mut pu1) = ([[0.0f32; 4]; T], [[0.0f32; 4]; T]);
-    let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
 
     // One stage's math on its lane data `cur` (`chunk_unit0`: first unit of the staged chunk).
     let mut stage_math = #[inline(always)]
@@ -206,7 +220,8 @@ unsafe fn qmm_wg_stages<
         let su0 = b * units - chunk_unit0;
         // K-quant super-blocks (PER_STAGE = 1): the scales of the stage's one block.
         let ks = F::super_scales(&cur[0], t);
-        // Issues unit `i` of the stage (its two k16 steps) into `d`: from zero (`fresh`) or onto d.
+        // Issues unit `i` of the stage (its two k16 steps) into `d`: from zero (`fresh`) or onto d;
+        // K-quants: the block's mins step after its last unit, in the same group.
         let issue = #[inline(always)]
         |i: u32, d: &mut [[f32; 4]; T], fresh: bool| {
             let (blk, u) = (i / units, i % units);
@@ -218,6 +233,9 @@ unsafe fn qmm_wg_stages<
             wgmma::fence();
             wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh);
             wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
+            if F::SUPER && u == units - 1 {
+                wgmma::mma_f16::<T>(d, ks.mins_frag(), sums_desc(buf, su0 / units), true);
+            }
             wgmma::commit();
         };
         // Waits until unit `i`'s product is complete, with units up to `i + DEPTH − 1` issued.
@@ -235,21 +253,9 @@ unsafe fn qmm_wg_stages<
             }
         };
         if !F::PRODUCTS_FROM_ZERO {
-            // Scaled formats (K-quants: super-block stages): every product straight into the
-            // accumulators, in unit order; at most DEPTH groups in flight (their A registers
-            // stay live until they complete). K-quants: the block's group sums (requested
-            // before its products) and its mins products into `macc` (`formats::KScales`).
-            let mut bs = [[0u32; 2]; T];
-            if F::SUPER {
-                let mut tile = 0;
-                while tile < T {
-                    let col = (8 * tile + g as usize).min(n - 1);
-                    let at = (b as usize * QMM_MAX_N as usize + col) * 16 + 4 * t as usize;
-                    let v = ld_v2_f32_ordered(sums_h.add(at) as *const f32);
-                    bs[tile] = [v[0].to_bits(), v[1].to_bits()];
-                    tile += 1;
-                }
-            }
+            // Scaled formats (and the K-quants' super-block stages, with their mins step): every
+            // product straight into the accumulators, in unit order; at most DEPTH groups in
+            // flight (their A registers stay live until they complete).
             unroll_below(
                 8,
                 #[inline(always)]
@@ -263,18 +269,6 @@ unsafe fn qmm_wg_stages<
                     }
                 },
             );
-            if F::SUPER {
-                // Four tiles: no product in flight past the block (its A registers held over the
-                // next stage's loads would spill at 128 registers).
-                if T >= 4 {
-                    wgmma::wait::<0>();
-                }
-                let mut tile = 0;
-                while tile < T {
-                    ks.mins_tile(bs[tile], &mut macc[tile]);
-                    tile += 1;
-                }
-            }
             return;
         }
         // Per-unit formats (Q8_0): units in pairs — unit `i`'s product from zero into buffer
@@ -343,9 +337,6 @@ unsafe fn qmm_wg_stages<
     );
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
-    if F::SUPER {
-        add_mins(&mut acc, &macc);
-    }
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }

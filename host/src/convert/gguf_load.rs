@@ -6,7 +6,7 @@ use super::qwen35::weights_from_gguf_tensors;
 use super::{ConvertError, TensorF32};
 use crate::gguf::{Gguf, GgufError};
 use crate::model::Qwen35Config;
-use flashtree_quants::dequantize;
+use flashtree_quants::{dequantize, dequantize_as_matmul, GgmlType, QuantError};
 use flashtree_reference::model::Qwen35Weights;
 use std::path::Path;
 
@@ -16,13 +16,22 @@ fn g(e: GgufError) -> ConvertError {
 
 /// Reads tensor `name` as f32 with its PyTorch-order shape (`ne` reversed); `None` if absent.
 pub fn read_tensor(file: &Gguf, name: &str) -> Result<Option<TensorF32>, ConvertError> {
+    read_tensor_with(file, name, dequantize)
+}
+
+/// [`read_tensor`] with the values from `decode(type, bytes)`.
+fn read_tensor_with(
+    file: &Gguf,
+    name: &str,
+    decode: fn(GgmlType, &[u8]) -> Result<Vec<f32>, QuantError>,
+) -> Result<Option<TensorF32>, ConvertError> {
     let Some(info) = file.tensor(name) else {
         return Ok(None);
     };
     let (ty, dims) = (info.ty, info.dims.clone());
     let bytes = file.tensor_data(name).map_err(g)?;
-    let data = dequantize(ty, bytes)
-        .map_err(|e| ConvertError::Tensor { name: name.to_string(), why: format!("{ty}: {e}") })?;
+    let data =
+        decode(ty, bytes).map_err(|e| ConvertError::Tensor { name: name.to_string(), why: format!("{ty}: {e}") })?;
     let shape = dims.iter().rev().map(|&d| d as usize).collect();
     Ok(Some(TensorF32 { shape, data }))
 }
@@ -31,6 +40,18 @@ pub fn read_tensor(file: &Gguf, name: &str) -> Result<Option<TensorF32>, Convert
 /// tensor inventory are checked by [`Qwen35Config::load`] first (the same checks as `inspect`).
 pub fn load_qwen35(path: &Path) -> Result<Qwen35Weights, ConvertError> {
     load_qwen35_with_progress(path, &mut |_, _| {})
+}
+
+/// [`load_qwen35`] with every matrix that the GPU multiplies through `qmm` (all but the token
+/// embedding, which the embedding kernel dequantizes exactly) as `qmm` multiplies it
+/// ([`dequantize_as_matmul`]: the K-quants' f16 A operands): the weights of the references that
+/// emulate the device's roundings (`with_device_rounding`).
+pub fn load_qwen35_as_matmul(path: &Path) -> Result<Qwen35Weights, ConvertError> {
+    let (file, config) = Qwen35Config::load(path)?;
+    weights_from_gguf_tensors(&config.hparams(), &mut |n| {
+        let decode = if n == "token_embd.weight" { dequantize } else { dequantize_as_matmul };
+        read_tensor_with(&file, n, decode)
+    })
 }
 
 /// [`load_qwen35`], calling `progress(done, total)` after each tensor with the file's tensor
