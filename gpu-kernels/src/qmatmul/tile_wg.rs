@@ -269,6 +269,13 @@ unsafe fn qmm_wg_stages<
                     }
                 },
             );
+            // K-quants over one register buffer (Q4_K/Q5_K nt4): no product in flight past the
+            // block. Without this wait their results raced (the spread-reduction test saw other
+            // bits run to run, nvidia-h200, s20 r05); the two-buffer kernels keep the last
+            // unit's group in flight into the next block and test bitwise stable.
+            if F::SUPER && !TWO {
+                wgmma::wait::<0>();
+            }
             return;
         }
         // Per-unit formats (Q8_0): units in pairs — unit `i`'s product from zero into buffer

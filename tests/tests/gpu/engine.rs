@@ -7,9 +7,12 @@
 //! KV cache as f16, and the DeltaNet state as f32 after every token. The reference run with
 //! [`engine_arithmetic`] inside `with_device_rounding` applies exactly these three roundings (in
 //! f64 otherwise), so the GPU must match it within 2e-3 (what remains is f32 accumulation order
-//! and approximate exp/log); a wrong kernel shows up as errors of order 1. Against the exact
-//! reference the same logits also carry the roundings' own effect (see docs/perf/engine.md),
-//! checked against a looser sanity bound (1e-2) that still catches any real bug.
+//! and approximate exp/log); a wrong kernel shows up as errors of order 1. The device-rounding
+//! reference also takes the weights as the matmul multiplies them (`load_qwen35_as_matmul`: the
+//! K-quant and Q6_K A operands rounded to f16). Against the exact reference the same logits also
+//! carry the roundings' own effect (see docs/perf/engine.md), checked against a looser sanity
+//! bound (2e-2 since the Q4_K/Q5_K weights are rounded to f16: 1.2e-2 measured on prompt 7,
+//! where the device-rounding error is 7e-4) that still catches any real bug.
 
 use flashtree::cli::pair_args::PairArgs;
 use flashtree::engine::{chain_batch, node_batch, DeviceFeatures, Engine};
@@ -116,7 +119,7 @@ fn chain_logits_match_the_reference_for_prompts_of_1_to_300_tokens() {
         for (i, g) in got.iter().enumerate() {
             let (e, x) = (rel_err(g, &emulated[i]), rel_err(g, &exact[i]));
             assert!(e <= 2e-3, "prompt {len} (seed {seed}) token {i}: error {e:e} vs the device-rounding reference");
-            assert!(x <= 1e-2, "prompt {len} (seed {seed}) token {i}: error {x:e} vs the exact reference");
+            assert!(x <= 2e-2, "prompt {len} (seed {seed}) token {i}: error {x:e} vs the exact reference");
             worst_emu = worst_emu.max(e);
             worst_exact = worst_exact.max(x);
         }
