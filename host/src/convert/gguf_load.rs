@@ -45,7 +45,8 @@ pub fn load_qwen35(path: &Path) -> Result<Qwen35Weights, ConvertError> {
 /// [`load_qwen35`] with every matrix that the GPU multiplies through `qmm` (all but the token
 /// embedding, which the embedding kernel dequantizes exactly) as `qmm` multiplies it
 /// ([`dequantize_as_matmul`]: the K-quants' f16 A operands): the weights of the references that
-/// emulate the device's roundings (`with_device_rounding`).
+/// emulate the device's roundings (`with_device_rounding`). A model without `output.weight`
+/// (head tied to the embedding) keeps the exact embedding as its head here.
 pub fn load_qwen35_as_matmul(path: &Path) -> Result<Qwen35Weights, ConvertError> {
     let (file, config) = Qwen35Config::load(path)?;
     weights_from_gguf_tensors(&config.hparams(), &mut |n| {
