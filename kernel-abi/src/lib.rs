@@ -211,16 +211,17 @@ pub const fn qmm_is_wgmma(mask: u32, tiles: u32) -> bool {
     tiles >= 2 && tiles < 32 && mask & (1 << tiles) != 0
 }
 
-/// Bytes per tile of a warpgroup kernel's group-sum buffer: the K-quant super-blocks (8 units
-/// each) of one x buffer (`QMM_XS_CHUNK_UNITS / 2` units), one k16 step of B (256 bytes) each.
-pub const QMM_XS_SUMS_SLAB: u32 = QMM_XS_CHUNK_UNITS / 2 / 8 * 256;
+/// Bytes of a warpgroup kernel's group-sum buffer: the K-quant super-blocks (8 units each) of
+/// one x buffer (`QMM_XS_CHUNK_UNITS / 2` units), each one k16 step of B for all `QMM_MAX_N`
+/// columns (the group-major plane of `gpu-kernels` `qmatmul::prep::group_sum_slot`: 1 KiB).
+pub const QMM_XS_SUMS_BYTES: u32 = QMM_XS_CHUNK_UNITS / 2 / 8 * QMM_MAX_N * 32;
 
 /// Dynamic shared memory of a `qmm_*` kernel with `tiles` tiles of 8 columns: the x chunk
 /// (`QMM_XS_CHUNK_UNITS` units × `8·tiles` columns × 32 f16) and two group-sum buffers
-/// ([`QMM_XS_SUMS_SLAB`] per tile) when the format stages x and `tiles ≥ 2`, else 0.
+/// ([`QMM_XS_SUMS_BYTES`] each) when the format stages x and `tiles ≥ 2`, else 0.
 pub const fn qmm_xs_smem_bytes(tiles: u32, stages_x: bool) -> u32 {
     if tiles >= 2 && stages_x {
-        QMM_XS_CHUNK_UNITS * 8 * tiles * 64 + 2 * tiles * QMM_XS_SUMS_SLAB
+        QMM_XS_CHUNK_UNITS * 8 * tiles * 64 + 2 * QMM_XS_SUMS_BYTES
     } else {
         0
     }

@@ -54,18 +54,18 @@ pub const fn position_in_block(e: u32) -> u32 {
 }
 
 /// Index (in u16) of the f16 `hi` part of unit `unit`'s sum for column `c` in the group-sum
-/// area (`lo` is 64 further on), for a matrix of `groups` groups of 8 units (one K-quant
-/// super-block each). The area is a core-matrix plane like [`core_matrix_slot`]'s with one k16
-/// step per group, `k = j` (the hi parts) and `k = 8 + j` (the lo parts) for unit `j` of the
-/// group: tile-major (the 8-column group `c / 8` holds its groups contiguously, 256 bytes
-/// each), then k half `kk` at `+ 128·kk` bytes, column `c % 8` at `+ 16·(c % 8)`, unit `j` at
-/// `+ 2j`. The warpgroup kernels copy a chunk's groups of a tile with one bulk copy and read
-/// them as the B operand of the mins product; a warp-level kernel's lane `(g, t)` reads its B
-/// fragment `b0 = hi(S_2t), hi(S_2t+1)` and `b1 = lo(S_2t), lo(S_2t+1)` as two 4-byte words.
+/// area (`lo` is 64 further on), in groups of 8 units (one K-quant super-block each). The area
+/// is a core-matrix plane with one k16 step per group, `k = j` (the hi parts) and `k = 8 + j`
+/// (the lo parts) for unit `j` of the group: group-major (a group's `QMM_MAX_N / 8` tiles of 8
+/// columns contiguous, 256 bytes each: 1 KiB per group), then k half `kk` at `+ 128·kk` bytes,
+/// column `c % 8` at `+ 16·(c % 8)`, unit `j` at `+ 2j`. The warpgroup kernels copy a chunk's
+/// groups with one bulk copy and read them as the B operand of the mins step (tiles 256 bytes
+/// apart); a warp-level kernel's lane `(g, t)` reads its B fragment `b0 = hi(S_2t), hi(S_2t+1)`
+/// and `b1 = lo(S_2t), lo(S_2t+1)` as two 4-byte words.
 #[inline(always)]
-pub const fn group_sum_slot(unit: usize, c: usize, groups: usize) -> usize {
+pub const fn group_sum_slot(unit: usize, c: usize) -> usize {
     let (group, j) = (unit / 8, unit % 8);
-    ((c / 8) * groups + group) * 128 + (c % 8) * 8 + j
+    (group * (QMM_MAX_N as usize / 8) + c / 8) * 128 + (c % 8) * 8 + j
 }
 
 /// Index (in u16) of element `e` (0..32) of unit `unit`, column `c`, in the core-matrix plane
@@ -302,7 +302,7 @@ pub(crate) unsafe fn write_unit_values(
                 let hi = f32_to_f16(s64);
                 let lo = f32_to_f16(s64 - f16_to_f32(hi));
                 let sums_h = xsum.add(units * QMM_MAX_N as usize) as *mut u16;
-                let at = group_sum_slot(unit, c as usize, units.div_ceil(8));
+                let at = group_sum_slot(unit, c as usize);
                 *sums_h.add(at) = hi;
                 *sums_h.add(at + 64) = lo;
             }

@@ -136,12 +136,11 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
         let unit0 = (b * units) as usize;
         let valid_units = ((b_end - b) * units) as usize;
         // Group sums (K-quant mins steps): this lane's B fragment `[hi, lo]` of block `bb`,
-        // column `c`: two words at `prep::group_sum_slot(8·bb + 2t, c, groups)` and 64 halves on.
+        // column `c`: two words at `prep::group_sum_slot(8·bb + 2t, c)` and 64 halves on.
         let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
-        let groups = (k / 32).div_ceil(8);
         let sum_frag = #[inline(always)]
         |bb: usize, col: usize| {
-            let at = super::prep::group_sum_slot(8 * bb + 2 * t as usize, col, groups);
+            let at = super::prep::group_sum_slot(8 * bb + 2 * t as usize, col);
             [ld_u32(sums_h.add(at) as *const u32), ld_u32(sums_h.add(at + 64) as *const u32)]
         };
         let mut gs = [[0u32; 2]; MAX_STAGE_BLOCKS];

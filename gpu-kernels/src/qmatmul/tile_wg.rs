@@ -35,7 +35,7 @@
 //!
 //! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
 
-use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS, QMM_XS_SUMS_SLAB};
+use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS, QMM_XS_SUMS_BYTES};
 
 use super::formats::{add_unit_product, Bf16, Format, F16, Q4K, Q5K, Q6K, Q8_0};
 use super::tile::{block_range, load_stage, run_stages, MAX_STAGE_BLOCKS};
@@ -55,6 +55,9 @@ const CHUNK_UNITS: u32 = QMM_XS_CHUNK_UNITS / 2;
 /// buffer `i`.
 #[link_section = ".shared"]
 static X_BARS: Shared<[u64; 2]> = Shared::uninit();
+
+/// Bytes of one block's group sums for every column (`prep::group_sum_slot`).
+const GROUP_BYTES: u32 = QMM_MAX_N * 32;
 
 /// Bytes between the tiles' slabs of a shared-memory x buffer: each holds `2·CHUNK_UNITS` k16
 /// steps of one tile (8 columns × 16 k × 2 bytes = 256 bytes per step).
@@ -153,9 +156,8 @@ unsafe fn qmm_wg_stages<
     // steps (`prep::core_matrix_slot`: tile-major plane, 256 bytes per tile and step) to the
     // buffer's tile slab (`TILE_SLAB` bytes apart), all counted off barrier `kc % 2`.
     let steps_total = 2 * (k as u32 / 32);
-    // K-quants: the group-sum plane (`prep::group_sum_slot`: tile-major, 256 bytes per block)
-    // and its two shared-memory buffers after the x buffers, `QMM_XS_SUMS_SLAB` per tile.
-    let groups_total = (k as u32 / 32).div_ceil(8);
+    // K-quants: the group-sum plane (`prep::group_sum_slot`: group-major, `GROUP_BYTES` per
+    // block) and its two shared-memory buffers after the x buffers, `QMM_XS_SUMS_BYTES` each.
     let sums = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u8;
     let sums_smem = xs + 2 * buf_bytes;
     let issue_chunk = #[inline(always)]
@@ -167,18 +169,18 @@ unsafe fn qmm_wg_stages<
         let (s0, nsteps) = (2 * cb0 * units, 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units);
         let bar = bars + 8 * (kc % 2);
         // K-quants: the chunk's groups of the group-sum plane too (one k16 step of B per block).
-        let ngroups = if F::SUPER { nsteps / (2 * units) } else { 0 };
-        mbarrier::arrive_expect_tx(bar, T as u32 * (nsteps + ngroups) * 256);
+        // (all `QMM_MAX_N / 8` tiles of each group: one contiguous copy).
+        let sums_bytes = if F::SUPER { nsteps / (2 * units) * GROUP_BYTES } else { 0 };
+        mbarrier::arrive_expect_tx(bar, T as u32 * nsteps * 256 + sums_bytes);
         let mut tile = 0;
         while tile < T as u32 {
             let src = (xcm as *const u8).add(((tile * steps_total + s0) * 256) as usize);
             mbarrier::bulk_copy_g2s(xs + (kc % 2) * buf_bytes + tile * TILE_SLAB, src, nsteps * 256, bar);
-            if F::SUPER {
-                let src = sums.add(((tile * groups_total + cb0) * 256) as usize);
-                let dst = sums_smem + (kc % 2) * T as u32 * QMM_XS_SUMS_SLAB + tile * QMM_XS_SUMS_SLAB;
-                mbarrier::bulk_copy_g2s(dst, src, ngroups * 256, bar);
-            }
             tile += 1;
+        }
+        if F::SUPER {
+            let src = sums.add((cb0 * GROUP_BYTES) as usize);
+            mbarrier::bulk_copy_g2s(sums_smem + (kc % 2) * QMM_XS_SUMS_BYTES, src, sums_bytes, bar);
         }
     };
     // The descriptor of k16 step `h` of unit `unit_in_chunk` of buffer `buf`: core matrices
@@ -192,11 +194,11 @@ unsafe fn qmm_wg_stages<
         (lo, (desc0 >> 32) as u32)
     };
     // The mins step's B: block `block_in_chunk`'s k16 step of group sums (its k halves, hi and
-    // lo, 128 bytes apart), tiles `QMM_XS_SUMS_SLAB` apart.
-    let sdesc0 = wgmma::b_desc(sums_smem, 128, QMM_XS_SUMS_SLAB);
+    // lo, 128 bytes apart; tiles 256 bytes apart).
+    let sdesc0 = wgmma::b_desc(sums_smem, 128, 256);
     let sums_desc = #[inline(always)]
     |buf: u32, block_in_chunk: u32| {
-        let lo = sdesc0 as u32 + buf * ((T as u32 * QMM_XS_SUMS_SLAB) >> 4) + block_in_chunk * (256 >> 4);
+        let lo = sdesc0 as u32 + buf * (QMM_XS_SUMS_BYTES >> 4) + block_in_chunk * (GROUP_BYTES >> 4);
         (lo, (sdesc0 >> 32) as u32)
     };
 
