@@ -17,10 +17,14 @@
 //!   `tests/tests/gpu/qmm.rs`. (Until v11 the fragment was the offset `1152 + q` and the unit
 //!   also added `−1152·d·S` with the unit sums `S` of x̂: two fmas per output.)
 //! * **K-quant super-blocks** (Q4_K, Q5_K: 6-bit scale and min per 32-element unit, f16 `d`,
-//!   `dmin` per 256): the A fragment is the exact integer `sc_u·q` (< 2048), made from the offset
-//!   fragment `1024 + q` by one `fma.f16x2` per two weights; the block's 16 k16 steps go into one
-//!   f32 product `P`, and the block adds `d·P − 64·dmin·C` (see [`KScales`]). No weight is
-//!   rounded, and the per-unit work is per weight, not per output column.
+//!   `dmin` per 256): the A fragment is the weight's scaled part rounded to f16 as Q6_K's,
+//!   `f16(q·f16(d·sc_u))`, made from the offset fragment `1024 + q` by one `fma.f16x2` per two
+//!   weights; the block's 16 k16 steps go straight into the row's running sum, then one more
+//!   step for the unit mins (see [`KScales`]). The per-unit work is per weight, not per output
+//!   column, and nothing is done per block and output. (Until the twentieth engine session the
+//!   fragment was the exact integer `sc_u·q`, the block's steps a product from zero, and the
+//!   block added `d·P − 64·dmin·C` in f32: exact weights, but per block a full wait and two
+//!   fmas per output.)
 //! * **Scaled formats** (Q6_K: one scale per 16 elements, which a k16 step of this lane layout
 //!   straddles; F16, BF16, F32): weights become f16/bf16 values in the fragment. Q6_K:
 //!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so

@@ -11,8 +11,8 @@
 //! 128 registers (two blocks, 16 warps per SM).
 //!
 //! Same values, same order, same bits: each tile's accumulators receive exactly the operations
-//! of the `mma.sync` kernel (the k16 steps in order, the super-block's `d·P` and mins
-//! correction, or Q8_0's per-unit `d·P` in unit order — each unit's product goes into one of two
+//! of the `mma.sync` kernel (the k16 steps in order, each K-quant super-block's mins step after
+//! its units, or Q8_0's per-unit `d·P` in unit order — each unit's product goes into one of two
 //! buffers, so unit `i`'s product runs while unit `i − 1` is scaled), and `wgmma` gives the same
 //! bits as `mma.sync` on the same operands (`device::wgmma`), so column `c` is bitwise the same
 //! at every `n` (the GPU batch-invariance test covers it).
@@ -33,7 +33,8 @@
 //! samples on those loads; sessions 10–11 used 16-byte `cp.async` by every thread, about 110
 //! instructions per warp and chunk, and two block barriers per chunk instead of one.)
 //!
-//! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory.
+//! Traffic: weight bytes once; x `8·T·in·2` bytes per 128-row block from L2 into shared memory
+//! (K-quants also their group sums, `in/256` KiB per block: `prep::group_sum_slot`).
 
 use kernel_abi::{QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS, QMM_XS_SUMS_BYTES};
 
