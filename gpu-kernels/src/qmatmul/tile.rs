@@ -218,6 +218,13 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                     // K-quant super-block: the scaled fragments `ŵ` straight into the running
                     // sums, then the block's mins step (see `formats::KScales`).
                     let ks = F::super_scales(&lanedata, t);
+                    let mut tile = 0;
+                    while tile < T {
+                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
+                        let bs = if T == 1 { gs[i_blk as usize] } else { sum_frag(bb as usize, col) };
+                        mma_f16_16816_ordered(&mut acc[tile], ks.mins_frag(), bs);
+                        tile += 1;
+                    }
                     unroll_units::<F>(
                         #[inline(always)]
                         |u| {
@@ -236,13 +243,6 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                             }
                         },
                     );
-                    let mut tile = 0;
-                    while tile < T {
-                        let col = (8 * tile + g as usize).min(p.n as usize - 1);
-                        let bs = if T == 1 { gs[i_blk as usize] } else { sum_frag(bb as usize, col) };
-                        mma_f16_16816_ordered(&mut acc[tile], ks.mins_frag(), bs);
-                        tile += 1;
-                    }
                     return;
                 }
                 unroll_units::<F>(

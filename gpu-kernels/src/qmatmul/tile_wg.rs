@@ -234,11 +234,11 @@ unsafe fn qmm_wg_stages<
                 a1 = ks.scale_frag(a1, u);
             }
             wgmma::fence();
-            wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh);
-            wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
-            if F::SUPER && u == units - 1 {
-                wgmma::mma_f16::<T>(d, ks.mins_frag(), sums_desc(buf, su0 / units), true);
+            if F::SUPER && u == 0 {
+                wgmma::mma_f16::<T>(d, ks.mins_frag(), sums_desc(buf, su0 / units), !fresh);
             }
+            wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh || (F::SUPER && u == 0));
+            wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
             wgmma::commit();
         };
         // Waits until unit `i`'s product is complete, with units up to `i + DEPTH − 1` issued.
