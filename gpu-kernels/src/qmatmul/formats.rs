@@ -19,7 +19,7 @@
 //! * **K-quant super-blocks** (Q4_K, Q5_K: 6-bit scale and min per 32-element unit, f16 `d`,
 //!   `dmin` per 256): the A fragment is the weight's scaled part rounded to f16 as Q6_K's,
 //!   `f16(q·f16(d·sc_u))`, made from the offset fragment `1024 + q` by one `fma.f16x2` per two
-//!   weights; the block's 16 k16 steps go straight into the row's running sum, then one more
+//!   weights; the block's 16 k16 steps go straight into the row's running sum after one more
 //!   step for the unit mins (see [`KScales`]). The per-unit work is per weight, not per output
 //!   column, and nothing is done per block and output. (Until the twentieth engine session the
 //!   fragment was the exact integer `sc_u·q`, the block's steps a product from zero, and the
@@ -136,9 +136,9 @@ pub trait Format {
     /// Products taken from zero and scaled in f32 per unit (Q8_0: `acc += d·P` with
     /// `unit_scales`).
     const PRODUCTS_FROM_ZERO: bool = false;
-    /// K-quant super-block formats (Q4_K, Q5_K): each fragment scaled by
-    /// [`KScales::scale_frag`] into the running sum, then per block one mins step
-    /// ([`KScales::mins_frag`]).
+    /// K-quant super-block formats (Q4_K, Q5_K): per block one mins step
+    /// ([`KScales::mins_frag`]), then each fragment scaled by [`KScales::scale_frag`] into the
+    /// running sum.
     const SUPER: bool = false;
     /// The block's [`KScales`] for lane `(g, t)` (super-block formats only).
     #[inline(always)]
@@ -192,8 +192,8 @@ fn k_scale_bytes(hdr: &[u32; 4], j: u32) -> (u32, u32) {
 /// `q·s_u` is rounded once. `M` is one more k16 step per block (`A = (μ_u | μ_u)` with
 /// `μ_u = f16(−64·dmin·m_u)`, `B = (hi | lo)` of `S_u/64` in f16, `S` carried to ≈ 2^-22, from
 /// the group-sum plane, `prep::group_sum_slot`). So every product of a row range goes straight
-/// into one running f32 sum in a fixed order — per block its 8 units' 16 steps, then its mins
-/// step — with no per-block product from zero, wait or f32 scaling (whose cost grew with the
+/// into one running f32 sum in a fixed order — per block its mins step, then its 8 units' 16
+/// steps — with no per-block product from zero, wait or f32 scaling (whose cost grew with the
 /// number of columns). Error per weight (normal f16): `|ŵ − d·sc·q| ≤ 2^-10·|d·sc·q|`,
 /// `|μ_u − (−64·dmin·m_u)| ≤ 2^-11·64·|dmin·m_u|`; f16 range: `1039·d·sc_u < 65504` and
 /// `64·63·dmin < 65504` (the host refuses `|d| > 1`, `|dmin| > 16`:

@@ -215,8 +215,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                 }
                 let lanedata = cur[i_blk as usize];
                 if F::SUPER {
-                    // K-quant super-block: the scaled fragments `ŵ` straight into the running
-                    // sums, then the block's mins step (see `formats::KScales`).
+                    // K-quant super-block: the block's mins step, then the scaled fragments `ŵ`
+                    // straight into the running sums (see `formats::KScales`).
                     let ks = F::super_scales(&lanedata, t);
                     let mut tile = 0;
                     while tile < T {

@@ -11,7 +11,7 @@
 //! 128 registers (two blocks, 16 warps per SM).
 //!
 //! Same values, same order, same bits: each tile's accumulators receive exactly the operations
-//! of the `mma.sync` kernel (the k16 steps in order, each K-quant super-block's mins step after
+//! of the `mma.sync` kernel (the k16 steps in order, each K-quant super-block's mins step before
 //! its units, or Q8_0's per-unit `d·P` in unit order — each unit's product goes into one of two
 //! buffers, so unit `i`'s product runs while unit `i − 1` is scaled), and `wgmma` gives the same
 //! bits as `mma.sync` on the same operands (`device::wgmma`), so column `c` is bitwise the same
@@ -224,7 +224,7 @@ unsafe fn qmm_wg_stages<
         // K-quant super-blocks (PER_STAGE = 1): the scales of the stage's one block.
         let ks = F::super_scales(&cur[0], t);
         // Issues unit `i` of the stage (its two k16 steps) into `d`: from zero (`fresh`) or onto d;
-        // K-quants: the block's mins step after its last unit, in the same group.
+        // K-quants: the block's mins step before its first unit, in the same group.
         let issue = #[inline(always)]
         |i: u32, d: &mut [[f32; 4]; T], fresh: bool| {
             let (blk, u) = (i / units, i % units);
