@@ -169,8 +169,8 @@ unsafe fn qmm_wg_stages<
         let cb0 = b0 + kc * chunk_blocks;
         let (s0, nsteps) = (2 * cb0 * units, 2 * ((cb0 + chunk_blocks).min(b1) - cb0) * units);
         let bar = bars + 8 * (kc % 2);
-        // K-quants: the chunk's groups of the group-sum plane too (one k16 step of B per block).
-        // (all `QMM_MAX_N / 8` tiles of each group: one contiguous copy).
+        // K-quants: the chunk's blocks of the group-sum plane too (one k16 step of B per block
+        // for all `QMM_MAX_N / 8` tiles: one contiguous copy).
         let sums_bytes = if F::SUPER { nsteps / (2 * units) * GROUP_BYTES } else { 0 };
         mbarrier::arrive_expect_tx(bar, T as u32 * nsteps * 256 + sums_bytes);
         let mut tile = 0;
@@ -234,10 +234,11 @@ unsafe fn qmm_wg_stages<
                 a1 = ks.scale_frag(a1, u);
             }
             wgmma::fence();
-            if F::SUPER && u == 0 {
+            let mins = F::SUPER && u == 0;
+            if mins {
                 wgmma::mma_f16::<T>(d, ks.mins_frag(), sums_desc(buf, su0 / units), !fresh);
             }
-            wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh || (F::SUPER && u == 0));
+            wgmma::mma_f16::<T>(d, a0, desc(buf, su0 + i, 0), !fresh || mins);
             wgmma::mma_f16::<T>(d, a1, desc(buf, su0 + i, 1), true);
             wgmma::commit();
         };
