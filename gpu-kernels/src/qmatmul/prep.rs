@@ -7,8 +7,8 @@
 //! of two `1 / s_c`, rounded to f16 at its fragment position, optionally also as bf16 hi + lo,
 //! and the unit sum `S[unit][c] = Σ_i f16(x̂_i)` (f32, butterfly order — fixed, so it is the same
 //! for every launch), and after the `units × 32` f32 sums the same sums as f16 hi + lo of
-//! `S / 64` in groups of 8 units, a core-matrix plane ([`group_sum_slot`]); the f16 values also go to the core-matrix
-//! plane of the warpgroup kernels ([`core_matrix_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
+//! `S / 64` in groups of 8 units, a core-matrix plane ([`group_sum_slot`]); the f16 values also
+//! go to the core-matrix plane of the warpgroup kernels ([`core_matrix_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
 //! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
 //!
 //! With `max_parts = m > 0` (the input is the `y` of a fused SwiGLU product, whose epilogue
