@@ -203,6 +203,9 @@ pub fn pack_gate_up(ty: GgmlType, gate: &[u8], up: &[u8], ff: usize, inp: usize)
                 ),
             ));
         }
+        // Each matrix's own rows in the message (the interleaved one's would mislead).
+        check_k_scales(ty, m, bytes as usize, row_bytes)
+            .map_err(|e| GpuError::shape("qmm_swiglu", format!("{name}: {e}")))?;
     }
     let mut inter = vec![0u8; rows * row_bytes];
     for f in 0..ff {
@@ -382,6 +385,10 @@ mod tests {
             raw[3 * size + 2..3 * size + 4].copy_from_slice(&half::f16::NAN.to_le_bytes());
             let e = pack_weights(ty, &raw, 2, 512).unwrap_err().to_string();
             assert!(e.contains("row 1 super-block 1") && e.contains("dmin = NaN"), "{e}");
+            // A fused gate/up names the matrix and its own row.
+            let good: Vec<u8> = raw[..2 * size].iter().copied().cycle().take(raw.len()).collect();
+            let e = pack_gate_up(ty, &good, &raw, 2, 512).unwrap_err().to_string();
+            assert!(e.contains("up: ") && e.contains("row 1 super-block 1"), "{e}");
         }
     }
 
