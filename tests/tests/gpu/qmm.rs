@@ -11,9 +11,9 @@
 //!   within `2^-39·max_row |w|` below (`host::gpu::qmatmul::bf16_rows_to_scaled_f16`); F32 split
 //!   into bf16 hi + lo with the lo·lo product dropped (`≤ 2^-15 |w_i|`);
 //! * f32 tensor-core accumulation, sequential over `in/16` steps (and for Q4_K/Q5_K the `in/256`
-//!   mins steps and their one add) plus the split partials: `γ_{in/16 + in/256 + 25}` with
+//!   mins steps in the same sum) plus the split partials: `γ_{in/16 + in/256 + 25}` with
 //!   `u = 2^-23` (truncating adders) times `Σ|w x|` (Q4_K/Q5_K: `Σ M_i |x_i|`, the terms the
-//!   two sums add before they cancel).
+//!   scaled-weight and mins steps add before they cancel).
 //!
 //! So `|y − y_ref| ≤ Σ_i (|x_i| (ε_w M_i + a_w) + |w_i| |Δx_i|) · 1.01 + γ · Σ_i A_i |x_i|`.
 
