@@ -20,8 +20,8 @@ fn r16(x: f32) -> f32 {
     f16::from_f32(x).to_f32()
 }
 
-/// The effective weights of one Q4_K/Q5_K block: `q(e)` is element `e`'s quant.
-fn k_block(b: &[u8], out: &mut [f32], q: impl Fn(usize) -> u8) {
+/// The effective weights of one Q4_K/Q5_K block: `q(b, e)` is element `e`'s quant.
+fn k_block(b: &[u8], out: &mut [f32], q: fn(&[u8], usize) -> u8) {
     let d = f16_le(&b[0..2]);
     let dmin = f16_le(&b[2..4]);
     let neg_min64 = r16(-64.0 * dmin);
@@ -29,42 +29,28 @@ fn k_block(b: &[u8], out: &mut [f32], q: impl Fn(usize) -> u8) {
         let (sc, m) = scale_min(&b[4..16], s);
         let scale = if s % 2 == 0 { r16(d * sc as f32) } else { 16.0 * r16(d * (sc as f32 / 16.0)) };
         let mins = r16(m as f32 * neg_min64) / 64.0;
-        for l in 0..32 {
-            let e = 32 * s + l;
-            out[e] = r16(q(e) as f32 * scale) + mins;
+        for e in 32 * s..32 * s + 32 {
+            out[e] = r16(q(b, e) as f32 * scale) + mins;
         }
     }
 }
 
 /// 144 bytes of Q4_K → 256 weights as `qmm` multiplies them.
 pub fn q4_k_block(b: &[u8], out: &mut [f32]) {
-    let qs = &b[16..144];
-    k_block(b, out, |e| (qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0x0f);
+    k_block(b, out, crate::q4_k::quant);
 }
 
 /// 176 bytes of Q5_K → 256 weights as `qmm` multiplies them.
 pub fn q5_k_block(b: &[u8], out: &mut [f32]) {
-    let (qh, qs) = (&b[16..48], &b[48..176]);
-    k_block(b, out, |e| {
-        let s = e / 32;
-        let low = (qs[32 * (s / 2) + e % 32] >> (4 * (s % 2))) & 0x0f;
-        low | (((qh[e % 32] >> s) & 1) << 4)
-    });
+    k_block(b, out, crate::q5_k::quant);
 }
 
-/// 210 bytes of Q6_K → 256 weights as `qmm` multiplies them (element layout as
-/// [`crate::q6_k`]).
+/// 210 bytes of Q6_K → 256 weights as `qmm` multiplies them.
 pub fn q6_k_block(b: &[u8], out: &mut [f32]) {
-    let (ql, qh, scales) = (&b[0..128], &b[128..192], &b[192..208]);
     let d = f16_le(&b[208..210]);
     for (e, o) in out.iter_mut().enumerate().take(256) {
-        let (h, r) = (e / 128, e % 128);
-        let (t, l) = (r / 32, r % 32);
-        let byte = ql[64 * h + 32 * (t % 2) + l];
-        let low = if t < 2 { byte & 0x0f } else { byte >> 4 };
-        let high = (qh[32 * h + l] >> (2 * t)) & 3;
-        let q = (low | (high << 4)) as i32 - 32;
-        *o = r16(q as f32 * r16(d * scales[e / 16] as i8 as f32));
+        let (q, sc) = crate::q6_k::quant_scale(b, e);
+        *o = r16(q as f32 * r16(d * sc as f32));
     }
 }
 
@@ -76,7 +62,9 @@ pub fn dequantize_as_matmul(ty: GgmlType, src: &[u8]) -> Result<Vec<f32>, QuantE
         GgmlType::Q6_K => q6_k_block,
         _ => return dequantize(ty, src),
     };
-    let mut out = dequantize(ty, src)?; // checks the length
+    let n = src.len() / ty.type_size() * ty.block_size();
+    crate::check_lengths(ty, src.len(), n)?;
+    let mut out = vec![0.0; n];
     for (b, o) in src.chunks_exact(ty.type_size()).zip(out.chunks_exact_mut(256)) {
         block(b, o);
     }

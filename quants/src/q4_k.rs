@@ -11,21 +11,23 @@
 use super::f16_le;
 use super::k_scales::{fit_asymmetric, pack, scale_min};
 
+/// Element `e`'s quant `q_e ∈ [0, 15]` of the 144-byte block `b`.
+#[inline]
+pub(crate) fn quant(b: &[u8], e: usize) -> u8 {
+    (b[16 + 32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0x0f
+}
+
 /// 144 bytes → 256 f32.
 pub fn dequantize_block(b: &[u8], out: &mut [f32]) {
     let d = f16_le(&b[0..2]);
     let dmin = f16_le(&b[2..4]);
     let scales = &b[4..16];
-    let qs = &b[16..144];
     for s in 0..8 {
         let (sc, m) = scale_min(scales, s);
         let d1 = d * sc as f32;
         let m1 = dmin * m as f32;
-        let group = &qs[32 * (s / 2)..32 * (s / 2) + 32];
-        let shift = 4 * (s % 2);
-        for (l, &byte) in group.iter().enumerate() {
-            let q = (byte >> shift) & 0x0f;
-            out[32 * s + l] = d1 * q as f32 - m1;
+        for e in 32 * s..32 * s + 32 {
+            out[e] = d1 * quant(b, e) as f32 - m1;
         }
     }
 }

@@ -10,23 +10,25 @@
 use super::f16_le;
 use super::k_scales::{fit_asymmetric, pack, scale_min};
 
+/// Element `e`'s quant `q_e ∈ [0, 31]` of the 176-byte block `b`.
+#[inline]
+pub(crate) fn quant(b: &[u8], e: usize) -> u8 {
+    let (s, l) = (e / 32, e % 32);
+    let low = (b[48 + 32 * (s / 2) + l] >> (4 * (s % 2))) & 0x0f;
+    low | (((b[16 + l] >> s) & 1) << 4)
+}
+
 /// 176 bytes → 256 f32.
 pub fn dequantize_block(b: &[u8], out: &mut [f32]) {
     let d = f16_le(&b[0..2]);
     let dmin = f16_le(&b[2..4]);
     let scales = &b[4..16];
-    let qh = &b[16..48];
-    let qs = &b[48..176];
     for s in 0..8 {
         let (sc, m) = scale_min(scales, s);
         let d1 = d * sc as f32;
         let m1 = dmin * m as f32;
-        let shift = 4 * (s % 2);
-        for l in 0..32 {
-            let low = (qs[32 * (s / 2) + l] >> shift) & 0x0f;
-            let hi = (qh[l] >> s) & 1;
-            let q = low | (hi << 4);
-            out[32 * s + l] = d1 * q as f32 - m1;
+        for e in 32 * s..32 * s + 32 {
+            out[e] = d1 * quant(b, e) as f32 - m1;
         }
     }
 }

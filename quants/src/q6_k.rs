@@ -12,20 +12,22 @@
 
 use super::{f16_le, f16_round_up};
 
+/// Element `e`'s quant `q_e ∈ [−32, 31]` and scale `scales[e/16]` of the 210-byte block `b`.
+#[inline]
+pub(crate) fn quant_scale(b: &[u8], e: usize) -> (i32, i8) {
+    let (h, r) = (e / 128, e % 128);
+    let (t, l) = (r / 32, r % 32);
+    let byte = b[64 * h + 32 * (t % 2) + l];
+    let low = if t < 2 { byte & 0x0f } else { byte >> 4 };
+    let high = (b[128 + 32 * h + l] >> (2 * t)) & 3;
+    ((low | (high << 4)) as i32 - 32, b[192 + e / 16] as i8)
+}
+
 /// 210 bytes → 256 f32.
 pub fn dequantize_block(b: &[u8], out: &mut [f32]) {
-    let ql = &b[0..128];
-    let qh = &b[128..192];
-    let scales = &b[192..208];
     let d = f16_le(&b[208..210]);
     for (e, o) in out.iter_mut().enumerate().take(256) {
-        let (h, r) = (e / 128, e % 128);
-        let (t, l) = (r / 32, r % 32);
-        let byte = ql[64 * h + 32 * (t % 2) + l];
-        let low = if t < 2 { byte & 0x0f } else { byte >> 4 };
-        let high = (qh[32 * h + l] >> (2 * t)) & 3;
-        let q = (low | (high << 4)) as i32 - 32;
-        let sc = scales[e / 16] as i8;
+        let (q, sc) = quant_scale(b, e);
         *o = (d * sc as f32) * q as f32;
     }
 }
