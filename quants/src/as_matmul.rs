@@ -29,8 +29,8 @@ fn k_block(b: &[u8], out: &mut [f32], q: fn(&[u8], usize) -> u8) {
         let (sc, m) = scale_min(&b[4..16], s);
         let scale = if s % 2 == 0 { r16(d * sc as f32) } else { 16.0 * r16(d * (sc as f32 / 16.0)) };
         let mins = r16(m as f32 * neg_min64) / 64.0;
-        for e in 32 * s..32 * s + 32 {
-            out[e] = r16(q(b, e) as f32 * scale) + mins;
+        for (l, o) in out[32 * s..32 * s + 32].iter_mut().enumerate() {
+            *o = r16(q(b, 32 * s + l) as f32 * scale) + mins;
         }
     }
 }

@@ -26,8 +26,8 @@ pub fn dequantize_block(b: &[u8], out: &mut [f32]) {
         let (sc, m) = scale_min(scales, s);
         let d1 = d * sc as f32;
         let m1 = dmin * m as f32;
-        for e in 32 * s..32 * s + 32 {
-            out[e] = d1 * quant(b, e) as f32 - m1;
+        for (l, o) in out[32 * s..32 * s + 32].iter_mut().enumerate() {
+            *o = d1 * quant(b, 32 * s + l) as f32 - m1;
         }
     }
 }
