@@ -39,6 +39,26 @@ pair() {
   [ -f $M ] && [ -f $DQ ] || { echo "no 27B pair: see /tmp/synth.log, /tmp/convert.log"; tail -5 /tmp/synth.log /tmp/convert.log; exit 1; }
 }
 
+# ab_matmul LABEL FILTER OUT [VAR=value …]: the bench-qmm case FILTER (matmul only, every n) under
+# the variables, appended to OUT after "== LABEL: …" (FLASHTREE_COPY_GBPS: $COPY, this run's ceiling).
+ab_matmul() {
+  local label="$1" filter="$2" out="$3" tsv; shift 3
+  tsv="/tmp/ab-${label//[^A-Za-z0-9]/_}.tsv"; rm -f "$tsv"
+  env "$@" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="$tsv" \
+    timeout 100 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
+  echo "== $label: $filter matmul only (us, fraction of copy)" >> "$out"
+  awk -F'\t' '$1=="qmm-mm" {printf "%-34s %9s %6s\n", $2, $3, $5}' "$tsv" >> "$out"
+}
+
+# ab_engine LABEL OUT [VAR=value …]: the engine's AR step, 22/23-node verify and draft step (tree
+# bench, 64 tokens) under the variables, appended to OUT after "== LABEL: engine".
+ab_engine() {
+  local label="$1" out="$2"; shift 2
+  env "$@" timeout 80 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
+  echo "== $label: engine" >> "$out"
+  grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$out"
+}
+
 date
 case "$phase" in
 tests)
@@ -93,13 +113,8 @@ exp)
   for r in 1 2; do
     for v in shipped "$f"; do
       env_ptx=(); [ "$v" = "$f" ] && env_ptx=(FLASHTREE_PTX="$ptx" "${exp_env[@]}")
-      env "${env_ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="/tmp/ab-$f-$v-$r.tsv" \
-        timeout 100 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
-      echo "== round $r, $v: $filter matmul only (us, fraction of copy)" >> "$OUT/ab-$f.txt"
-      awk -F'\t' '$1=="qmm-mm" {printf "%-34s %9s %6s\n", $2, $3, $5}' "/tmp/ab-$f-$v-$r.tsv" >> "$OUT/ab-$f.txt"
-      env "${env_ptx[@]}" timeout 80 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
-      echo "== round $r, $v: engine" >> "$OUT/ab-$f.txt"
-      grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$OUT/ab-$f.txt"
+      ab_matmul "round $r, $v" "$filter" "$OUT/ab-$f.txt" "${env_ptx[@]}"
+      ab_engine "round $r, $v" "$OUT/ab-$f.txt" "${env_ptx[@]}"
     done
   done
   grep -E "^==|n=16 |n=22 |draft step|forward of a 2" "$OUT/ab-$f.txt" | head -60
@@ -119,14 +134,8 @@ ptxab)
   for r in $(seq 1 "${PTXAB_ROUNDS:-2}"); do
     for v in "${names[@]}"; do
       env_ptx=(); [ "$v" = bundle ] || env_ptx=(FLASHTREE_PTX="/tmp/ptx-$v.ptx")
-      env "${env_ptx[@]}" FLASHTREE_COPY_GBPS="$COPY" FLASHTREE_BENCH_FILTER="$filter" FLASHTREE_BENCH_SUMMARY="/tmp/ptxab-$v-$r.tsv" \
-        timeout 100 $B/bench-qmm --bench no-criterion-case > /dev/null 2>&1
-      echo "== round $r, $v: $filter matmul only (us, fraction of copy)" >> "$OUT/ptxab.txt"
-      awk -F'\t' '$1=="qmm-mm" {printf "%-34s %9s %6s\n", $2, $3, $5}' "/tmp/ptxab-$v-$r.tsv" >> "$OUT/ptxab.txt"
-      [ "${PTXAB_ENGINE:-1}" = 0 ] && continue
-      env "${env_ptx[@]}" timeout 80 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
-      echo "== round $r, $v: engine" >> "$OUT/ptxab.txt"
-      grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$OUT/ptxab.txt"
+      ab_matmul "round $r, $v" "$filter" "$OUT/ptxab.txt" "${env_ptx[@]}"
+      [ "${PTXAB_ENGINE:-1}" = 0 ] || ab_engine "round $r, $v" "$OUT/ptxab.txt" "${env_ptx[@]}"
     done
   done
   grep -E "^==|n=1 |n=22 |draft step|forward of a 2" "$OUT/ptxab.txt" | head -80
