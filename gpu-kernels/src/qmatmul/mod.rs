@@ -17,10 +17,11 @@
 //! row-scaled f16 — `formats::Half` — and use the f16 column: their own 8-bit significands are
 //! coarser than the 2^-11 of x̂.) Inside each 32-element block the elements are stored in
 //! the fragment order of `mma.m16n8k16` (see [`prep::position_in_block`]), so one 16-byte load
-//! gives a lane the B fragments of two k16 steps. It also writes the f32 sum of each 32-element
-//! unit of `x̂` (`S[unit][c]`), which the offset and K-quant formats need (see [`formats`]), and
-//! the same f16 values in the tile-major core-matrix plane the warpgroup kernels copy into shared
-//! memory unchanged ([`prep::core_matrix_slot`]). Columns `c ≥ n` are never written: the `mma.sync`
+//! gives a lane the B fragments of two k16 steps. It also writes the sum of each 32-element unit
+//! of `x̂` (`S[unit][c]`, as f16 hi + lo of `S / 64`: [`prep::group_sum_slot`]), which the K-quant
+//! formats' mins steps need (see [`formats`]), and the same f16 values in the tile-major
+//! core-matrix plane the warpgroup kernels copy into shared memory unchanged
+//! ([`prep::core_matrix_slot`]). Columns `c ≥ n` are never written: the `mma.sync`
 //! kernels load column `n − 1` in their place, the warpgroup kernels read whatever the
 //! zero-initialised plane holds there (zeros or an earlier call's columns); a product column
 //! depends only on its own B column, and padding columns' results are never stored.

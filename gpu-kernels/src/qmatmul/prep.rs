@@ -3,13 +3,14 @@
 //! Launch: grid `(n, ⌈in / 1024⌉)`, 256 threads. Block `(c, b)` first finds `max |x[c, :]|`
 //! over the whole column (every block of the column reads it, 16-byte loads, mostly L2 hits;
 //! the max is order-independent, so every block gets the same scale), then writes its 1024
-//! elements (32 units of 32, four per warp, lane `i` = element `i`): scaled by the exact power
-//! of two `1 / s_c`, rounded to f16 at its fragment position, optionally also as bf16 hi + lo,
-//! and the unit sum `S[unit][c] = Σ_i f16(x̂_i)` (f32, butterfly order — fixed, so it is the same
-//! for every launch), and after the `units × 32` f32 sums the same sums as f16 hi + lo of
-//! `S / 64` in groups of 8 units, a core-matrix plane ([`group_sum_slot`]); the f16 values also
-//! go to the core-matrix plane of the warpgroup kernels ([`core_matrix_slot`]). Padding columns `c ≥ n` are not written: the matmul never reads them.
-//! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(2 or 6) + n·in/8` bytes.
+//! elements (32 units of 32, four per warp, eight lanes per unit: [`write_unit_values`]): scaled
+//! by the exact power of two `1 / s_c`, rounded to f16 at its fragment position, optionally also
+//! as bf16 hi + lo; the f16 values also go to the core-matrix plane of the warpgroup kernels
+//! ([`core_matrix_slot`]), and each unit's sum `S = Σ_i f16(x̂_i)` (f32, a fixed butterfly order,
+//! so it is the same for every launch) as f16 hi + lo of `S / 64` in groups of 8 units, a
+//! core-matrix plane ([`group_sum_slot`]) that the K-quant kernels' mins steps read. Padding
+//! columns `c ≥ n` are not written: the matmul never reads them.
+//! Traffic: reads `n·in·4·⌈in/1024⌉` bytes (L2), writes `n·in·(4 or 8) + n·in/8` bytes.
 //!
 //! With `max_parts = m > 0` (the input is the `y` of a fused SwiGLU product, whose epilogue
 //! published each row group's `max |y|` bits per column: `epilogue.rs`), the scan is replaced by
@@ -213,9 +214,10 @@ pub(crate) unsafe fn store_column_scale(c: u32, m: u32, xscale: *mut f32) -> f32
 }
 
 /// Pass 2 of the prep kernels: block `(c, block_y)` writes its chunk's units of column `c`,
-/// four per warp (lane = element), from `value(e)` (element `e` of the column, before scaling):
-/// the f16 fragment plane, the core-matrix plane, optionally the bf16 pair, and the unit sums.
-/// The four values of a warp are loaded before any is stored.
+/// four per warp (eight lanes per unit, four elements per lane: [`unit_values`]), from
+/// `value(e)` (element `e` of the column, before scaling): the f16 fragment plane, the
+/// core-matrix plane, optionally the bf16 pair, and the group sums ([`write_unit_values`]).
+/// A lane's four values are loaded before any is stored.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn write_units(
@@ -235,24 +237,36 @@ pub(crate) unsafe fn write_units(
 }
 
 /// The four elements this lane converts in [`write_units`] (before scaling), loaded together:
-/// a caller can issue these loads before it knows the column's scale.
+/// a caller can issue these loads before it knows the column's scale. Warp `w` of block
+/// `(c, b)` converts the units `32b + 4w .. + 4` of the column (`PREP_CHUNK / 32` per block),
+/// eight lanes per unit: lane `l` the elements `4·(l mod 8) .. + 4` of unit `l / 8`.
 #[inline(always)]
 pub(crate) unsafe fn unit_values(k: usize, value: impl Fn(usize) -> f32) -> [f32; 4] {
-    let lane = lane_id();
-    let units = k / 32;
-    let first = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4;
+    let (unit, e0) = lane_unit();
     let mut vals = [0f32; 4];
-    let mut j = 0;
-    while j < 4 {
-        if first + j < units {
-            vals[j] = value((first + j) * 32 + lane as usize);
-        }
-        j += 1;
+    if unit < k / 32 {
+        unroll_below(4, |i| vals[i] = value(unit * 32 + e0 + i));
     }
     vals
 }
 
-/// [`write_units`] of values already loaded by [`unit_values`].
+/// This lane's unit and first element in it (see [`unit_values`]).
+#[inline(always)]
+fn lane_unit() -> (usize, usize) {
+    let lane = lane_id() as usize;
+    let first = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4;
+    (first + lane / 8, 4 * (lane % 8))
+}
+
+/// [`write_units`] of values already loaded by [`unit_values`]. Lane `l` (elements
+/// `e = 4q .. 4q + 4` of its unit, `q = l mod 8`) rounds `x̂ = v · inv` to f16 and stores the
+/// four halves with one 8-byte store to the fragment plane (positions `4q + [0, 2, 1, 3]`: see
+/// [`position_in_block`]) and two 4-byte stores to the core-matrix plane (elements `4q, 4q + 2`
+/// and `4q + 1, 4q + 3` are adjacent there: [`core_matrix_slot`]). The unit sum is
+/// `S = Σ f16(x̂_e)` in f32 as `(x_4q + x_4q+1) + (x_4q+2 + x_4q+3)`, then the butterfly over
+/// the unit's eight lanes (xor 1, 2, 4): the same additions in the same order as a 32-lane
+/// butterfly with lane = element, so `S` is the same for every launch and column count; lane
+/// `q = 0` stores `S / 64` as f16 hi + lo at the unit's [`group_sum_slot`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn write_unit_values(
@@ -268,46 +282,49 @@ pub(crate) unsafe fn write_unit_values(
     p: QmmPrepParams,
 ) {
     let base = c as usize * k;
-    let lane = lane_id();
     let units = k / 32;
-    let first = (block_y() * PREP_CHUNK) as usize / 32 + warp_id() as usize * 4;
-    let mut j = 0;
-    while j < 4 {
-        let unit = first + j;
-        if unit < units {
-            let v = vals[j] * inv;
-            let h = f32_to_f16(v);
-            let dst = base + unit * 32 + position_in_block(lane) as usize;
-            *xh.add(dst) = h;
-            // The same value in the warpgroup kernels' plane (see `core_matrix_slot`).
-            *xcm.add(core_matrix_slot(unit, lane, c as usize, 2 * units)) = h;
-            if p.pairs != 0 {
+    let (unit, e0) = lane_unit();
+    let q = e0 / 4;
+    let mut h = [0u16; 4];
+    unroll_below(4, |i| h[i] = f32_to_f16(vals[i] * inv));
+    let pair = |a: u16, b: u16| a as u32 | (b as u32) << 16;
+    let valid = unit < units;
+    if valid {
+        let dst = base + unit * 32 + e0;
+        *(xh.add(dst) as *mut u64) = pair(h[0], h[2]) as u64 | (pair(h[1], h[3]) as u64) << 32;
+        let cm = core_matrix_slot(unit, e0 as u32, c as usize, 2 * units);
+        *(xcm.add(cm) as *mut u32) = pair(h[0], h[2]);
+        *(xcm.add(cm + 64) as *mut u32) = pair(h[1], h[3]);
+        if p.pairs != 0 {
+            unroll_below(4, |i| {
+                let v = vals[i] * inv;
                 let hi = f32_to_bf16(v);
                 let lo = f32_to_bf16(v - f32::from_bits((hi as u32) << 16));
-                *xb_hi.add(dst) = hi;
-                *xb_lo.add(dst) = lo;
-            }
-            let mut sum = f16_to_f32(h);
-            let mut s = 1;
-            while s < 32 {
-                sum += shfl_xor_f32(sum, s);
-                s <<= 1;
-            }
-            if lane == 0 {
-                *xsum.add(unit * QMM_MAX_N as usize + c as usize) = sum;
-                // The same sum for the K-quant kernels' correction products: `S / 64` (a
-                // power of two, so `|S/64| < 2^15` fits f16) as f16 hi + lo, at its B-fragment
-                // slot of the unit's group of 8 (see `group_sum_slot`).
-                let s64 = sum * 0.015625;
-                let hi = f32_to_f16(s64);
-                let lo = f32_to_f16(s64 - f16_to_f32(hi));
-                let sums_h = xsum.add(units * QMM_MAX_N as usize) as *mut u16;
-                let at = group_sum_slot(unit, c as usize);
-                *sums_h.add(at) = hi;
-                *sums_h.add(at + 64) = lo;
-            }
+                let at = base + unit * 32 + position_in_block((e0 + i) as u32) as usize;
+                *xb_hi.add(at) = hi;
+                *xb_lo.add(at) = lo;
+            });
         }
-        j += 1;
+    }
+    // Every lane takes part in the butterfly (a lane past the last unit adds zeros of its own
+    // unit's group only).
+    let x = |i: usize| f16_to_f32(h[i]);
+    let mut sum = (x(0) + x(1)) + (x(2) + x(3));
+    let mut s = 1;
+    while s < 8 {
+        sum += shfl_xor_f32(sum, s);
+        s <<= 1;
+    }
+    if valid && q == 0 {
+        // `S / 64` (a power of two, so `|S/64| < 2^15` fits f16) as f16 hi + lo, at its
+        // B-fragment slot of the unit's group of 8 (see `group_sum_slot`).
+        let s64 = sum * 0.015625;
+        let hi = f32_to_f16(s64);
+        let lo = f32_to_f16(s64 - f16_to_f32(hi));
+        let sums_h = xsum as *mut u16;
+        let at = group_sum_slot(unit, c as usize);
+        *sums_h.add(at) = hi;
+        *sums_h.add(at + 64) = lo;
     }
 }
 

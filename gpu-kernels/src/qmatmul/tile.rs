@@ -47,7 +47,7 @@
 //! plus `2·ksplit·n·out·4` partial bytes when split.
 
 use kernel_abi::{
-    qmm_block_range, qmm_xs_smem_bytes, QmmParams, QMM_MAX_N, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS,
+    qmm_block_range, qmm_xs_smem_bytes, QmmParams, QMM_ROWS_PER_BLOCK, QMM_ROWS_PER_WARP, QMM_XS_CHUNK_UNITS,
 };
 
 use super::formats::{add_unit_product, Bf16, Format, F16, F32W, Q4K, Q5K, Q6K, Q8_0};
@@ -136,7 +136,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
         let valid_units = ((b_end - b) * units) as usize;
         // Group sums (K-quant mins steps): this lane's B fragment `[hi, lo]` of block `bb`,
         // column `c`: two words at `prep::group_sum_slot(8·bb + 2t, c)` and 64 halves on.
-        let sums_h = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u16;
+        let sums_h = xsum as *const u16;
         let sum_frag = #[inline(always)]
         |bb: usize, col: usize| {
             let at = super::prep::group_sum_slot(8 * bb + 2 * t as usize, col);

@@ -159,7 +159,7 @@ unsafe fn qmm_wg_stages<
     let steps_total = 2 * (k as u32 / 32);
     // K-quants: the group-sum plane (`prep::group_sum_slot`: group-major, `GROUP_BYTES` per
     // block) and its two shared-memory buffers after the x buffers, `QMM_XS_SUMS_BYTES` each.
-    let sums = xsum.add((k / 32) * QMM_MAX_N as usize) as *const u8;
+    let sums = xsum as *const u8;
     let sums_smem = xs + 2 * buf_bytes;
     let issue_chunk = #[inline(always)]
     |kc: u32| {

@@ -1,6 +1,7 @@
 //! The activation preparation of [`QmmWorkspace`]: `qmm_prep_x` converts `x [n, in]` once for
 //! every product that reads it (f16 after a power-of-two scale per column, the warpgroup
-//! kernels' core-matrix plane, unit sums, and the bf16 hi + lo pair F32 weights need);
+//! kernels' core-matrix plane, the unit sums of the K-quant mins steps, and the bf16 hi + lo pair
+//! F32 weights need);
 //! `qmm_prep_norm` does the same after a residual add and RMSNorm, in one launch. Over more than
 //! `QMM_MAX_N` tokens, one launch per activation plane (`workspace.rs`): every column is
 //! converted on its own (a block per column), so a token's activations are the same bits in

@@ -140,9 +140,11 @@ impl QmmWorkspace {
         DevSpan::of(gpu, &self.ymax).sub(first * parts, cols * parts, "qmm ymax")
     }
 
-    /// f32 of one plane's unit and group sums for up to `max_in` inputs.
+    /// f32 words of one plane's group sums for up to `max_in` inputs: per 8 units (256
+    /// inputs) one k16 step of f16 hi + lo for `QMM_MAX_N` columns, 1 KiB (`gpu-kernels`
+    /// `qmatmul::prep::group_sum_slot`).
     fn xsum_plane_len(max_in: usize) -> usize {
-        (QMM_MAX_N as usize * (max_in.div_ceil(32) + 8 * max_in.div_ceil(256))).max(1)
+        (QMM_MAX_N as usize * 8 * max_in.div_ceil(256)).max(1)
     }
 
     /// The most tokens one product takes (32 per activation plane).
