@@ -18,9 +18,10 @@
 //!
 //! Two paths, chosen per launch from the shape (uniform over the block):
 //! * registers (`d_v ≤ 32·CPL` and `⌈n_v/8⌉ ≤ 24/CPL` heads per warp; the 27B's `n_v = 48`,
-//!   `d_v = 128` with `CPL = 4`: 6 heads × 4 values per thread): each thread loads its ≤ 24
-//!   values of `o`, `z` and `norm_w` once, all loads in flight together; `r_j`, `y`, the max come
-//!   from registers, `y` is staged in shared memory for the unit writer;
+//!   `d_v = 128` with `CPL = 4`: 6 heads × 4 values per thread): each thread loads its `CPL`
+//!   norm weights before the wait (model data), then its ≤ 24 values of `o` and `z`, all in
+//!   flight together; `r_j`, `y`, the max come from registers, `y` is staged in shared memory
+//!   for the unit writer;
 //! * otherwise (longer rows): `gdn_gated_norm`'s loop per head, `r_j` kept in shared memory
 //!   (`n_v ≤ GDN_NORM_PREP_MAX_HEADS`, checked by the host), and the unit writer recomputes its `y` from `o`,
 //!   `z`, `norm_w` (L2).
@@ -39,6 +40,7 @@ use crate::device::cluster::{cluster_arrive, cluster_wait, ld_cluster_u32, map_t
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
 use crate::device::math::{fma, silu};
 use crate::device::shared::{smem_addr, Shared};
+use crate::device::unroll::unroll_below;
 use crate::device::*;
 use crate::qmatmul::prep::{
     block_max_bits, publish_column_scale, store_column_scale, write_units, PREP_NORM_ROW, REG_ELEMS, STAGED_MAX,
@@ -70,14 +72,26 @@ unsafe fn norm_prep<const CPL: usize>(
     if c >= p.n {
         return;
     }
-    grid_dependency_wait();
     let k = p.in_features as usize;
     let (nv, dv) = (g.n_v as usize, g.d_v as usize);
+    let (warp, lane) = (warp_id() as usize, lane_id() as usize);
+    let registers = dv <= 32 * CPL && nv.div_ceil(8) <= REG_ELEMS / CPL;
+    // Registers path: the lane's norm weights (columns `lane + 32r`, the same for each of its
+    // heads) are model data no kernel writes, loaded before the wait: in a chained launch they
+    // arrive under the previous kernel's tail (they are not in L2 after a step's weights).
+    let mut wcol = [0.0f32; CPL];
+    if registers {
+        unroll_below(CPL, |r| {
+            if lane + 32 * r < dv {
+                wcol[r] = *norm_w.add(lane + 32 * r);
+            }
+        });
+    }
+    grid_dependency_wait();
     let o = o.add(c as usize * k);
     let z = z.add(c as usize * g.z_stride as usize);
-    let (warp, lane) = (warp_id() as usize, lane_id() as usize);
     let row = PREP_NORM_ROW.as_mut_ptr() as *mut f32;
-    if dv <= 32 * CPL && nv.div_ceil(8) <= REG_ELEMS / CPL {
+    if registers {
         // Slot `q = m·CPL + r`: head `j = warp + 8m`, column `i = lane + 32r` (when `j < n_v`,
         // `i < d_v`). Every load first, then the arithmetic; `q` is a constant at each call of
         // `each_slot`, so the arrays stay in registers.
@@ -90,7 +104,7 @@ unsafe fn norm_prep<const CPL: usize>(
             if j < nv && i < dv {
                 ov[q] = *o.add(j * dv + i);
                 zv[q] = *z.add(j * dv + i);
-                wv[q] = *norm_w.add(i);
+                wv[q] = wcol[q % CPL];
             }
         });
         // `r_j` of head `m` at `inv[m]`: the lane's fma chain over its columns in order, then the
