@@ -682,8 +682,14 @@ unsafe fn finish_staged_row(
 /// output), then everything is `qmm_prep_x`'s. Block `(c, 0)` zeroes the other accumulator pair's
 /// column (`zero`, `zero_words`). Launch as `qmm_prep_x`. Traffic: `qmm_prep_x`'s with the words
 /// of `full` row groups, plus `tail_rows · 8` bytes per block and column.
+///
+/// Every load is issued before any loaded value is used or `y` is stored (in-order issue; and
+/// `y` may alias the accumulators for the compiler), so a tail lane takes one L2 round trip, not
+/// one per element. At most 80 registers (`minctasm=3`, 77, no spills): three blocks per SM, so a
+/// 23-column launch's 391 blocks are one wave (at 84 registers uncapped, two blocks per SM made
+/// it two waves and the verify 0.05 ms slower: docs/perf/qmatmul.md, twenty-first session).
 #[no_mangle]
-#[link_section = "nvvm:maxntid=256;minctasm=1"]
+#[link_section = "nvvm:maxntid=256;minctasm=3"]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "ptx-kernel" fn qmm_prep_swiglu_accum(
     y: *mut f32,
@@ -715,32 +721,64 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_swiglu_accum(
     let tail_feats = (tail_rows / 2).min(k.saturating_sub(full_feats));
     let col_tail = tail.add(c as usize * tail_rows);
     let s = f32::from_bits(*words.add(c as usize));
-    // Tail feature `f`: its gate row `16·(f/8) + f%8` of the tail, the up row 8 below.
-    let tail_y = |f: usize| -> f32 {
+    // Tail feature `f`: its gate row `16·(f/8) + f%8` of the tail, the up row 8 below: the two
+    // accumulators (`tail_raw`), then `silu(g·s)·(u·s)` (`tail_y`). Every load of the kernel is
+    // issued before any loaded value is used or anything is stored (in-order issue: a use
+    // waits for its load; and `y` may alias the accumulators and words for the compiler), so
+    // they share one L2 round trip.
+    let tail_raw = |f: usize| -> (u64, u64) {
         let g = 16 * (f / 8) + f % 8;
-        let gate = i64_to_f32_rn(*col_tail.add(g) as i64) * ACC_UNIT_INV;
-        let up = i64_to_f32_rn(*col_tail.add(g + 8) as i64) * ACC_UNIT_INV;
+        (*col_tail.add(g), *col_tail.add(g + 8))
+    };
+    let tail_y = |(g, u): (u64, u64)| -> f32 {
+        let gate = i64_to_f32_rn(g as i64) * ACC_UNIT_INV;
+        let up = i64_to_f32_rn(u as i64) * ACC_UNIT_INV;
         silu(gate * s) * (up * s)
     };
-    // This block's elements (a tail element computed, and stored to `y`).
-    let vals = unit_values(k, |e| {
-        if e < full_feats {
-            *y.add(base + e)
-        } else {
-            let v = tail_y(e - full_feats);
-            *y.add(base + e) = v;
-            v
-        }
-    });
+    // This lane's elements (`unit_values`' lanes): `y` for the unsplit features, the
+    // accumulators for the tail's.
+    let (unit, e0) = lane_unit();
+    let lane_ok = unit < k / 32;
+    let mut raw = [0u64; 8];
+    let mut vals = [0f32; 4];
+    if lane_ok {
+        unroll_below(4, |i| {
+            let e = unit * 32 + e0 + i;
+            if e < full_feats {
+                vals[i] = *y.add(base + e);
+            } else {
+                (raw[2 * i], raw[2 * i + 1]) = tail_raw(e - full_feats);
+            }
+        });
+    }
     // The column max: the unsplit row groups' words, then the tail's features.
-    let mut m = words_max(ymax.add(c as usize * p.max_parts as usize), tp.full as usize, t);
     let per_thread = kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize / 2 / 256;
-    unroll_below(per_thread, |j| {
+    const PER_THREAD_MAX: usize = 4;
+    const _: () = assert!(kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize / 2 / 256 <= PER_THREAD_MAX);
+    let mut traw = [(0u64, 0u64); PER_THREAD_MAX];
+    unroll_below(PER_THREAD_MAX, |j| {
         let f = t + 256 * j;
-        if f < tail_feats {
-            m = m.max(tail_y(f).to_bits() & 0x7fff_ffff);
+        if j < per_thread && f < tail_feats {
+            traw[j] = tail_raw(f);
         }
     });
+    let mut m = words_max(ymax.add(c as usize * p.max_parts as usize), tp.full as usize, t);
+    unroll_below(PER_THREAD_MAX, |j| {
+        let f = t + 256 * j;
+        if j < per_thread && f < tail_feats {
+            m = m.max(tail_y(traw[j]).to_bits() & 0x7fff_ffff);
+        }
+    });
+    // The lane's tail elements, and to `y` (so `y` holds the whole SwiGLU output).
+    if lane_ok {
+        unroll_below(4, |i| {
+            let e = unit * 32 + e0 + i;
+            if e >= full_feats {
+                vals[i] = tail_y((raw[2 * i], raw[2 * i + 1]));
+                *y.add(base + e) = vals[i];
+            }
+        });
+    }
     if block_y() == 0 {
         let zc = zero.add(c as usize * tail_rows);
         let mut i = t;
