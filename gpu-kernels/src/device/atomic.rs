@@ -46,6 +46,13 @@ pub fn nanosleep(ns: u32) {
     unsafe { asm!("nanosleep.u32 {0};", in(reg32) ns, options(nostack, nomem)) }
 }
 
+/// `trap`: aborts the kernel (the launch fails with an illegal-instruction error, which the host
+/// reports instead of waiting forever).
+#[inline(always)]
+pub fn trap() -> ! {
+    unsafe { asm!("trap;", options(nostack, nomem, noreturn)) }
+}
+
 /// `red.global.add.u64`: fire-and-forget 64-bit integer add. Integer adds commute, so a sum
 /// built from them is the same whatever order the adds land in (two's complement: signed
 /// values add as unsigned).

@@ -12,7 +12,7 @@
 //!   80-register kernels keep one output per step (any change there made ptxas spill).
 //! * `ksplit > 1`, `QmmParams::reduce_spread` (block formats, global memory): every block writes
 //!   its partials as above and arrives on the row group's counter; once all `ksplit` have arrived
-//!   (an acquire load, spinning), split `s` adds the partials of the columns `c ≡ s (mod ksplit)`
+//!   (an acquire load, spinning; a trap after `SPREAD_SPIN_LIMIT` back-offs), split `s` adds the partials of the columns `c ≡ s (mod ksplit)`
 //!   — the same adds in the same order, so the same bits — and departs; the last to depart resets
 //!   the counter. No lone last block: the reduction's loads are spread over the splits, one batch
 //!   each instead of several. The host sets it only when every split block fits the device at
@@ -54,6 +54,10 @@ use crate::device::shared::{smem_addr, Shared};
 use crate::device::sync::sync_threads;
 use crate::device::unroll::unroll_below;
 use crate::device::*;
+
+/// Back-offs (`nanosleep(100)`, ≥ 0.1 µs each) a split of the spread reduction waits for its row
+/// group's other splits before it traps (≈ 2^24: seconds, where a legitimate wait is microseconds).
+const SPREAD_SPIN_LIMIT: u32 = 1 << 24;
 
 #[link_section = ".shared"]
 static QMM_IS_LAST: Shared<u32> = Shared::uninit();
@@ -336,10 +340,19 @@ pub(super) unsafe fn store<F: Format, const T: usize, const SWIGLU: bool, const 
         let counter = counters.add(rb as usize);
         // Arrive, then wait until every split of the row group has arrived (the acquire load and
         // the barrier order this block's reads of the partials after their writers' fences).
+        // The host sets `reduce_spread` only when every split block of the launch can be resident
+        // at once, so the wait ends within microseconds; should that ever not hold (another
+        // context holding SMs), the spin gives up after ≈ 2^24 back-offs (seconds) and traps, so
+        // the launch fails with an error instead of hanging the stream.
         if thread_x() == 0 {
             crate::device::atomic::atomic_add_u32(counter, 1);
+            let mut tries = 0u32;
             while crate::device::atomic::ld_acquire_gpu_u32(counter) < ksplit {
                 crate::device::atomic::nanosleep(100);
+                tries += 1;
+                if tries == SPREAD_SPIN_LIMIT {
+                    crate::device::atomic::trap();
+                }
             }
         }
         sync_threads();
