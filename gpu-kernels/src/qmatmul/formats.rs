@@ -21,10 +21,7 @@
 //!   `f16(q·f16(d·sc_u))`, made from the offset fragment `1024 + q` by one `fma.f16x2` per two
 //!   weights; the block's 16 k16 steps go straight into the row's running sum after one more
 //!   step for the unit mins (see [`KScales`]). The per-unit work is per weight, not per output
-//!   column, and nothing is done per block and output. (Until the twentieth engine session the
-//!   fragment was the exact integer `sc_u·q`, the block's steps a product from zero, and the
-//!   block added `d·P − 64·dmin·C` in f32: exact weights, but per block a full wait and two
-//!   fmas per output.)
+//!   column, and nothing is done per block and output.
 //! * **Scaled formats** (Q6_K: one scale per 16 elements, which a k16 step of this lane layout
 //!   straddles; F16, BF16, F32): weights become f16/bf16 values in the fragment. Q6_K:
 //!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so

@@ -752,20 +752,18 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_swiglu_accum(
         });
     }
     // The column max: the unsplit row groups' words, then the tail's features.
-    let per_thread = kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize / 2 / 256;
-    const PER_THREAD_MAX: usize = 4;
-    const _: () = assert!(kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize / 2 / 256 <= PER_THREAD_MAX);
-    let mut traw = [(0u64, 0u64); PER_THREAD_MAX];
-    unroll_below(PER_THREAD_MAX, |j| {
+    const PER_THREAD: usize = kernel_abi::qmm_accum::MAX_SWIGLU_TAIL_ROWS as usize / 2 / 256;
+    let mut traw = [(0u64, 0u64); PER_THREAD];
+    unroll_below(PER_THREAD, |j| {
         let f = t + 256 * j;
-        if j < per_thread && f < tail_feats {
+        if f < tail_feats {
             traw[j] = tail_raw(f);
         }
     });
     let mut m = words_max(ymax.add(c as usize * p.max_parts as usize), tp.full as usize, t);
-    unroll_below(PER_THREAD_MAX, |j| {
+    unroll_below(PER_THREAD, |j| {
         let f = t + 256 * j;
-        if j < per_thread && f < tail_feats {
+        if f < tail_feats {
             m = m.max(tail_y(traw[j]).to_bits() & 0x7fff_ffff);
         }
     });

@@ -31,9 +31,8 @@
 //! * Q4_K and Q5_K accumulate straight into the f32 accumulators too, with the weights' scaled
 //!   part rounded to f16 as A (`f16(q·f16(d·sc_u))`: one `fma.f16x2` per two weights, the
 //!   block's `d` folded into the unit scales), after one more tensor-core step per super-block:
-//!   the unit mins times the unit sums (`formats::KScales`). No per-block product from zero,
-//!   wait or f32 finish, whose cost grew with the number of columns (the nineteenth session's form: exact integer
-//!   fragments `sc_u·q`, `d·P` and the mins per block in f32 — docs/perf/qmatmul.md).
+//!   the unit mins times the unit sums (`formats::KScales`): no per-block product from zero,
+//!   wait or f32 finish.
 //!
 //! Lanes of padding columns (c ≥ n) load column `n − 1`'s x, so no load is predicated and nothing
 //! is zeroed per stage; their results are never stored.
