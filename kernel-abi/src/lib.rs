@@ -1323,12 +1323,8 @@ pub const ATTN_TILE_KEYS: u32 = 64;
 pub const ATTN_MAX_HEAD_DIM: u32 = 256;
 /// Largest GQA group (query heads per KV head) of `attn_tree_split`.
 pub const ATTN_MAX_GROUP: u32 = 8;
-/// Fewest keys per split of `attn_tree_split` (before rounding to whole tiles): one tile. Below
-/// 32 · 64 keys every split is one tile, so a short context's node spreads over as many blocks as
-/// it has tiles (nvidia-h200, 27B at context 579, chain trace: the AR step's attention
-/// 9.73 → 6.00 µs per layer with the combine 3.27 → 4.49, the step −0.03–0.05 ms; the 22-node
-/// tree's 15.5 → 12.5 µs; `docs/perf/attention.md`, twenty-second engine session; 128 before).
-pub const ATTN_MIN_SPLIT_KEYS: u32 = 64;
+/// Fewest keys per split of `attn_tree_split` (before rounding to whole tiles).
+pub const ATTN_MIN_SPLIT_KEYS: u32 = 128;
 /// Most key splits of one node's attention (flash-decoding partials per node and head). 32, not
 /// 64: past 4,096 keys longer splits beat more blocks (22-node tree at 8K −0.85 ms, at 24K
 /// −1.28 ms; AR +1.4 %: `docs/perf/attention.md`).
@@ -1542,8 +1538,7 @@ mod attn_tests {
         assert_eq!(attn_splits(4096), 32);
         assert_eq!(attn_split_len(8192), 256);
         assert_eq!(attn_splits(8192), 32);
-        assert_eq!(attn_splits(513), 9);
-        assert_eq!(attn_split_len(513), 64);
+        assert_eq!(attn_splits(513), 5);
     }
 
     #[test]
@@ -1600,7 +1595,7 @@ mod attn_tests {
                 }
             }
         }
-        // The target's rule is the `ATTN_MIN_SPLIT_KEYS` instance; 0 reads as it.
+        // The target's rule is the 128-key instance; 0 reads as it.
         for keys in [1u32, 700, 8192, 40_000] {
             assert_eq!(attn_split_len_min(keys, ATTN_MIN_SPLIT_KEYS), attn_split_len(keys));
             assert_eq!(attn_split_len_min(keys, 0), attn_split_len(keys));
