@@ -348,12 +348,17 @@ pub(super) fn run_stages<L: Copy>(
     mut load: impl FnMut(u32) -> L,
     mut step: impl FnMut(u32, &L),
 ) {
+    // Experiment `qmm-unconditional-stage-loads`: every prefetch is issued, past the last stage
+    // as a reload of the last one (unused), so no branch skips the loads.
+    let always = cfg!(feature = "qmm-unconditional-stage-loads");
     if !two {
         let mut ahead = first;
         let mut st = 0;
         while st < stages {
             let cur = ahead;
-            if st + 1 < stages {
+            if always {
+                ahead = load((st + 1).min(stages - 1));
+            } else if st + 1 < stages {
                 ahead = load(st + 1);
             }
             step(st, &cur);
@@ -364,14 +369,18 @@ pub(super) fn run_stages<L: Copy>(
     let (mut even, mut odd) = (first, first);
     let mut st = 0;
     while st < stages {
-        if st + 1 < stages {
+        if always {
+            odd = load((st + 1).min(stages - 1));
+        } else if st + 1 < stages {
             odd = load(st + 1);
         }
         step(st, &even);
         if st + 1 >= stages {
             break;
         }
-        if st + 2 < stages {
+        if always {
+            even = load((st + 2).min(stages - 1));
+        } else if st + 2 < stages {
             even = load(st + 2);
         }
         step(st + 1, &odd);
