@@ -348,19 +348,16 @@ pub(super) fn run_stages<L: Copy>(
     mut load: impl FnMut(u32) -> L,
     mut step: impl FnMut(u32, &L),
 ) {
-    // Experiment `qmm-unconditional-stage-loads`: every prefetch is issued, past the last stage
-    // as a reload of the last one (unused), so no branch skips the loads.
-    let always = cfg!(feature = "qmm-unconditional-stage-loads");
+    // Every prefetch is issued — past the last stage as a reload of the last one, whose data goes
+    // unused — so no branch skips the loads (with a branch, ptxas resolved the pending stage's
+    // loads at it: ncu put 17 % of the engine's gate/up kernel's stall samples there; measured
+    // in docs/perf/qmatmul.md, twenty-second engine session).
     if !two {
         let mut ahead = first;
         let mut st = 0;
         while st < stages {
             let cur = ahead;
-            if always {
-                ahead = load((st + 1).min(stages - 1));
-            } else if st + 1 < stages {
-                ahead = load(st + 1);
-            }
+            ahead = load((st + 1).min(stages - 1));
             step(st, &cur);
             st += 1;
         }
@@ -369,20 +366,12 @@ pub(super) fn run_stages<L: Copy>(
     let (mut even, mut odd) = (first, first);
     let mut st = 0;
     while st < stages {
-        if always {
-            odd = load((st + 1).min(stages - 1));
-        } else if st + 1 < stages {
-            odd = load(st + 1);
-        }
+        odd = load((st + 1).min(stages - 1));
         step(st, &even);
         if st + 1 >= stages {
             break;
         }
-        if always {
-            even = load((st + 2).min(stages - 1));
-        } else if st + 2 < stages {
-            even = load(st + 2);
-        }
+        even = load((st + 2).min(stages - 1));
         step(st + 1, &odd);
         st += 2;
     }
