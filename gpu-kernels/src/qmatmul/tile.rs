@@ -348,16 +348,14 @@ pub(super) fn run_stages<L: Copy>(
     mut load: impl FnMut(u32) -> L,
     mut step: impl FnMut(u32, &L),
 ) {
-    // Every prefetch is issued — past the last stage as a reload of the last one, whose data goes
-    // unused — so no branch skips the loads (with a branch, ptxas resolved the pending stage's
-    // loads at it: ncu put 17 % of the engine's gate/up kernel's stall samples there; measured
-    // in docs/perf/qmatmul.md, twenty-second engine session).
     if !two {
         let mut ahead = first;
         let mut st = 0;
         while st < stages {
             let cur = ahead;
-            ahead = load((st + 1).min(stages - 1));
+            if st + 1 < stages {
+                ahead = load(st + 1);
+            }
             step(st, &cur);
             st += 1;
         }
@@ -366,12 +364,16 @@ pub(super) fn run_stages<L: Copy>(
     let (mut even, mut odd) = (first, first);
     let mut st = 0;
     while st < stages {
-        odd = load((st + 1).min(stages - 1));
+        if st + 1 < stages {
+            odd = load(st + 1);
+        }
         step(st, &even);
         if st + 1 >= stages {
             break;
         }
-        even = load((st + 2).min(stages - 1));
+        if st + 2 < stages {
+            even = load(st + 2);
+        }
         step(st + 1, &odd);
         st += 2;
     }
