@@ -20,6 +20,8 @@
 #   ptxab        this bundle's kernels against every .gpu-bundle/ptx-<name>.ptx.xz (whole PTX
 #                builds: the previous kernels, variants, probes): a bench-qmm case (PTXAB_FILTER)
 #                and the engine's AR / verify / draft step, interleaved rounds (ptxab.txt)   ≈ 1 min/build
+#   (exp, ptxab and ab end with tools/gpu/ab_summary.py's per-side means and differences, kept as
+#   <file>-summary.txt beside their A/B file)
 #   ab           this bundle's `flashtree` against .gpu-bundle/old-flashtree.xz (the build
 #                before a host-side change) or, with AB_OLD_ENV, against itself under those
 #                variables; tree bench at oracle AL 8, two interleaved rounds (ab-old-new.txt)  ≈ 4 min
@@ -57,6 +59,13 @@ ab_engine() {
   env "$@" timeout 80 $B/flashtree bench --model $M --draft $DQ --mode tree --prompt-tokens 512 --tokens 64 > /tmp/x.txt 2>&1
   echo "== $label: engine" >> "$out"
   grep -E "AR decode|forward of|draft step|rror" /tmp/x.txt >> "$out"
+}
+
+# summary FILE: tools/gpu/ab_summary.py's per-side means and differences of an A/B file, printed and
+# kept beside it as FILE's name with -summary.
+summary() {
+  command -v python3 > /dev/null || return 0
+  python3 tools/gpu/ab_summary.py "$1" | tee "${1%.txt}-summary.txt"
 }
 
 date
@@ -118,6 +127,7 @@ exp)
     done
   done
   grep -E "^==|n=16 |n=22 |draft step|forward of a 2" "$OUT/ab-$f.txt" | head -60
+  summary "$OUT/ab-$f.txt"
   ;;
 ptxab)
   # Kernel builds side by side: every .gpu-bundle/ptx-<name>.ptx.xz (whole PTX files, e.g. the
@@ -139,6 +149,7 @@ ptxab)
     done
   done
   grep -E "^==|n=1 |n=22 |draft step|forward of a 2" "$OUT/ptxab.txt" | head -80
+  summary "$OUT/ptxab.txt"
   ;;
 ab)
   # A host-side change against the build before it: .gpu-bundle/old-flashtree.xz (that build's
@@ -171,6 +182,7 @@ ab)
     done
   done
   grep -E "^==|AR decode|forward of a 2|oracle depth 7|dn recur|device time" "$OUT/ab-old-new.txt"
+  summary "$OUT/ab-old-new.txt"
   ;;
 *)
   echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE | ab"; exit 2
