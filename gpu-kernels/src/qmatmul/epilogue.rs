@@ -12,10 +12,10 @@
 //!   80-register kernels keep one output per step (any change there made ptxas spill).
 //! * `ksplit > 1`, `QmmParams::reduce_spread` (block formats, global memory): every block writes
 //!   its partials as above and arrives on the row group's counter; once all `ksplit` have arrived
-//!   (an acquire load, spinning; a trap after `SPREAD_SPIN_LIMIT` back-offs), split `s` adds the partials of the columns `c ≡ s (mod ksplit)`
-//!   — the same adds in the same order, so the same bits — and departs; the last to depart resets
-//!   the counter. No lone last block: the reduction's loads are spread over the splits, one batch
-//!   each instead of several. The host sets it only when every split block fits the device at
+//!   (an acquire load, spinning; a trap after `SPREAD_SPIN_LIMIT` back-offs), split `s` adds the
+//!   partials of the columns `c ≡ s (mod ksplit)` — the same adds in the same order, so the same
+//!   bits — and departs; the last to depart resets the counter. No lone last block: the
+//!   reduction's loads are spread over the splits, one batch each instead of several. The host sets it only when every split block fits the device at
 //!   once (a waiting block must not hold a slot a sibling needs).
 //! * `ksplit > 1` in a cluster launch (`QmmParams::cluster`, block formats only: every row block
 //!   split, one thread-block cluster of `ksplit` blocks per row block, split = cluster rank):

@@ -722,10 +722,7 @@ pub unsafe extern "ptx-kernel" fn qmm_prep_swiglu_accum(
     let col_tail = tail.add(c as usize * tail_rows);
     let s = f32::from_bits(*words.add(c as usize));
     // Tail feature `f`: its gate row `16·(f/8) + f%8` of the tail, the up row 8 below: the two
-    // accumulators (`tail_raw`), then `silu(g·s)·(u·s)` (`tail_y`). Every load of the kernel is
-    // issued before any loaded value is used or anything is stored (in-order issue: a use
-    // waits for its load; and `y` may alias the accumulators and words for the compiler), so
-    // they share one L2 round trip.
+    // accumulators (`tail_raw`), then `silu(g·s)·(u·s)` (`tail_y`); all loads first (doc above).
     let tail_raw = |f: usize| -> (u64, u64) {
         let g = 16 * (f / 8) + f % 8;
         (*col_tail.add(g), *col_tail.add(g + 8))
