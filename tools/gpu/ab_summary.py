@@ -26,7 +26,9 @@ METRICS = [
     ("one node", re.compile(r"^forward of a 22-node tree: [\d.]+ ms; one node: ([\d.]+) ms"), "ms"),
     ("23-node verify", re.compile(r"^forward of a 23-node tree[^:]*: ([\d.]+) ms"), "ms"),
     ("draft step", re.compile(r"^draft step [^:]*: ([\d.]+) ms"), "ms"),
-    ("oracle tok/s", re.compile(r"oracle depth \d+: \d+ tokens equal to AR; acceptance length [\d.]+, ([\d.]+) tok/s"), "tok/s"),
+    ("oracle tok/s",
+     re.compile(r"oracle depth \d+: \d+ tokens equal to AR; acceptance length [\d.]+, ([\d.]+) tok/s"),
+     "tok/s"),
 ]
 # The device-time line that follows an oracle run's result line: its verify per round.
 ORACLE = re.compile(r"oracle depth \d+: ")

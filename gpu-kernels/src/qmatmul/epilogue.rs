@@ -15,8 +15,9 @@
 //!   (an acquire load, spinning; a trap after `SPREAD_SPIN_LIMIT` back-offs), split `s` adds the
 //!   partials of the columns `c ≡ s (mod ksplit)` — the same adds in the same order, so the same
 //!   bits — and departs; the last to depart resets the counter. No lone last block: the
-//!   reduction's loads are spread over the splits, one batch each instead of several. The host sets it only when every split block fits the device at
-//!   once (a waiting block must not hold a slot a sibling needs).
+//!   reduction's loads are spread over the splits, one batch each instead of several. The host
+//!   sets it only when every split block fits the device at once (a waiting block must not hold
+//!   a slot a sibling needs).
 //! * `ksplit > 1` in a cluster launch (`QmmParams::cluster`, block formats only: every row block
 //!   split, one thread-block cluster of `ksplit` blocks per row block, split = cluster rank):
 //!   each block keeps its partials in its own shared memory; after a cluster barrier, block `s`
