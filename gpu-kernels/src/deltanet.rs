@@ -44,9 +44,9 @@
 //! [`readout_from_parent`] of its parent's state.
 
 use kernel_abi::{
-    gdn_replay_max_ops, gdn_scratch, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK, GDN_OP_KIND,
-    GDN_OP_LEAF, GDN_OP_LOAD, GDN_OP_SAVE, GDN_OP_STEP, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS,
-    GDN_SLOTS, MAX_NODES,
+    gdn_replay_max_ops, gdn_scratch, gdn_slot_count, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK,
+    GDN_MAX_PROGRAMS, GDN_OP_KIND, GDN_OP_LEAF, GDN_OP_LOAD, GDN_OP_SAVE, GDN_OP_STEP, GDN_PREP_NODES_PER_BLOCK,
+    GDN_PREP_THREADS, GDN_RECUR_THREADS, MAX_NODES,
 };
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
@@ -61,10 +61,10 @@ use crate::device::*;
 pub mod norm_prep;
 
 const COLS: usize = GDN_COLS_PER_BLOCK as usize;
+/// Threads of `gdn_commit_*`, and of each program of `gdn_recur_*`.
 const THREADS: usize = GDN_RECUR_THREADS as usize;
 // `stage_kq` splits the nodes over two warps.
 const _: () = assert!(THREADS == 64);
-const SLOTS: usize = GDN_SLOTS as usize;
 
 #[link_section = ".shared"]
 static PREP_PARTIALS: Shared<[f32; 32]> = Shared::uninit();
@@ -540,8 +540,8 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
     }
 }
 
-/// Thread `t`'s share of staging the block's value columns `col0 .. col0 + 16` of `rows` nodes
-/// into `sv [rows][16]`: row `i` from node `node(i)` of the value head at `v_head` (node stride
+/// Thread `t`'s share (of `threads`) of staging the block's value columns `col0 .. col0 + 16`
+/// of `rows` nodes into `sv [rows][16]`: row `i` from node `node(i)` of the value head at `v_head` (node stride
 /// `vd`). Where the group lies within `d_v`, by `cp.async` (16 bytes, every copy in flight; the
 /// caller commits and waits; offsets are multiples of 4 floats by `gdn_scratch`); past `d_v`,
 /// element by element with zeros. Shared by [`recur`] (node `i` is row `i`) and [`commit`] (the
@@ -557,6 +557,7 @@ unsafe fn stage_v_columns(
     col0: usize,
     dv: usize,
     t: usize,
+    threads: usize,
 ) {
     if col0 + COLS <= dv {
         let mut e = t;
@@ -564,33 +565,36 @@ unsafe fn stage_v_columns(
             let (i, c) = (e / (COLS / 4), 4 * (e % (COLS / 4)));
             let src = v_head.add(node(i) * vd + col0 + c);
             cp_async_16(smem_addr(sv.add(i * COLS + c)), src as *const u8);
-            e += THREADS;
+            e += threads;
         }
     } else {
         let mut e = t;
         while e < rows * COLS {
             let (i, c) = (e / COLS, col0 + e % COLS);
             *sv.add(e) = if c < dv { *v_head.add(node(i) * vd + c) } else { 0.0 };
-            e += THREADS;
+            e += threads;
         }
     }
 }
 
 /// The tree replay for key head dim `DK` (`RPL = DK / 4` rows per lane). Grid
-/// `(n_v, ⌈d_v / 16⌉)`, 64 threads (one per node for α and β: `n ≤ MAX_NODES ≤ 64`),
-/// `gdn_recur_smem_words(DK, p.smem_nodes)·4` bytes of dynamic shared memory (arrays of
+/// `(n_v, ⌈d_v / 16⌉)`, `64 · P` threads for `P` programs (`kernel_abi::gdn_programs_for`; at
+/// least 64 threads: α and β are staged one node per thread, `n ≤ MAX_NODES ≤ 64`),
+/// `gdn_recur_smem_words(DK, p.smem_nodes, P)·4` bytes of dynamic shared memory (arrays of
 /// `p.smem_nodes` rows, the launch's node count; nodes past it are not computed). Block
-/// `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; lane `l` of warp `w` column
-/// `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. It stages the nodes' k, q (key head
-/// `j mod n_k`), v, α, β and the forward's replay schedule (`kernel_abi::GdnReplay`, the same
-/// for every block) in shared memory, computes every node's `kᵀq` there, loads its slice of the
-/// committed state once (`n_v·d_k·d_v·4` bytes per launch in all: the only DRAM-sized traffic)
-/// into the registers and slot 0, and runs the schedule: load or save the registers from or to
-/// a slot (`1 + GDN_SLOTS` slots: the committed state and saved branch points), apply a node's
-/// update (`delta_step`), and for each node once its `o_i` from the registers' (its parent's)
-/// state ([`readout_from_parent`], written to scratch), then its update unless it is a leaf. The
-/// host's depth-first schedule (`kernel_abi::gdn_replay`) computes every node once from its
-/// parent's state below 63 nodes. The committed state is only read.
+/// `(j, y)` owns value columns `16y .. 16y + 16` of head `j`; in each program lane `l` of its
+/// warp `w` (0 or 1) column `16y + 8w + l mod 8`, key rows `(l / 8)·RPL ..`. The block stages the
+/// nodes' k, q (key head `j mod n_k`), v, α, β and the forward's replay schedule
+/// (`kernel_abi::GdnReplay`, the same for every block) in shared memory and computes every
+/// node's `kᵀq` there; each program loads its slice of the committed state into the registers
+/// (`n_v·d_k·d_v·4` bytes per launch from DRAM: the only DRAM-sized traffic; a second program's
+/// copy comes from L2) and runs its part of the schedule: load or save the registers from or to
+/// a slot (each program's root copy and saved branch points), apply a node's update
+/// (`delta_step`), and for each node it owns once its `o_i` from the registers' (its parent's)
+/// state ([`readout_from_parent`], written to scratch), then its update unless it is a leaf.
+/// The programs' schedules split the tree into subtrees (each node's output written by one
+/// program, its ancestors' states recomputed by every program that needs them), so a block's
+/// serial chain is its longest program's. The committed state is only read.
 #[inline(always)]
 unsafe fn recur<const DK: usize, const RPL: usize>(
     nb: *const NodeBatch,
@@ -609,8 +613,11 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let kh = j % n_k;
     let col0 = block_y() as usize * COLS;
     let t = thread_x() as usize;
+    let threads = block_dim_x() as usize;
+    let programs = (threads / THREADS).min(GDN_MAX_PROGRAMS as usize);
+    let (prog, tp) = (t / THREADS, t % THREADS);
     let lane = lane_id() as usize;
-    let cw = warp_id() as usize * 8 + lane % 8;
+    let cw = (tp / 32) * 8 + lane % 8;
     let col = col0 + cw;
     let r0 = (lane / 8) * RPL;
     // The committed state is written only by the commit, never inside a forward, and every
@@ -618,7 +625,7 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     // after all earlier kernels (the commit included). So the state and the schedule are loaded
     // before the wait on the previous kernel: in a chained launch they overlap that kernel's tail.
     let mut s = [0.0f32; RPL];
-    if col < dv {
+    if col < dv && prog < programs {
         let src = state.add(j * DK * dv + r0 * dv + col);
         for (r, x) in s.iter_mut().enumerate() {
             *x = *src.add(r * dv);
@@ -632,14 +639,21 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     let sb = sa.add(m);
     let skq = sb.add(m);
     let sops = skq.add(m) as *mut u32;
-    let max_ops = gdn_replay_max_ops(m as u32) as usize;
+    let max_ops = gdn_replay_max_ops(m as u32, programs as u32) as usize;
     let slots = sops.add(max_ops.div_ceil(2)) as *mut f32;
+    let slot_count = gdn_slot_count(m as u32, programs as u32) as usize;
     let len = ((*replay).len as usize).min(max_ops);
+    let (op0, op1) = if prog < programs {
+        let st = (*replay).start.as_ptr();
+        ((*st.add(prog) as usize).min(len), (*st.add(prog + 1) as usize).min(len))
+    } else {
+        (0, 0)
+    };
     let ops = (*replay).ops.as_ptr() as *const u32;
     let mut w = t;
     while w < len.div_ceil(2) {
         *sops.add(w) = *ops.add(w);
-        w += THREADS;
+        w += threads;
     }
     grid_dependency_wait();
     // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`) and the block's 16
@@ -654,9 +668,9 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
         let src = scratch.add(i * kd + kh * DK + c);
         cp_async_16(smem_addr(sk.add(i * DK + c)), src.add(sc.k) as *const u8);
         cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
-        e += THREADS;
+        e += threads;
     }
-    stage_v_columns(sv, scratch.add(sc.v + j * dv), n, |i| i, vd, col0, dv, t);
+    stage_v_columns(sv, scratch.add(sc.v + j * dv), n, |i| i, vd, col0, dv, t, threads);
     cp_async_commit();
     if t < n {
         *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
@@ -664,32 +678,32 @@ unsafe fn recur<const DK: usize, const RPL: usize>(
     }
     cp_async_wait_all();
     sync_threads();
-    stage_kq::<DK>(sk, sq, skq, n, t);
+    if t < THREADS {
+        stage_kq::<DK>(sk, sq, skq, n, t);
+    }
     sync_threads();
 
-    if col >= dv {
+    if col >= dv || op0 >= op1 {
         return; // d_v is a multiple of 8: whole warps leave, after the block's last barrier
     }
-    // Slot 0: the committed state (reloaded for a second root or a replay from the root).
-    if n > 1 {
-        slot_store(slots, t, &s);
-    }
-    let slot = |k: usize| slots.add(k.min(SLOTS) * RPL * THREADS);
+    // The program's slots: its root copy (saved by its schedule's first operation if it reloads
+    // the committed state) and its saved branch points; indices are the block's.
+    let slot = |k: usize| slots.add(k.min(slot_count.max(1) - 1) * RPL * THREADS);
     let sops = sops as *const u16;
     let out = scratch.add(sc.o + j * dv + col);
-    let mut next = if len > 0 { *sops } else { 0 };
-    let mut i = 0;
-    while i < len {
+    let mut next = *sops.add(op0);
+    let mut i = op0;
+    while i < op1 {
         let op = next;
-        if i + 1 < len {
+        if i + 1 < op1 {
             next = *sops.add(i + 1);
         }
         let x = (op & 63) as usize;
         let kind = op & GDN_OP_KIND;
         if kind == GDN_OP_LOAD {
-            slot_load(slot(x), t, &mut s);
+            slot_load(slot(x), tp, &mut s);
         } else if kind == GDN_OP_SAVE {
-            slot_store(slot(x), t, &s);
+            slot_store(slot(x), tp, &s);
         } else if x < n {
             let k = load_rows::<RPL>(sk.add(x * DK + r0));
             let (alpha, beta, v) = (*sa.add(x), *sb.add(x), *sv.add(x * COLS + cw));
@@ -915,7 +929,7 @@ unsafe fn commit<const DK: usize, const RPL: usize>(
         cp_async_16(smem_addr(sk.add(i * DK + c)), src as *const u8);
         e += THREADS;
     }
-    stage_v_columns(sv, scratch.add(sc.v + j * dv), len, node_of, vd, col0, dv, t);
+    stage_v_columns(sv, scratch.add(sc.v + j * dv), len, node_of, vd, col0, dv, t, THREADS);
     cp_async_commit();
     let (mut a, mut bt) = (0.0f32, 0.0f32);
     if t < len {
@@ -967,7 +981,7 @@ const COMMIT_CONV_ROWS: usize = 4;
 macro_rules! gdn_kernels {
     ($recur:ident, $commit:ident, $dk:literal) => {
         #[no_mangle]
-        #[link_section = "nvvm:maxntid=64;minctasm=1"]
+        #[link_section = "nvvm:maxntid=256;minctasm=1"]
         pub unsafe extern "ptx-kernel" fn $recur(
             nb: *const NodeBatch,
             replay: *const GdnReplay,

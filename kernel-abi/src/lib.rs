@@ -966,40 +966,92 @@ pub const GDN_LANES_PER_COL: u32 = 4;
 pub const GDN_RECUR_WARPS: u32 = 2;
 /// Value columns per block of `gdn_recur_*` and `gdn_commit_*`.
 pub const GDN_COLS_PER_BLOCK: u32 = GDN_RECUR_WARPS * GDN_COLS_PER_WARP;
-/// Saved node states (besides the root) one `gdn_recur_*` block keeps in shared memory: the
-/// branch points of the depth-first replay schedule ([`gdn_replay`]) whose later children still
-/// need their state. Only speed depends on it: every node's state is the same chain of
-/// per-token updates from the root whatever the schedule.
+/// Saved node states (besides the root) a one-program `gdn_recur_*` block keeps in shared
+/// memory: the branch points of the depth-first replay schedule ([`gdn_replay`]) whose later
+/// children still need their state. Only speed depends on it: every node's state is the same
+/// chain of per-token updates from the root whatever the schedule.
 pub const GDN_SLOTS: u32 = 4;
-/// Saved-state slots a forward of `n` nodes gets ([`gdn_replay`] uses no more, and
-/// [`gdn_recur_smem_words`] sizes no more): none below 3 nodes (no branch point is possible),
-/// else `GDN_SLOTS`. A slot is `d_k/4 · 64` floats of shared memory per block (8 KB at
-/// `d_k = 128`), which the kernels chained after the replay can use instead: on nvidia-h200 the
-/// 27B's AR step went from 135.9/135.6 to 140.9/141.5 tok/s without the five slots it had
-/// reserved at one node. Fewer slots would do for small trees too (below `2^(s+2) − 1` nodes no
-/// branch point nests deeper than `s` pending ones, see [`gdn_replay_max_ops`]), but 3 slots at
-/// 22 nodes chained 0.15–0.18 ms slower (docs/perf/deltanet.md v1.4), so trees keep all of them.
-pub const fn gdn_slots(n: u32) -> u32 {
+/// Most programs of a `gdn_recur_*` block: program `p` is warps `2p, 2p + 1` (the block's 16
+/// value columns), running its own part of the replay schedule ([`GdnReplay::start`]).
+pub const GDN_MAX_PROGRAMS: u32 = 4;
+/// Most nodes a forward splits over several programs ([`gdn_programs_for`]): beyond it one
+/// program, so [`gdn_replay_max_ops`] keeps its single-program bound. At `d_k = 128` two programs
+/// of 24 nodes still fit three blocks per SM (74 KB each; 25 nodes would not).
+pub const GDN_PROGRAMS_MAX_NODES: u32 = 24;
+/// Fewest nodes a forward splits over two programs by default ([`gdn_programs`]).
+pub const GDN_PROGRAMS_MIN_NODES: u32 = 4;
+
+/// Programs a `gdn_recur_*` launch of `n` nodes runs by default: two for
+/// `GDN_PROGRAMS_MIN_NODES..=GDN_PROGRAMS_MAX_NODES` nodes, else one. A block's threads are
+/// `64 · programs` ([`GDN_RECUR_THREADS`] per program).
+pub const fn gdn_programs(n: u32) -> u32 {
+    gdn_programs_for(n, 2)
+}
+
+/// `requested` programs (clamped to `1..=GDN_MAX_PROGRAMS`) where `n` allows several
+/// (`GDN_PROGRAMS_MIN_NODES..=GDN_PROGRAMS_MAX_NODES`), else one.
+pub const fn gdn_programs_for(n: u32, requested: u32) -> u32 {
+    if n < GDN_PROGRAMS_MIN_NODES || n > GDN_PROGRAMS_MAX_NODES || requested <= 1 {
+        1
+    } else if requested > GDN_MAX_PROGRAMS {
+        GDN_MAX_PROGRAMS
+    } else {
+        requested
+    }
+}
+
+/// Saved-state slots per program besides its root copy in a forward of `n` nodes over
+/// `programs` programs ([`gdn_replay`] uses no more, and [`gdn_recur_smem_words`] sizes no
+/// more): none below 3 nodes (no branch point is possible, and the committed state is never
+/// reloaded), else `GDN_SLOTS` for one program, 2 each for two, 1 each for more. A slot is
+/// `d_k/4 · 64` floats of shared memory per block (8 KB at `d_k = 128`), which the kernels
+/// chained after the replay can use instead: on nvidia-h200 the 27B's AR step went from
+/// 135.9/135.6 to 140.9/141.5 tok/s without the five slots it had reserved at one node. Fewer
+/// slots would do for small trees too (below `2^(s+2) − 1` nodes no branch point nests deeper
+/// than `s` pending ones, see [`gdn_replay_max_ops`]), but 3 slots at 22 nodes chained
+/// 0.15–0.18 ms slower in one program (docs/perf/deltanet.md v1.4).
+pub const fn gdn_slots(n: u32, programs: u32) -> u32 {
+    if n < 3 {
+        0
+    } else if programs <= 1 {
+        GDN_SLOTS
+    } else if programs == 2 {
+        2
+    } else {
+        1
+    }
+}
+
+/// State slots of a `gdn_recur_*` block: `programs · (1 + gdn_slots)` (each program's root copy
+/// and saved branch points), none below 3 nodes.
+pub const fn gdn_slot_count(n: u32, programs: u32) -> u32 {
     if n < 3 {
         0
     } else {
-        GDN_SLOTS
+        programs * (1 + gdn_slots(n, programs))
     }
 }
+
 /// Most operations of a [`GdnReplay`] (any node count; [`gdn_replay_max_ops`] per count).
 pub const GDN_REPLAY_MAX_OPS: usize = 768;
 
-/// Most operations [`gdn_replay`] emits for `n` nodes: `n` computed nodes, at most `n` saves and
-/// `n` loads, and replays only at a branch point nested deeper than `GDN_SLOTS` pending ones.
-/// Only a node with two or more inner (non-leaf) children is a branch point that needs its state
-/// again; its inner children are visited smallest first, so a pending branch point's current
-/// child holds at most `(s − 1)/2` of its `s` nodes, and a branch point has at least 3: the 5th
-/// nested one needs `n ≥ 63` — below that every node costs one computation. From 63 on, at most
-/// `n · n / 8` replayed updates (such a branch point's nearest saved ancestor roots at most
-/// `n / 8` nodes): 704 operations at `n = 64`. `gdn_recur_*` stages this many in shared memory.
-pub const fn gdn_replay_max_ops(n: u32) -> u32 {
+/// Most operations [`gdn_replay`] emits for `n` nodes over `programs` programs. One program:
+/// `n` computed nodes, at most `n` saves and `n` loads, one save of the committed state, and
+/// replays only at a branch point nested deeper than `GDN_SLOTS` pending ones. Only a node with
+/// two or more inner (non-leaf) children is a branch point that needs its state again; its inner
+/// children are visited smallest first, so a pending branch point's current child holds at most
+/// `(s − 1)/2` of its `s` nodes, and a branch point has at least 3: the 5th nested one needs
+/// `n ≥ 63` — below that every node costs one computation. From 63 on, at most `n · n / 8`
+/// replayed updates (such a branch point's nearest saved ancestor roots at most `n / 8` nodes):
+/// 705 operations at `n = 64`. Several programs (only up to `GDN_PROGRAMS_MAX_NODES` nodes): each
+/// computes at most `n` nodes (its own and their ancestors) with no replay — a split that would
+/// replay falls back to one program with every slot — so at most `programs · (3n + 1)`.
+/// `gdn_recur_*` stages this many in shared memory.
+pub const fn gdn_replay_max_ops(n: u32, programs: u32) -> u32 {
     let replays = if n < (1 << (GDN_SLOTS + 2)) - 1 { 0 } else { n * n / (1 << (GDN_SLOTS - 1)) };
-    let ops = 3 * n + replays;
+    let one = 3 * n + 1 + replays;
+    let several = if programs > 1 { programs * (3 * n + 1) } else { 0 };
+    let ops = if several > one { several } else { one };
     if ops > GDN_REPLAY_MAX_OPS as u32 {
         GDN_REPLAY_MAX_OPS as u32
     } else {
@@ -1008,11 +1060,12 @@ pub const fn gdn_replay_max_ops(n: u32) -> u32 {
 }
 
 /// Kinds of a [`GdnReplay`] operation (bits 6–8, [`GDN_OP_KIND`]; bits 0–5 are its node or
-/// slot): load the registers from slot `x` (0: the committed state, `1..=GDN_SLOTS`: saved
-/// states), save them to slot `x`, apply node `x`'s update, write node `x`'s output and apply its
-/// update, write node `x`'s output and leave the registers as they are (a leaf: its output needs
-/// only its parent's state, which the registers hold). A node's output is the same function of
-/// its parent's state in both output kinds.
+/// slot): load the registers from slot `x`, save them to slot `x` (a program's first slot holds
+/// the committed state once its schedule has saved it there, the others saved branch points),
+/// apply node `x`'s update, write node `x`'s output and apply its update, write node `x`'s
+/// output and leave the registers as they are (a leaf: its output needs only its parent's
+/// state, which the registers hold). A node's output is the same function of its parent's state
+/// in both output kinds.
 pub const GDN_OP_LOAD: u16 = 0;
 pub const GDN_OP_SAVE: u16 = 1 << 6;
 pub const GDN_OP_STEP: u16 = 2 << 6;
@@ -1021,102 +1074,328 @@ pub const GDN_OP_LEAF: u16 = 4 << 6;
 /// The kind bits of a [`GdnReplay`] operation.
 pub const GDN_OP_KIND: u16 = 7 << 6;
 
-/// The order in which a `gdn_recur_*` block computes a tree's states: every block of a forward
-/// runs the same operations (`GDN_OP_*`), built on the host from the node batch by
-/// [`gdn_replay`]. Each node's state is the chain of per-token updates along its ancestors
-/// whatever the schedule, so the schedule changes only the work, never a bit.
+/// The order in which a `gdn_recur_*` block computes a tree's states, built on the host from the
+/// node batch by [`gdn_replay`]: program `p` of every block runs operations
+/// `start[p] .. start[p + 1]` (`GDN_OP_*`), starting with the committed state in its registers.
+/// Each node's output is written by exactly one program; each node's state is the chain of
+/// per-token updates along its ancestors whatever the schedule, so the schedule changes only
+/// the work, never a bit.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GdnReplay {
     /// Operations used, `≤ GDN_REPLAY_MAX_OPS`.
     pub len: u32,
+    /// First operation of each program; `start[p] = len` for programs past the last used.
+    pub start: [u16; GDN_MAX_PROGRAMS as usize + 2],
     pub ops: [u16; GDN_REPLAY_MAX_OPS],
 }
 
-/// The replay schedule of `nb`'s nodes (parents before children, as a `NodeBatch` holds them):
-/// depth first from the committed state, each node computed once from its parent's state — a
-/// leaf's output without touching the registers (`GDN_OP_LEAF`, its parent's leaves first), an
-/// inner node's output and state (`GDN_OP_OUT`), inner children in ascending subtree size (the
-/// largest last, so nested branch points stay few); a node with two or more inner children
-/// saves its state in a free slot before its first inner child and reloads it before each
-/// later one (the slot is freed before the last). A branch point that finds no free slot is
-/// recomputed from its nearest saved ancestor (or the committed state) with `GDN_OP_STEP`s. `None` only if the schedule would pass
-/// [`gdn_replay_max_ops`] (not possible for a valid batch, see there) or a parent does not
-/// precede its child.
+/// Relative costs of a schedule's operations (tenths of an inner node's output and update),
+/// for choosing how to split a tree over programs: the warp's serial chain per operation.
+const COST_OUT: u32 = 10;
+const COST_LEAF: u32 = 7;
+const COST_STEP: u32 = 9;
+const COST_SLOT: u32 = 2;
+
+/// The one-program replay schedule of `nb` ([`gdn_replay_programs`] with one program).
 pub fn gdn_replay(nb: &NodeBatch) -> Option<GdnReplay> {
+    gdn_replay_programs(nb, 1)
+}
+
+/// The replay schedule of `nb`'s nodes (parents before children, as a `NodeBatch` holds them)
+/// for a launch of `programs` programs ([`gdn_programs_for`] of the node count: the caller
+/// launches that many). With several, the nodes are split into subtrees by a greedy cost model
+/// (each split moves the subtree that most lowers the costliest program's cost); a program
+/// computes the states of its nodes' ancestors it does not own (`GDN_OP_STEP`). If a split
+/// program would replay a branch point, or no split lowers the costliest program's cost, the
+/// whole tree goes to program 0 with all of the block's slots.
+///
+/// Each program's schedule: depth first from the committed state, each node computed once from
+/// its parent's state — a leaf's output without touching the registers (`GDN_OP_LEAF`, its
+/// parent's leaves first), an inner node's output and state (`GDN_OP_OUT`; `GDN_OP_STEP` for an
+/// ancestor the program does not own), inner children in ascending subtree size (the largest
+/// last, so nested branch points stay few); a node with two or more inner children saves its
+/// state in a free slot before its first inner child and reloads it before each later one (the
+/// slot is freed before the last). A branch point that finds no free slot is recomputed from its
+/// nearest saved ancestor (or the committed state) with `GDN_OP_STEP`s. The committed state is
+/// saved to the program's first slot as its first operation if the program reloads it. `None`
+/// only if the schedule would pass [`gdn_replay_max_ops`] (not possible for a valid batch, see
+/// there) or a parent does not precede its child.
+pub fn gdn_replay_programs(nb: &NodeBatch, programs: u32) -> Option<GdnReplay> {
     const M: usize = MAX_NODES as usize;
-    const ROOT: usize = M;
     let n = (nb.n as usize).min(M);
-    // Parent per node (ROOT for the committed state), subtree sizes, children lists.
-    let mut parent = [ROOT; M];
-    let mut size = [1u32; M];
-    let mut i = 0;
-    while i < n {
-        let p = nb.parent[i];
-        if p >= 0 {
-            if p as usize >= i {
-                return None;
+    let programs = gdn_programs_for(n as u32, programs) as usize;
+    let t = ReplayTree::new(nb, n)?;
+    let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+    let total_slots = gdn_slot_count(n as u32, programs as u32) as usize;
+    let mut r = GdnReplay { len: 0, start: [0; GDN_MAX_PROGRAMS as usize + 2], ops: [0; GDN_REPLAY_MAX_OPS] };
+    if programs > 1 {
+        let owned = t.split(all, programs);
+        if owned[1] != 0 {
+            let region = total_slots / programs;
+            let mut ok = true;
+            for (p, &o) in owned.iter().enumerate().take(programs) {
+                r.start[p] = r.len as u16;
+                ok &= o == 0 || t.build(&mut r, o, p * region, region, false);
             }
-            parent[i] = p as usize;
-        }
-        i += 1;
-    }
-    let mut i = n;
-    while i > 0 {
-        i -= 1;
-        if parent[i] != ROOT {
-            size[parent[i]] += size[i];
+            if ok && r.len <= gdn_replay_max_ops(n as u32, programs as u32) {
+                for s in &mut r.start[programs..] {
+                    *s = r.len as u16;
+                }
+                return Some(r);
+            }
+            r.len = 0;
         }
     }
-    let mut b = ReplayBuilder {
-        r: GdnReplay { len: 0, ops: [0; GDN_REPLAY_MAX_OPS] },
-        n,
-        parent,
-        size,
-        slot_node: {
-            let mut s = [ReplayBuilder::FREE; GDN_SLOTS as usize + 1];
-            s[0] = ROOT;
-            s
-        },
-        slots: gdn_slots(n as u32) as usize,
-        cur: ROOT,
-        ok: true,
-    };
-    b.children(ROOT);
-    if b.ok && b.r.len <= gdn_replay_max_ops(n as u32) {
-        Some(b.r)
+    r.start = [0; GDN_MAX_PROGRAMS as usize + 2];
+    let ok = t.build(&mut r, all, 0, total_slots.max(1), true);
+    for s in &mut r.start[1..] {
+        *s = r.len as u16;
+    }
+    if ok && r.len <= gdn_replay_max_ops(n as u32, programs as u32) {
+        Some(r)
     } else {
         None
     }
 }
 
-/// State of [`gdn_replay`]'s depth-first walk.
-struct ReplayBuilder {
-    r: GdnReplay,
+/// A node batch's tree as [`gdn_replay_programs`] walks it: parents, children and subtrees as
+/// bit masks of node indices.
+struct ReplayTree {
     n: usize,
+    /// Parent per node (`ROOT` for the committed state).
     parent: [usize; MAX_NODES as usize],
+    /// Children of each node, and of the root at index `MAX_NODES`.
+    kids: [u64; MAX_NODES as usize + 1],
+    /// Each node and its descendants.
+    desc: [u64; MAX_NODES as usize],
+    /// Each node and its ancestors.
+    anc: [u64; MAX_NODES as usize],
+}
+
+impl ReplayTree {
+    const ROOT: usize = MAX_NODES as usize;
+
+    fn new(nb: &NodeBatch, n: usize) -> Option<Self> {
+        let mut t = ReplayTree {
+            n,
+            parent: [Self::ROOT; MAX_NODES as usize],
+            kids: [0; MAX_NODES as usize + 1],
+            desc: [0; MAX_NODES as usize],
+            anc: [0; MAX_NODES as usize],
+        };
+        let mut i = 0;
+        while i < n {
+            let p = nb.parent[i];
+            t.anc[i] = 1 << i;
+            if p >= 0 {
+                if p as usize >= i {
+                    return None;
+                }
+                t.parent[i] = p as usize;
+                t.anc[i] |= t.anc[p as usize];
+            }
+            t.kids[t.parent[i]] |= 1 << i;
+            i += 1;
+        }
+        let mut i = n;
+        while i > 0 {
+            i -= 1;
+            t.desc[i] |= 1 << i;
+            if t.parent[i] != Self::ROOT {
+                t.desc[t.parent[i]] |= t.desc[i];
+            }
+        }
+        Some(t)
+    }
+
+    /// The nodes a program owning `owned` computes: `owned` and all their ancestors.
+    fn closure(&self, owned: u64) -> u64 {
+        let mut r = 0;
+        let mut k = owned;
+        while k != 0 {
+            r |= self.anc[k.trailing_zeros() as usize];
+            k &= k - 1;
+        }
+        r
+    }
+
+    /// The cost model of a program owning `owned` (`COST_*` per operation, ignoring replays): an
+    /// owned node with children in the program is an output and update, one without a leaf, a
+    /// node not owned an update; a node (or the root) with `c ≥ 2` inner children `c` slot
+    /// operations.
+    fn cost(&self, owned: u64) -> u32 {
+        let r = self.closure(owned);
+        // Nodes of the program with a child in it.
+        let mut inner = 0u64;
+        let mut k = r;
+        while k != 0 {
+            let x = k.trailing_zeros() as usize;
+            k &= k - 1;
+            if self.parent[x] != Self::ROOT {
+                inner |= 1 << self.parent[x];
+            }
+        }
+        let mut c = COST_OUT * (owned & inner).count_ones()
+            + COST_LEAF * (owned & !inner).count_ones()
+            + COST_STEP * (r & !owned).count_ones();
+        let mut k = inner;
+        loop {
+            let kids = if k == 0 { self.kids[Self::ROOT] } else { self.kids[k.trailing_zeros() as usize] };
+            let branches = (kids & inner).count_ones();
+            if branches >= 2 {
+                c += COST_SLOT * branches;
+            }
+            if k == 0 {
+                break;
+            }
+            k &= k - 1;
+        }
+        c
+    }
+
+    /// Owned node sets of `programs` programs (bit masks, program 0 first): starting from one
+    /// program owning every node, each further program takes the part of the costliest
+    /// program's nodes — one subtree, or the subtrees of one node's first `k` children — that
+    /// most lowers the larger of the two programs' costs; empty where none lowers it.
+    fn split(&self, all: u64, programs: usize) -> [u64; GDN_MAX_PROGRAMS as usize] {
+        let mut owned = [0u64; GDN_MAX_PROGRAMS as usize];
+        let mut cost = [0u32; GDN_MAX_PROGRAMS as usize];
+        owned[0] = all;
+        cost[0] = self.cost(all);
+        let mut p = 1;
+        while p < programs {
+            let mut q = 0;
+            let mut j = 1;
+            while j < p {
+                if cost[j] > cost[q] {
+                    q = j;
+                }
+                j += 1;
+            }
+            let (mut best, mut best_move, mut best_costs) = (cost[q], 0u64, (0, 0));
+            let mut consider = |moved: u64| {
+                if moved != 0 && moved != owned[q] {
+                    let (a, b) = (self.cost(owned[q] & !moved), self.cost(moved));
+                    if a.max(b) < best {
+                        (best, best_move, best_costs) = (a.max(b), moved, (a, b));
+                    }
+                }
+            };
+            // One subtree, or the first children's subtrees of one node (siblings together).
+            let mut v = 0;
+            while v <= self.n {
+                let node = if v == self.n { Self::ROOT } else { v };
+                if v < self.n {
+                    consider(self.desc[v] & owned[q]);
+                }
+                let mut moved = 0;
+                let mut k = self.kids[node];
+                while k != 0 {
+                    moved |= self.desc[k.trailing_zeros() as usize] & owned[q];
+                    k &= k - 1;
+                    if k != 0 {
+                        consider(moved);
+                    }
+                }
+                v += 1;
+            }
+            if best_move == 0 {
+                break;
+            }
+            owned[q] &= !best_move;
+            owned[p] = best_move;
+            (cost[q], cost[p]) = best_costs;
+            p += 1;
+        }
+        owned
+    }
+
+    /// Appends the schedule of a program owning `owned` to `r`, with slots `first ..
+    /// first + count` (the first for the committed state); `false` if it would pass the operation
+    /// array or (unless `replay_ok`) recompute a branch point.
+    fn build(&self, r: &mut GdnReplay, owned: u64, first: usize, count: usize, replay_ok: bool) -> bool {
+        const MAX_SLOTS: usize = (GDN_MAX_PROGRAMS * (1 + GDN_SLOTS)) as usize;
+        let count = count.clamp(1, MAX_SLOTS);
+        let in_r = self.closure(owned);
+        let mut size = [0u32; MAX_NODES as usize];
+        let mut i = self.n;
+        while i > 0 {
+            i -= 1;
+            if in_r >> i & 1 == 1 {
+                size[i] += 1;
+                if self.parent[i] != Self::ROOT {
+                    size[self.parent[i]] += size[i];
+                }
+            }
+        }
+        let start = r.len as usize;
+        // One operation kept free for the committed state's save, inserted at the start.
+        let mut b = ReplayBuilder {
+            r,
+            end: GDN_REPLAY_MAX_OPS - 1,
+            tree: self,
+            in_r,
+            owned,
+            size,
+            slot_node: [ReplayBuilder::FREE; MAX_SLOTS],
+            first,
+            count,
+            cur: Self::ROOT,
+            root_loaded: false,
+            replayed: false,
+            ok: true,
+        };
+        b.slot_node[0] = Self::ROOT;
+        b.children(Self::ROOT);
+        let (ok, root_loaded, replayed) = (b.ok, b.root_loaded, b.replayed);
+        if !ok || (replayed && !replay_ok) {
+            return false;
+        }
+        if root_loaded {
+            let end = r.len as usize;
+            r.ops.copy_within(start..end, start + 1);
+            r.ops[start] = GDN_OP_SAVE | first as u16;
+            r.len += 1;
+        }
+        true
+    }
+}
+
+/// State of [`ReplayTree::build`]'s depth-first walk of one program.
+struct ReplayBuilder<'a> {
+    r: &'a mut GdnReplay,
+    /// Operations the walk may fill (`r.ops[..end]`).
+    end: usize,
+    tree: &'a ReplayTree,
+    /// Nodes the program computes (owned ones and their ancestors), and the owned ones.
+    in_r: u64,
+    owned: u64,
+    /// Subtree sizes within `in_r`.
     size: [u32; MAX_NODES as usize],
-    /// Node whose state a slot holds: slot 0 the root (`ROOT`, the committed state), slots
-    /// `1..=GDN_SLOTS` a saved branch point or `FREE`.
-    slot_node: [usize; GDN_SLOTS as usize + 1],
-    /// Slots `1..=slots` may be used ([`gdn_slots`] of the node count).
-    slots: usize,
+    /// Node whose state each of the program's slots holds (slot `first + i` at `i`): the
+    /// first the root (`ROOT`, the committed state), the others a saved branch point or `FREE`.
+    slot_node: [usize; (GDN_MAX_PROGRAMS * (1 + GDN_SLOTS)) as usize],
+    first: usize,
+    count: usize,
     /// Node whose state the registers hold.
     cur: usize,
+    root_loaded: bool,
+    replayed: bool,
     ok: bool,
 }
 
-impl ReplayBuilder {
+impl ReplayBuilder<'_> {
     /// A slot holding no state.
     const FREE: usize = usize::MAX;
 
-    /// The slot holding node `v`'s state (the root's is slot 0).
+    /// The program's slot (absolute index) holding node `v`'s state.
     fn slot_of(&self, v: usize) -> Option<usize> {
-        self.slot_node.iter().position(|&x| x == v)
+        self.slot_node[..self.count].iter().position(|&x| x == v).map(|i| self.first + i)
     }
 
     fn emit(&mut self, op: u16) {
-        if (self.r.len as usize) < GDN_REPLAY_MAX_OPS {
+        if (self.r.len as usize) < self.end {
             self.r.ops[self.r.len as usize] = op;
             self.r.len += 1;
         } else {
@@ -1139,8 +1418,12 @@ impl ReplayBuilder {
             }
             path[len] = a;
             len += 1;
-            a = self.parent[a];
+            a = self.tree.parent[a];
         };
+        if slot == self.first {
+            self.root_loaded = true;
+        }
+        self.replayed |= len > 0;
         self.emit(GDN_OP_LOAD | slot as u16);
         while len > 0 {
             len -= 1;
@@ -1149,20 +1432,16 @@ impl ReplayBuilder {
         self.cur = v;
     }
 
-    /// Visits the children of `v` (the registers hold `v`'s state): its leaves, then its inner
-    /// children smallest subtree first.
+    /// Visits the children of `v` within the program (the registers hold `v`'s state): its
+    /// leaves, then its inner children smallest subtree first.
     fn children(&mut self, v: usize) {
-        const ROOT: usize = MAX_NODES as usize;
         let mut kids = [0usize; MAX_NODES as usize];
         let mut k = 0;
-        let first = if v == ROOT { 0 } else { v + 1 };
-        let mut c = first;
-        while c < self.n {
-            if self.parent[c] == v {
-                kids[k] = c;
-                k += 1;
-            }
-            c += 1;
+        let mut m = self.tree.kids[v] & self.in_r;
+        while m != 0 {
+            kids[k] = m.trailing_zeros() as usize;
+            m &= m - 1;
+            k += 1;
         }
         // Insertion sort by (size, index): the largest subtree last.
         let mut i = 1;
@@ -1176,20 +1455,22 @@ impl ReplayBuilder {
             kids[j] = x;
             i += 1;
         }
-        // Leaves (subtree size 1, sorted first) read the registers without changing them.
+        // Leaves (subtree size 1, sorted first; always owned) read the registers without
+        // changing them.
         let mut leaves = 0;
         while leaves < k && self.size[kids[leaves]] == 1 {
+            self.ok &= self.owned >> kids[leaves] & 1 == 1;
             self.emit(GDN_OP_LEAF | kids[leaves] as u16);
             leaves += 1;
         }
         let inner = k - leaves;
         // A branch point keeps its state for its later inner children in a free slot, if any.
-        if v != ROOT && inner >= 2 {
+        if v != ReplayTree::ROOT && inner >= 2 {
             let mut s = 1;
-            while s <= self.slots {
+            while s < self.count {
                 if self.slot_node[s] == Self::FREE {
                     self.slot_node[s] = v;
-                    self.emit(GDN_OP_SAVE | s as u16);
+                    self.emit(GDN_OP_SAVE | (self.first + s) as u16);
                     break;
                 }
                 s += 1;
@@ -1200,13 +1481,14 @@ impl ReplayBuilder {
             if j > leaves {
                 self.restore(v);
             }
-            if j + 1 == k && v != ROOT {
+            if j + 1 == k && v != ReplayTree::ROOT {
                 if let Some(s) = self.slot_of(v) {
-                    self.slot_node[s] = Self::FREE;
+                    self.slot_node[s - self.first] = Self::FREE;
                 }
             }
             let c = kids[j];
-            self.emit(GDN_OP_OUT | c as u16);
+            let kind = if self.owned >> c & 1 == 1 { GDN_OP_OUT } else { GDN_OP_STEP };
+            self.emit(kind | c as u16);
             self.cur = c;
             self.children(c);
             j += 1;
@@ -1294,22 +1576,25 @@ pub const fn gdn_scratch_len(n_k: usize, n_v: usize, d_k: usize, d_v: usize) -> 
     gdn_scratch(n_k, n_v, d_k, d_v).len
 }
 
-/// Threads per block of `gdn_recur_*` and `gdn_commit_*`.
+/// Threads per block of `gdn_commit_*`, and per program of `gdn_recur_*` (a block of `p`
+/// programs has `p · GDN_RECUR_THREADS`).
 pub const GDN_RECUR_THREADS: u32 = GDN_RECUR_WARPS * 32;
 
 // `gdn_recur_*` and `gdn_commit_*` stage one node's masks / α / β per thread.
 const _: () = assert!(MAX_NODES <= GDN_RECUR_THREADS && MAX_NODES <= 64 && MAX_NODES.is_power_of_two());
 
-/// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k` and `n` node rows
-/// ([`GdnParams::smem_nodes`], the launch's node count) (4-byte words): `k [n][d_k]`,
-/// `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, `kᵀq [n]`, the replay schedule's operations
-/// ([`gdn_replay_max_ops`]`(n)` u16), then `1 + `[`gdn_slots`]`(n)` state slots of `d_k/4 · 64`
-/// floats (the root and the saved branch points; word `r·64 + t` of a slot is row `r` of thread
-/// `t`'s slice). At `d_k = 128`: 9 KB for one node, 65 KB for 22, 76 KB for 32, 110 KB for 64.
-pub const fn gdn_recur_smem_words(d_k: u32, n: u32) -> u32 {
+/// Dynamic shared memory of `gdn_recur_*` for key head dim `d_k`, `n` node rows
+/// ([`GdnParams::smem_nodes`], the launch's node count) and `programs` programs (4-byte words):
+/// `k [n][d_k]`, `q [n][d_k]`, `v [n][16 columns]`, `alpha [n]`, `beta [n]`, `kᵀq [n]`, the
+/// replay schedule's operations ([`gdn_replay_max_ops`]`(n, programs)` u16), then
+/// [`gdn_slot_count`]`(n, programs)` state slots of `d_k/4 · 64` floats (each program's root
+/// copy and saved branch points; word `r·64 + t` of a slot is row `r` of the program's thread
+/// `t`'s slice). At `d_k = 128`: 1.1 KB for one node, 65 KB for 22 in one program, 74 KB for 22
+/// in two, 110 KB for 64.
+pub const fn gdn_recur_smem_words(d_k: u32, n: u32, programs: u32) -> u32 {
     n * (2 * d_k + GDN_COLS_PER_BLOCK + 3)
-        + gdn_replay_max_ops(n).div_ceil(2)
-        + (1 + gdn_slots(n)) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
+        + gdn_replay_max_ops(n, programs).div_ceil(2)
+        + gdn_slot_count(n, programs) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
 pub const fn gdn_commit_smem_words(d_k: u32, n: u32) -> u32 {
     n * (d_k + GDN_COLS_PER_BLOCK + 2)
@@ -1569,17 +1854,26 @@ mod attn_tests {
         let (block_max, sm) = (227 * 1024, 228 * 1024);
         for d_k in [16u32, 32, 64, 128] {
             for n in 1..=MAX_NODES {
-                assert!(gdn_recur_smem_words(d_k, n) < gdn_recur_smem_words(d_k, n + 1));
-                assert!(gdn_recur_smem_words(d_k, n) * 4 <= block_max, "d_k {d_k}, {n} nodes");
+                for p in 1..=GDN_MAX_PROGRAMS {
+                    let (p, p1) = (gdn_programs_for(n, p), gdn_programs_for(n + 1, p));
+                    if p == p1 {
+                        assert!(gdn_recur_smem_words(d_k, n, p) < gdn_recur_smem_words(d_k, n + 1, p));
+                    }
+                    assert!(gdn_recur_smem_words(d_k, n, p) * 4 <= block_max, "d_k {d_k}, {n} nodes");
+                }
                 assert!(gdn_commit_smem_words(d_k, n) * 4 <= block_max);
             }
         }
-        // The 27B's d_k = 128: one node reserves no saved-state slots (22 blocks' worth of the
-        // SM's shared memory, was 5), trees keep 3 blocks per SM up to 32 nodes, 2 at 64.
-        let blocks = |n: u32| sm / (gdn_recur_smem_words(128, n) * 4 + 1024);
-        assert_eq!((blocks(1), blocks(2), blocks(3), blocks(22), blocks(32), blocks(64)), (22, 20, 5, 3, 3, 2));
-        assert_eq!(gdn_recur_smem_words(128, 32) * 4, 76_352);
-        assert_eq!((gdn_replay_max_ops(31), gdn_replay_max_ops(62), gdn_replay_max_ops(64)), (93, 186, 704));
+        // The 27B's d_k = 128: one or two nodes reserve no state slots (the root is never
+        // reloaded), trees keep 3 blocks per SM up to 32 nodes (two programs up to 24), 2 at 64.
+        let blocks = |n: u32| sm / (gdn_recur_smem_words(128, n, gdn_programs(n)) * 4 + 1024);
+        assert_eq!(
+            (blocks(1), blocks(2), blocks(3), blocks(22), blocks(24), blocks(25), blocks(32), blocks(64)),
+            (109, 72, 5, 3, 3, 3, 3, 2)
+        );
+        assert_eq!(gdn_recur_smem_words(128, 32, 1) * 4, 76_356);
+        assert_eq!((gdn_replay_max_ops(31, 1), gdn_replay_max_ops(62, 1), gdn_replay_max_ops(64, 1)), (94, 187, 705));
+        assert_eq!((gdn_replay_max_ops(22, 2), gdn_replay_max_ops(32, 4)), (134, 388));
     }
 
     #[test]
@@ -1620,40 +1914,48 @@ mod replay_tests {
     /// A simulated state: the nodes whose updates it holds, in order, and their count.
     type Chain = ([u8; 64], usize);
 
-    /// Runs `r` on chains of node indices (a "state" is the list of updates applied from the
-    /// root); returns each node's state when its output was written, and the number of updates.
-    fn simulate(r: &GdnReplay, n: usize) -> ([Option<Chain>; 64], usize) {
+    /// Runs each program of `r` from the committed state on chains of node indices (a "state" is
+    /// the list of updates applied from the root), with `slots` shared slots; returns each node's
+    /// state when its output was written, and each program's number of updates.
+    fn simulate(r: &GdnReplay, n: usize, slots: usize) -> ([Option<Chain>; 64], [usize; GDN_MAX_PROGRAMS as usize]) {
         let mut out = [None; 64];
-        let mut slots = [([0u8; 64], 0usize); GDN_SLOTS as usize + 1];
-        let mut cur = ([0u8; 64], 0usize);
-        let mut updates = 0;
-        for &op in &r.ops[..r.len as usize] {
-            let x = (op & 63) as usize;
-            match op & GDN_OP_KIND {
-                GDN_OP_LOAD => cur = slots[x],
-                GDN_OP_SAVE => {
-                    assert!(x >= 1, "slot 0 holds the committed state");
-                    slots[x] = cur;
-                }
-                GDN_OP_LEAF => {
-                    // The output of the registers' state plus the node's update; the registers stay.
-                    assert!(x < n);
-                    let mut leaf = cur;
-                    leaf.0[leaf.1] = x as u8;
-                    leaf.1 += 1;
-                    updates += 1;
-                    assert!(out[x].is_none(), "node {x} written twice");
-                    out[x] = Some(leaf);
-                }
-                kind => {
-                    assert!(kind == GDN_OP_STEP || kind == GDN_OP_OUT, "unknown kind {kind:#x}");
-                    assert!(x < n);
-                    cur.0[cur.1] = x as u8;
-                    cur.1 += 1;
-                    updates += 1;
-                    if kind == GDN_OP_OUT {
+        let mut slot = [None::<Chain>; 64];
+        let mut updates = [0; GDN_MAX_PROGRAMS as usize];
+        for (p, u) in updates.iter_mut().enumerate() {
+            let (a, b) = (r.start[p] as usize, r.start[p + 1] as usize);
+            assert!(a <= b && b <= r.len as usize, "program {p}: {a}..{b} of {}", r.len);
+            let mut cur = ([0u8; 64], 0usize);
+            for &op in &r.ops[a..b] {
+                let x = (op & 63) as usize;
+                match op & GDN_OP_KIND {
+                    GDN_OP_LOAD => {
+                        assert!(x < slots, "slot {x} of {slots}");
+                        cur = slot[x].unwrap_or_else(|| panic!("slot {x} loaded before any save"));
+                    }
+                    GDN_OP_SAVE => {
+                        assert!(x < slots, "slot {x} of {slots}");
+                        slot[x] = Some(cur);
+                    }
+                    GDN_OP_LEAF => {
+                        // The output of the registers' state plus the node's update; the registers stay.
+                        assert!(x < n);
+                        let mut leaf = cur;
+                        leaf.0[leaf.1] = x as u8;
+                        leaf.1 += 1;
+                        *u += 1;
                         assert!(out[x].is_none(), "node {x} written twice");
-                        out[x] = Some(cur);
+                        out[x] = Some(leaf);
+                    }
+                    kind => {
+                        assert!(kind == GDN_OP_STEP || kind == GDN_OP_OUT, "unknown kind {kind:#x}");
+                        assert!(x < n);
+                        cur.0[cur.1] = x as u8;
+                        cur.1 += 1;
+                        *u += 1;
+                        if kind == GDN_OP_OUT {
+                            assert!(out[x].is_none(), "node {x} written twice");
+                            out[x] = Some(cur);
+                        }
                     }
                 }
             }
@@ -1661,11 +1963,15 @@ mod replay_tests {
         (out, updates)
     }
 
-    fn check(parents: &[i32]) -> usize {
+    /// Checks the schedule of `parents` for `programs` programs (every node written once with
+    /// its ancestors' chain, slots within the block's); returns each program's updates.
+    fn check_programs(parents: &[i32], programs: u32) -> [usize; GDN_MAX_PROGRAMS as usize] {
         let n = parents.len();
-        let r = gdn_replay(&batch(parents)).expect("a schedule");
-        assert!(r.len <= gdn_replay_max_ops(n as u32), "{} operations for {n} nodes", r.len);
-        let (out, updates) = simulate(&r, n);
+        let p = gdn_programs_for(n as u32, programs);
+        let r = gdn_replay_programs(&batch(parents), programs).expect("a schedule");
+        assert!(r.len <= gdn_replay_max_ops(n as u32, p), "{} operations for {n} nodes", r.len);
+        assert!(r.start[p as usize..].iter().all(|&s| s as u32 == r.len), "{:?}", r.start);
+        let (out, updates) = simulate(&r, n, gdn_slot_count(n as u32, p) as usize);
         for (i, got) in out.iter().enumerate().take(n) {
             // The state must be exactly the ancestors' updates from the root, in depth order.
             let mut chain = [0u8; 64];
@@ -1681,6 +1987,10 @@ mod replay_tests {
             assert_eq!(&got[..got_len], &chain[..len], "node {i} of {parents:?}");
         }
         updates
+    }
+
+    fn check(parents: &[i32]) -> usize {
+        check_programs(parents, 1)[0]
     }
 
     fn rng(seed: &mut u64) -> u64 {
@@ -1714,10 +2024,12 @@ mod replay_tests {
 
     #[test]
     fn one_or_two_nodes_need_no_slot() {
-        assert_eq!([1, 2, 3, 22, 64].map(gdn_slots), [0, 0, GDN_SLOTS, GDN_SLOTS, GDN_SLOTS]);
+        assert_eq!([1, 2, 3, 22, 64].map(|n| gdn_slots(n, 1)), [0, 0, GDN_SLOTS, GDN_SLOTS, GDN_SLOTS]);
+        assert_eq!([1, 2, 3, 22].map(|n| gdn_slot_count(n, 2)), [0, 0, 6, 6]);
         for parents in [&[-1][..], &[-1, 0], &[-1, -1]] {
             let r = gdn_replay(&batch(parents)).unwrap();
-            assert!(r.ops[..r.len as usize].iter().all(|&op| op & GDN_OP_KIND != GDN_OP_SAVE));
+            let kinds = r.ops[..r.len as usize].iter().map(|&op| op & GDN_OP_KIND);
+            assert!(kinds.clone().all(|k| k != GDN_OP_SAVE && k != GDN_OP_LOAD));
             assert_eq!(check(parents), parents.len());
         }
     }
@@ -1763,12 +2075,51 @@ mod replay_tests {
     }
 
     #[test]
+    fn programs_split_a_tree_and_each_node_is_written_once() {
+        // Every program count on random trees: outputs exact, slots within the block's.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for programs in 1..=GDN_MAX_PROGRAMS + 1 {
+            for n in 1..=64usize {
+                for _ in 0..40 {
+                    let parents: [i32; 64] = core::array::from_fn(|i| {
+                        if i == 0 || rng(&mut seed) % 16 == 0 {
+                            -1
+                        } else {
+                            (rng(&mut seed) % i as u64) as i32
+                        }
+                    });
+                    check_programs(&parents[..n], programs);
+                }
+            }
+        }
+        // Node 0 with two chains of 10: one chain per program, the second recomputing node 0.
+        let mut two: [i32; 21] = core::array::from_fn(|i| i as i32 - 1);
+        two[11] = 0;
+        assert_eq!(check_programs(&two, 2)[..2], [11, 11]);
+        // A chain: the second program recomputes the first's nodes as plain updates (cheaper
+        // than outputs) before its own.
+        let chain: [i32; 22] = core::array::from_fn(|i| i as i32 - 1);
+        let u = check_programs(&chain, 2);
+        assert!(u[0] < 22 && u[1] == 22, "{u:?}");
+        // A star of 21 leaves under node 0: siblings split about evenly, node 0 recomputed.
+        let star: [i32; 22] = core::array::from_fn(|i| if i == 0 { -1 } else { 0 });
+        assert_eq!(check_programs(&star, 2)[..2], [11, 12]);
+        // Past `GDN_PROGRAMS_MAX_NODES` nodes, and below `GDN_PROGRAMS_MIN_NODES`, one program.
+        assert_eq!(
+            (gdn_programs(1), gdn_programs(3), gdn_programs(4), gdn_programs(24), gdn_programs(25)),
+            (1, 1, 2, 2, 1)
+        );
+        let long: [i32; 40] = core::array::from_fn(|i| i as i32 - 1);
+        assert_eq!(check_programs(&long, 4)[..2], [40, 0]);
+    }
+
+    #[test]
     fn the_deepest_nesting_fits_the_operation_bound() {
         // Binary trees nest a branch point at every level: 63 nodes, depth 6, then 64.
         for n in [63usize, 64] {
             let parents: [i32; 64] = core::array::from_fn(|i| if i == 0 { -1 } else { ((i - 1) / 2) as i32 });
             check(&parents[..n]);
-            assert!(gdn_replay(&batch(&parents[..n])).unwrap().len <= gdn_replay_max_ops(n as u32));
+            assert!(gdn_replay(&batch(&parents[..n])).unwrap().len <= gdn_replay_max_ops(n as u32, 1));
         }
         // A parent after its child is refused.
         let mut b = batch(&[-1, 2, 0]);

@@ -163,6 +163,10 @@ ab)
   else
     [ -f .gpu-bundle/old-flashtree.xz ] || { echo "no .gpu-bundle/old-flashtree.xz (or set AB_OLD_ENV)"; exit 2; }
     xz -dc .gpu-bundle/old-flashtree.xz > /tmp/flashtree-old; chmod +x /tmp/flashtree-old
+    # .gpu-bundle/old-ptx.ptx.xz: the old build's kernels, where its binary embeds others.
+    if [ -f .gpu-bundle/old-ptx.ptx.xz ]; then
+      xz -dc .gpu-bundle/old-ptx.ptx.xz > /tmp/old-ptx.ptx; old_env=(FLASHTREE_PTX=/tmp/old-ptx.ptx)
+    fi
   fi
   # AB_MID_ENV="VAR=value …": a third side, this bundle's `flashtree` under those variables;
   # AB_NEW_ENV: the variables of the new side.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use kernel_abi::sampling::SampleRule;
-use kernel_abi::{gdn_replay, CommitPath, GdnReplay, NodeBatch, MAX_NODES, SAMPLE_MAX_ROWS};
+use kernel_abi::{CommitPath, GdnReplay, NodeBatch, MAX_NODES, SAMPLE_MAX_ROWS};
 
 use super::batch::bytes_of;
 use super::clock::{Phase, PhaseClock};
@@ -612,7 +612,7 @@ impl Engine {
         self.batch_host.clear();
         self.batch_host.extend_from_slice(bytes_of(batch));
         if self.n_gdn > 0 {
-            let r = gdn_replay(batch)
+            let r = crate::gpu::deltanet::gdn_replay_schedule(batch)
                 .ok_or_else(|| EngineError::Batch(format!("batch of {n} nodes: a parent follows its child")))?;
             self.batch_host.extend_from_slice(bytes_of(&r));
         }

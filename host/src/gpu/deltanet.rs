@@ -20,9 +20,9 @@
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
-    gdn_commit_smem_words, gdn_recur_smem_words, CommitPath, GdnParams, GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK,
-    GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS, GDN_RECUR_THREADS,
-    MAX_NODES, QMM_PREP_CHUNK,
+    gdn_commit_smem_words, gdn_programs_for, gdn_recur_smem_words, CommitPath, GdnParams, GdnReplay, NodeBatch,
+    GDN_COLS_PER_BLOCK, GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS,
+    GDN_RECUR_THREADS, MAX_NODES, QMM_PREP_CHUNK,
 };
 
 use super::qmatmul::QmmWorkspace;
@@ -424,11 +424,12 @@ pub fn gdn_recurrence_marked(
     let (recur, _) = recur_kernels(shape.d_k);
     // Shared memory for this launch's nodes, not `MAX_NODES` (a graph is captured per count).
     p.smem_nodes = n32;
-    let smem = gdn_recur_smem_words(p.d_k, n32) * 4;
+    let programs = gdn_programs(n);
+    let smem = gdn_recur_smem_words(p.d_k, n32, programs) * 4;
     gpu.allow_dynamic_smem(recur, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (p.n_v, p.d_v.div_ceil(GDN_COLS_PER_BLOCK), 1),
-        block_dim: (GDN_RECUR_THREADS, 1, 1),
+        block_dim: (programs * GDN_RECUR_THREADS, 1, 1),
         shared_mem_bytes: smem,
     };
     unsafe {
@@ -671,17 +672,41 @@ pub fn node_batch_words(nb: &NodeBatch) -> Vec<u32> {
     w
 }
 
-/// The DeltaNet replay schedule of `nb` (`kernel_abi::gdn_replay`) as the 4-byte words of its
+/// Programs of a `gdn_recur_*` launch of `n` nodes (threads `64 · programs`): two from
+/// `GDN_PROGRAMS_MIN_NODES` to `GDN_PROGRAMS_MAX_NODES` nodes, else one
+/// (`kernel_abi::gdn_programs`); `FLASHTREE_GDN_PROGRAMS=<p>` (1..=4) asks for `p` where the node
+/// count allows several (A/B of the split). The launch and its schedule ([`gdn_replay_schedule`])
+/// both take it from here.
+pub fn gdn_programs(n: usize) -> u32 {
+    static V: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let requested = *V.get_or_init(|| {
+        std::env::var("FLASHTREE_GDN_PROGRAMS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|v| (1..=kernel_abi::GDN_MAX_PROGRAMS).contains(v))
+            .unwrap_or(2)
+    });
+    gdn_programs_for(n.min(MAX_NODES as usize) as u32, requested)
+}
+
+/// The DeltaNet replay schedule of `nb` for its launch's [`gdn_programs`]
+/// (`kernel_abi::gdn_replay_programs`); `None` if a parent follows its child.
+pub fn gdn_replay_schedule(nb: &NodeBatch) -> Option<GdnReplay> {
+    kernel_abi::gdn_replay_programs(nb, gdn_programs(nb.n as usize))
+}
+
+/// The DeltaNet replay schedule of `nb` ([`gdn_replay_schedule`]) as the 4-byte words of its
 /// `#[repr(C)]` layout, for the `replay` argument of [`gdn_forward`]; an error naming the batch's
 /// fault when it has none (a parent after its child).
 pub fn gdn_replay_words(nb: &NodeBatch) -> Result<Vec<u32>, GpuError> {
-    let r = kernel_abi::gdn_replay(nb).ok_or_else(|| {
+    let r = gdn_replay_schedule(nb).ok_or_else(|| {
         GpuError::shape(
             "gdn_forward",
             format!("no replay schedule for a batch of {} nodes: a parent follows its child", nb.n),
         )
     })?;
     let mut w = vec![r.len];
+    w.extend(r.start.chunks_exact(2).map(|p| p[0] as u32 | (p[1] as u32) << 16));
     w.extend(r.ops.chunks_exact(2).map(|p| p[0] as u32 | (p[1] as u32) << 16));
     debug_assert_eq!(w.len() * 4, std::mem::size_of::<GdnReplay>());
     Ok(w)
@@ -728,7 +753,7 @@ mod tests {
         chain.n = 3;
         chain.parent[..3].copy_from_slice(&[-1, 0, 1]);
         let w = gdn_replay_words(&chain).unwrap();
-        let r = kernel_abi::gdn_replay(&chain).unwrap();
+        let r = gdn_replay_schedule(&chain).unwrap();
         assert_eq!(w.len() * 4, std::mem::size_of::<GdnReplay>());
         assert_eq!(w[0], 3);
         let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
