@@ -981,7 +981,7 @@ const COMMIT_CONV_ROWS: usize = 4;
 macro_rules! gdn_kernels {
     ($recur:ident, $commit:ident, $dk:literal) => {
         #[no_mangle]
-        #[link_section = "nvvm:maxntid=256;minctasm=1"]
+        #[link_section = "nvvm:maxntid=128;minctasm=1"]
         pub unsafe extern "ptx-kernel" fn $recur(
             nb: *const NodeBatch,
             replay: *const GdnReplay,

@@ -972,8 +972,10 @@ pub const GDN_COLS_PER_BLOCK: u32 = GDN_RECUR_WARPS * GDN_COLS_PER_WARP;
 /// chain of per-token updates from the root whatever the schedule.
 pub const GDN_SLOTS: u32 = 4;
 /// Most programs of a `gdn_recur_*` block: program `p` is warps `2p, 2p + 1` (the block's 16
-/// value columns), running its own part of the replay schedule ([`GdnReplay::start`]).
-pub const GDN_MAX_PROGRAMS: u32 = 4;
+/// value columns), running its own part of the replay schedule ([`GdnReplay::start`]). Three
+/// and four (one slot each) measured slower than two on nvidia-h200 at 22 nodes: their blocks
+/// fit two per SM, not three (docs/perf/deltanet.md v1.10).
+pub const GDN_MAX_PROGRAMS: u32 = 2;
 /// Most nodes a forward splits over several programs ([`gdn_programs_for`]): beyond it one
 /// program, so [`gdn_replay_max_ops`] keeps its single-program bound. At `d_k = 128` two programs
 /// of 24 nodes still fit three blocks per SM (74 KB each; 25 nodes would not).

@@ -206,20 +206,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     };
     let parents = random_parents(args.seed + 1, args.tree_nodes);
     let tree_toks = rand_tokens(args.seed + 2, args.tree_nodes, v);
-    let time_forward = |e: &mut Engine, toks: &[u32], parents: &[Option<usize>]| -> anyhow::Result<f64> {
-        let b = node_batch(e.n_past(), toks, parents, v, e.ctx())?;
-        for _ in 0..3 {
-            e.forward(&b)?;
-            e.argmax_tokens(toks.len())?;
-        }
-        let reps = 20;
-        let t = Instant::now();
-        for _ in 0..reps {
-            e.forward(&b)?;
-            e.argmax_tokens(toks.len())?;
-        }
-        Ok(t.elapsed().as_secs_f64() / reps as f64)
-    };
+    let time_forward = |e: &mut Engine, toks: &[u32], parents: &[Option<usize>]| time_forward(e, toks, parents, v);
     let t1 = time_forward(&mut e, &[tok], &[None])?;
     let tn = time_forward(&mut e, &tree_toks, &parents)?;
     println!(
@@ -291,16 +278,17 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         println!("  {line}");
     }
     if let (Some((d, step_s)), true) = (draft.take(), mode != Mode::Ar) {
-        bench_spec(&mut e, d, mode, args, &prompt, &ar, step_s + t_spec, spec_nodes)?;
+        bench_spec(&mut e, d, mode, args, &prompt, &ar, step_s + t_spec, spec_nodes, ceiling)?;
     }
     Ok(())
 }
 
 /// The speculative `mode` through the spec loop with the GPU draft: at the draft's own
-/// acceptance, then with [`OracleDraft`] at each `--oracle-depths` cap. Each run's output must
+/// acceptance, then with [`OracleDraft`] at each `--oracle-depths` cap; after each, the forward of
+/// the loop's last verified tree timed alone (and chain-traced with `--chain-trace`). Each run's output must
 /// equal the recorded AR tokens `ar`; prints acceptance length, decode tok/s, the host and
 /// device phase times, and tok/s projected from the measured draft step + verify of
-/// `verify_nodes` nodes (`round_s`).
+/// `verify_nodes` nodes (`round_s`); `ceiling`: the run's copy bandwidth (GB/s) for the chain trace.
 #[allow(clippy::too_many_arguments)]
 fn bench_spec(
     e: &mut Engine,
@@ -311,6 +299,7 @@ fn bench_spec(
     ar: &[u32],
     round_s: f64,
     verify_nodes: usize,
+    ceiling: f64,
 ) -> anyhow::Result<()> {
     let layers = d.cfg.target_layer_ids.clone();
     let source = GpuTarget::with_capture(e, &layers)?.feature_source()?;
@@ -355,9 +344,54 @@ fn bench_spec(
         for line in stats.summary().lines() {
             println!("  {line}");
         }
+        if let Some(par) = e.last_tree_parents() {
+            loop_tree(e, &par, args, ceiling)?;
+        }
     }
     if args.temperature > 0.0 {
         bench_sampled(e, &mut draft, &layers, mode, args, prompt, ar.len(), greedy)?;
+    }
+    Ok(())
+}
+
+/// A forward timed as the step bench times one (3 warm-up forwards, then the mean of 20; each
+/// with the argmax read back): the tree of `parents` over `toks` at the engine's `n_past`.
+fn time_forward(e: &mut Engine, toks: &[u32], parents: &[Option<usize>], vocab: usize) -> anyhow::Result<f64> {
+    let b = node_batch(e.n_past(), toks, parents, vocab, e.ctx())?;
+    for _ in 0..3 {
+        e.forward(&b)?;
+        e.argmax_tokens(toks.len())?;
+    }
+    let reps = 20;
+    let t = Instant::now();
+    for _ in 0..reps {
+        e.forward(&b)?;
+        e.argmax_tokens(toks.len())?;
+    }
+    Ok(t.elapsed().as_secs_f64() / reps as f64)
+}
+
+/// The spec loop's last verified tree (`parents`) forwarded alone, as the step bench's random
+/// tree is: its shape (depth, leaves), its time, and with `--chain-trace` its chain trace — so the
+/// loop's verify can be told apart from the bench's by tree shape versus loop context.
+fn loop_tree(e: &mut Engine, parents: &[Option<usize>], args: &BenchArgs, ceiling: f64) -> anyhow::Result<()> {
+    let n = parents.len();
+    let mut depth = vec![0usize; n];
+    for i in 0..n {
+        depth[i] = parents[i].map_or(0, |p| depth[p] + 1);
+    }
+    let leaves = (0..n).filter(|&i| !parents.contains(&Some(i))).count();
+    let toks = rand_tokens(args.seed + 5, n, e.cfg.vocab_size);
+    let t = time_forward(e, &toks, parents, e.cfg.vocab_size)?;
+    println!(
+        "  the loop's last verified tree alone ({n} nodes, depth {}, {leaves} leaves): forward {:.3} ms",
+        depth.iter().max().map_or(0, |d| d + 1),
+        t * 1e3
+    );
+    if args.chain_trace {
+        let b = node_batch(e.n_past(), &toks, parents, e.cfg.vocab_size, e.ctx())?;
+        let bytes = e.step_weight_bytes() as f64;
+        super::chain_trace::report(e, "loop tree", &b, t, bytes, ceiling)?;
     }
     Ok(())
 }

@@ -60,6 +60,8 @@ pub struct Engine {
     fault_dev: CudaSlice<u8>,
     /// The last forward's batch (host copy), for commit's checks.
     last: Option<NodeBatch>,
+    /// The last forward of two or more nodes (host copy), for benches ([`Engine::last_tree_parents`]).
+    last_tree: Option<NodeBatch>,
     // Activations `[MAX_NODES, dim]`.
     h: CudaSlice<f32>,
     h2: CudaSlice<f32>,
@@ -359,6 +361,7 @@ impl Engine {
             fault: None,
             fault_dev: gpu.zeros::<u8>(1)?,
             last: None,
+            last_tree: None,
             h: z(N * d)?,
             h2: z(N * d)?,
             x: z(N * d)?,
@@ -484,6 +487,15 @@ impl Engine {
     /// Committed tokens.
     pub fn n_past(&self) -> usize {
         self.n_past
+    }
+
+    /// The tree of the last forward of two or more nodes: each node's parent (`None` for a root),
+    /// for a bench to time the spec loop's own tree shape again.
+    pub fn last_tree_parents(&self) -> Option<Vec<Option<usize>>> {
+        self.last_tree.as_ref().map(|b| {
+            let n = (b.n as usize).min(MAX_NODES as usize);
+            b.parent[..n].iter().map(|&p| usize::try_from(p).ok()).collect()
+        })
     }
 
     /// The context (KV rows) the engine was planned for.
@@ -618,6 +630,9 @@ impl Engine {
         }
         self.gpu.write(&self.batch_host, &mut self.batch_dev)?;
         self.last = Some(*batch);
+        if n > 1 {
+            self.last_tree = Some(*batch);
+        }
         let mut prof = self.profile.take();
         if let Some(p) = &mut prof {
             p.marks.clear();

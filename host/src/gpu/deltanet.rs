@@ -674,7 +674,7 @@ pub fn node_batch_words(nb: &NodeBatch) -> Vec<u32> {
 
 /// Programs of a `gdn_recur_*` launch of `n` nodes (threads `64 · programs`): two from
 /// `GDN_PROGRAMS_MIN_NODES` to `GDN_PROGRAMS_MAX_NODES` nodes, else one
-/// (`kernel_abi::gdn_programs`); `FLASHTREE_GDN_PROGRAMS=<p>` (1..=4) asks for `p` where the node
+/// (`kernel_abi::gdn_programs`); `FLASHTREE_GDN_PROGRAMS=<p>` (1 or 2) asks for `p` where the node
 /// count allows several (A/B of the split). The launch and its schedule ([`gdn_replay_schedule`])
 /// both take it from here.
 pub fn gdn_programs(n: usize) -> u32 {
