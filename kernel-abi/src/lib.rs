@@ -1922,6 +1922,8 @@ mod replay_tests {
     fn simulate(r: &GdnReplay, n: usize, slots: usize) -> ([Option<Chain>; 64], [usize; GDN_MAX_PROGRAMS as usize]) {
         let mut out = [None; 64];
         let mut slot = [None::<Chain>; 64];
+        // The program that uses each slot: programs run concurrently, so they must not share one.
+        let mut owner = [None::<usize>; 64];
         let mut updates = [0; GDN_MAX_PROGRAMS as usize];
         for (p, u) in updates.iter_mut().enumerate() {
             let (a, b) = (r.start[p] as usize, r.start[p + 1] as usize);
@@ -1929,6 +1931,9 @@ mod replay_tests {
             let mut cur = ([0u8; 64], 0usize);
             for &op in &r.ops[a..b] {
                 let x = (op & 63) as usize;
+                if op & GDN_OP_KIND == GDN_OP_LOAD || op & GDN_OP_KIND == GDN_OP_SAVE {
+                    assert_eq!(*owner[x].get_or_insert(p), p, "slot {x} used by two programs");
+                }
                 match op & GDN_OP_KIND {
                     GDN_OP_LOAD => {
                         assert!(x < slots, "slot {x} of {slots}");

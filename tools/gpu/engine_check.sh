@@ -23,8 +23,9 @@
 #   (exp, ptxab and ab end with tools/gpu/ab_summary.py's per-side means and differences, kept as
 #   <file>-summary.txt beside their A/B file)
 #   ab           this bundle's `flashtree` against .gpu-bundle/old-flashtree.xz (the build
-#                before a host-side change) or, with AB_OLD_ENV, against itself under those
-#                variables; tree bench at oracle AL 8, two interleaved rounds (ab-old-new.txt)  ≈ 4 min
+#                before a host-side change; with .gpu-bundle/old-ptx.ptx.xz, under those kernels)
+#                or, with AB_OLD_ENV, against itself under those variables; tree bench at oracle
+#                AL 8, two interleaved rounds (ab-old-new.txt)                                  ≈ 4 min
 # Measured on nvidia-h200 (eleventh session, machine warm, 27B pair made by `bench`): tests 85 s,
 # bench 169 s (pair ≈ 90 s of it), exp 110–124 s, ncu 16 s, long 51 s.
 set -u
