@@ -437,8 +437,9 @@ impl Engine {
     /// Makes every later forward copy the outputs of `layers` (each `< n_layer`) into the
     /// per-forward buffer ([`Engine::captured`]) and every later commit append them to the
     /// feature store ([`Engine::feature_source`]; rows of tokens committed before are not
-    /// captured). Drops the captured graphs (they record the copies). The plan's feature line
-    /// becomes this store's size.
+    /// captured). A change of layers drops the captured graphs (they record the copies into the
+    /// per-forward buffer, which is reallocated); the same layers again keep them and the store.
+    /// The plan's feature line becomes this store's size.
     pub fn set_capture(&mut self, layers: &[usize]) -> Result<(), EngineError> {
         if let Some(&l) = layers.iter().find(|&&l| l >= self.cfg.n_layer()) {
             return Err(EngineError::Batch(format!("capture layer {l}: the model has {} layers", self.cfg.n_layer())));
@@ -453,11 +454,11 @@ impl Engine {
                 0 => None,
                 k => Some(Arc::new(FeatureStore::new(&self.gpu, self.ctx(), k, d)?)),
             };
+            self.graphs.iter_mut().for_each(Vec::clear);
         }
         self.plan.features = MemoryPlan::feature_bytes(self.ctx(), layers.len(), d)?;
         self.plan.capture_layers = layers.len();
         self.capture = layers.to_vec();
-        self.graphs.iter_mut().for_each(Vec::clear);
         Ok(())
     }
 
