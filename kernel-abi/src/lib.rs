@@ -2089,7 +2089,7 @@ mod replay_tests {
             for n in 1..=64usize {
                 for _ in 0..40 {
                     let parents: [i32; 64] = core::array::from_fn(|i| {
-                        if i == 0 || rng(&mut seed) % 16 == 0 {
+                        if i == 0 || rng(&mut seed).is_multiple_of(16) {
                             -1
                         } else {
                             (rng(&mut seed) % i as u64) as i32
