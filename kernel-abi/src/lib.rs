@@ -1104,14 +1104,12 @@ pub fn gdn_replay(nb: &NodeBatch) -> Option<GdnReplay> {
     gdn_replay_programs(nb, 1)
 }
 
-/// The replay schedule of `nb`'s nodes (parents before children, as a `NodeBatch` holds them)
-/// for a launch of `programs` programs ([`gdn_programs_for`] of the node count: the caller
-/// launches that many). With several, the nodes are split into subtrees by a greedy cost model
-/// (`ReplayTree::split`: each split moves the subtrees that most lower the costliest program's
-/// cost); a program computes the states of its nodes' ancestors it does not own
-/// (`GDN_OP_STEP`). If a split
-/// program would replay a branch point, or no split lowers the costliest program's cost, the
-/// whole tree goes to program 0 with all of the block's slots.
+/// The replay schedule of `nb`'s nodes (parents before children, as a `NodeBatch` holds them) for a launch of
+/// `programs` programs ([`gdn_programs_for`] of the node count: the caller launches that many). With several, the nodes
+/// are split into subtrees by a greedy cost model (`ReplayTree::split`: each split moves the subtrees that most lower
+/// the costliest program's cost); a program computes the states of its nodes' ancestors it does not own
+/// (`GDN_OP_STEP`). If a split program would replay a branch point, or no split lowers the costliest program's cost,
+/// the whole tree goes to program 0 with all of the block's slots.
 ///
 /// Each program's schedule: depth first from the committed state, each node computed once from
 /// its parent's state — a leaf's output without touching the registers (`GDN_OP_LEAF`, its
