@@ -981,11 +981,11 @@ pub const GDN_MAX_PROGRAMS: u32 = 2;
 /// of 24 nodes still fit three blocks per SM (74 KB each; 25 nodes would not).
 pub const GDN_PROGRAMS_MAX_NODES: u32 = 24;
 /// Fewest nodes a forward splits over two programs by default ([`gdn_programs`]). On
-/// nvidia-h200 the 27B's 8-node forward measured 0.7 ms faster with two programs and the 5-node
-/// one 0.4 ms slower (4 nodes: equal) — both through every matmul of the chain running ≈ 7 %
-/// faster or slower, not through the replay's own time (docs/perf/deltanet.md v1.10): one
-/// program up to 5 nodes keeps the measured 5-node figure.
-pub const GDN_PROGRAMS_MIN_NODES: u32 = 6;
+/// nvidia-h200 the 27B's 8-node forward measured 0.7 ms faster with two programs and the 5-, 6-
+/// and 7-node ones 0.4–0.5 ms slower (4 nodes: equal) — through every matmul of the chain
+/// running ≈ 7 % faster or slower, not through the replay's own time (docs/perf/deltanet.md
+/// v1.10).
+pub const GDN_PROGRAMS_MIN_NODES: u32 = 8;
 
 /// Programs a `gdn_recur_*` launch of `n` nodes runs by default: two for
 /// `GDN_PROGRAMS_MIN_NODES..=GDN_PROGRAMS_MAX_NODES` nodes, else one. A block's threads are
@@ -2116,7 +2116,7 @@ mod replay_tests {
         assert_eq!(check_programs(&star, 2)[..2], [11, 12]);
         // Past `GDN_PROGRAMS_MAX_NODES` nodes, and below `GDN_PROGRAMS_MIN_NODES`, one program.
         assert_eq!(
-            (gdn_programs(1), gdn_programs(5), gdn_programs(6), gdn_programs(24), gdn_programs(25)),
+            (gdn_programs(1), gdn_programs(7), gdn_programs(8), gdn_programs(24), gdn_programs(25)),
             (1, 1, 2, 2, 1)
         );
         let long: [i32; 40] = core::array::from_fn(|i| i as i32 - 1);
