@@ -4,6 +4,7 @@
 # 10 minutes, so the work comes in phases, one call each, back to back (the machine and its /tmp
 # stay while calls follow each other; a phase that needs the 27B pair synthesises it when missing,
 # ≈ 2–3 min). Results under $OUT (≤ 8 files come back per call).
+#   pair         only the synthetic 27B pair under /tmp/m27 (for a custom run.sh)          ≈ 90 s
 #   tests        the GPU tests (gpu-tests.log)                                                  85 s
 #   bench        the synthetic 27B Q4_K_M pair and its Q8_0 draft; bench: AR, 22-node verify,
 #                draft step, projections, oracle depth 7 (bench-tree-512.txt); tree 32 / 4,
@@ -71,6 +72,10 @@ summary() {
 
 date
 case "$phase" in
+pair)
+  # Only the synthetic 27B pair (for a custom run.sh that needs $M / $DQ on a fresh machine).
+  pair
+  ;;
 tests)
   FLASHTREE_REQUIRE_GPU=1 timeout 540 $B/gpu-tests --test-threads=4 > "$OUT/gpu-tests.log" 2>&1
   echo "== gpu-tests exit $?"; grep -E "^test result|FAILED|panicked" "$OUT/gpu-tests.log" | head -12
@@ -190,7 +195,7 @@ ab)
   summary "$OUT/ab-old-new.txt"
   ;;
 *)
-  echo "usage: engine_check.sh tests | bench | long | ncu | exp FEATURE | ab"; exit 2
+  echo "usage: engine_check.sh pair | tests | bench | long | ncu | exp FEATURE | ptxab | ab"; exit 2
   ;;
 esac
 date

@@ -206,9 +206,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     };
     let parents = random_parents(args.seed + 1, args.tree_nodes);
     let tree_toks = rand_tokens(args.seed + 2, args.tree_nodes, v);
-    let time_forward = |e: &mut Engine, toks: &[u32], parents: &[Option<usize>]| time_forward(e, toks, parents, v);
-    let t1 = time_forward(&mut e, &[tok], &[None])?;
-    let tn = time_forward(&mut e, &tree_toks, &parents)?;
+    let t1 = time_forward(&mut e, &[tok], &[None], v)?;
+    let tn = time_forward(&mut e, &tree_toks, &parents, v)?;
     println!(
         "forward of a {}-node tree: {:.3} ms; one node: {:.3} ms; ratio {:.2}",
         args.tree_nodes,
@@ -224,7 +223,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         tn
     } else {
         let par = random_parents(args.seed + 3, spec_nodes);
-        let t = time_forward(&mut e, &rand_tokens(args.seed + 4, spec_nodes, v), &par)?;
+        let t = time_forward(&mut e, &rand_tokens(args.seed + 4, spec_nodes, v), &par, v)?;
         println!(
             "forward of a {spec_nodes}-node tree (budget {} + the root, what the spec loop verifies): {:.3} ms; \
              ratio {:.2}",
