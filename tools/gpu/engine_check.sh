@@ -140,7 +140,8 @@ ptxab)
   # previous build's and variants of a change, packed by hand) against this bundle's own kernels,
   # in PTXAB_ROUNDS (2) interleaved rounds — the bench-qmm case PTXAB_FILTER (matmul only, every
   # n) and, unless PTXAB_ENGINE=0, the engine's AR step, 22-node verify and draft step
-  # (ptxab.txt). Values may be wrong under a probe build: only the timings count.
+  # (ptxab.txt); PTXAB_MATMUL=0 leaves the bench-qmm case out. Values may be wrong under a probe
+  # build: only the timings count.
   filter="${PTXAB_FILTER:-Q4_K 5120->17408}"
   names=(bundle); for x in .gpu-bundle/ptx-*.ptx.xz; do [ -f "$x" ] || continue
     n="${x#.gpu-bundle/ptx-}"; n="${n%.ptx.xz}"; xz -dc "$x" > "/tmp/ptx-$n.ptx"; names+=("$n"); done
@@ -150,7 +151,7 @@ ptxab)
   for r in $(seq 1 "${PTXAB_ROUNDS:-2}"); do
     for v in "${names[@]}"; do
       env_ptx=(); [ "$v" = bundle ] || env_ptx=(FLASHTREE_PTX="/tmp/ptx-$v.ptx")
-      ab_matmul "round $r, $v" "$filter" "$OUT/ptxab.txt" "${env_ptx[@]}"
+      [ "${PTXAB_MATMUL:-1}" = 0 ] || ab_matmul "round $r, $v" "$filter" "$OUT/ptxab.txt" "${env_ptx[@]}"
       [ "${PTXAB_ENGINE:-1}" = 0 ] || ab_engine "round $r, $v" "$OUT/ptxab.txt" "${env_ptx[@]}"
     done
   done
