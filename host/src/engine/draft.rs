@@ -48,7 +48,9 @@ struct DraftLayer {
     attn_norm: CudaSlice<f32>,
     post_norm: CudaSlice<f32>,
     q: DraftQ,
-    kv: DraftKv,
+    /// The context pass's k and v (and the block pass's, when q stands alone); `None` when the
+    /// context pass reads [`DraftEngine::context_kv`] instead.
+    kv: Option<DraftKv>,
     o: QWeight,
     q_norm: CudaSlice<f32>,
     k_norm: CudaSlice<f32>,
@@ -92,6 +94,12 @@ impl DraftKv {
     }
 }
 
+/// A layer's [`DraftKv`], which it holds unless [`DraftEngine::context_kv`] replaced it (and
+/// then only a layer whose q stands alone would ask: none does).
+fn layer_kv(kv: &Option<DraftKv>, layer: usize) -> Result<&DraftKv, EngineError> {
+    kv.as_ref().ok_or_else(|| EngineError::Weights(format!("draft layer {layer}: no k/v matrix of its own")))
+}
+
 /// The k and v products of `kv` over the `m` rows last prepared in `ws`, into `kb` (`[m][2·row]`
 /// when stacked, else `[m][row]`) and `vb` (`[m][row]`, split only): the k and v inputs of
 /// `attn_prep`, with an empty query input (the caller sets it).
@@ -130,6 +138,13 @@ pub struct DraftEngine {
     fc: QWeight,
     hidden_norm: CudaSlice<f32>,
     layers: Vec<DraftLayer>,
+    /// Every layer's context k and v as one matrix `[layers·2·n_kv·hd, h]`, layer `l`'s rows
+    /// `[k_l | v_l]` at `l·2·n_kv·hd`, when all of them have a lossless common type and every
+    /// layer's block pass reads its k and v under its q ([`DraftQ::WithKv`]): a context chunk is
+    /// then one product of ≈ 55 MB (the 27B draft) instead of one of ≈ 11 MB per layer, each
+    /// with its own launch fill and tail. Into `kvc` (`[m][layers·2·row]`).
+    context_kv: Option<QWeight>,
+    kvc: CudaSlice<f32>,
     output_norm: CudaSlice<f32>,
     dims: AttnDims,
     /// Context rows the KV cache holds (positions `0..n_ctx`).
@@ -319,17 +334,51 @@ fn tensor<'d>(d: &'d DraftModel, name: &str) -> Result<crate::model::draft::Draf
     d.tensor(name).ok_or_else(|| EngineError::Weights(format!("{}: no tensor {name}", d.path.display())))
 }
 
+/// How the context pass computes each layer's k and v ([`DraftEngine::load_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContextKv {
+    /// One product over every layer's k and v where the draft's types allow it
+    /// ([`DraftEngine`]'s `context_kv`), else per layer.
+    AllLayers,
+    /// One product per layer (each layer's own k + v matrix).
+    PerLayer,
+}
+
+impl ContextKv {
+    /// `FLASHTREE_DRAFT_CONTEXT_KV=per-layer` (an A/B switch, read once per process), else
+    /// [`ContextKv::AllLayers`].
+    pub fn from_env() -> ContextKv {
+        static V: std::sync::OnceLock<ContextKv> = std::sync::OnceLock::new();
+        *V.get_or_init(|| match std::env::var("FLASHTREE_DRAFT_CONTEXT_KV").as_deref() {
+            Ok("per-layer") => ContextKv::PerLayer,
+            _ => ContextKv::AllLayers,
+        })
+    }
+}
+
 impl DraftEngine {
     /// Uploads `draft` for the target whose weights are `target` (`tcfg`), with room for `ctx`
     /// context rows (the target engine's context). Refuses a draft the kernels do not cover
     /// (sliding windows under 32 keys, head shapes outside the attention kernels, a vocabulary over the
-    /// target's) and a pair that does not match.
+    /// target's) and a pair that does not match. The context k/v layout: [`ContextKv::from_env`].
     pub fn load(
         gpu: Arc<Gpu>,
         target: Arc<TargetWeights>,
         tcfg: &Qwen35Config,
         draft: &DraftModel,
         ctx: usize,
+    ) -> Result<DraftEngine, EngineError> {
+        Self::load_with(gpu, target, tcfg, draft, ctx, ContextKv::from_env())
+    }
+
+    /// [`DraftEngine::load`] with the context pass's k/v layout `context`.
+    pub fn load_with(
+        gpu: Arc<Gpu>,
+        target: Arc<TargetWeights>,
+        tcfg: &Qwen35Config,
+        draft: &DraftModel,
+        ctx: usize,
+        context: ContextKv,
     ) -> Result<DraftEngine, EngineError> {
         let cfg = draft.config.clone();
         cfg.check_target(tcfg, &draft.path)?;
@@ -359,6 +408,27 @@ impl DraftEngine {
         // Every matrix packed in parallel: fc, then per layer q, k + v (or k, v), o, gate/up, down.
         let mut jobs = vec![PackJob::matrix("fc.weight".into(), h, kh)];
         let mut stacked = Vec::with_capacity(cfg.num_layers);
+        // Every layer's k and v under one matrix for the context pass ([`DraftEngine::context_kv`]).
+        let mut kv_types = Vec::with_capacity(2 * cfg.num_layers);
+        let mut all_with_kv = true;
+        for i in 0..cfg.num_layers {
+            let n = |s: &str| format!("layers.{i}.self_attn.{s}_proj.weight");
+            let (qt, kt, vt) = (tensor(draft, &n("q"))?.ty, tensor(draft, &n("k"))?.ty, tensor(draft, &n("v"))?.ty);
+            all_with_kv &= common_lossless_type(&[qt, kt, vt]).is_some();
+            kv_types.extend([kt, vt]);
+        }
+        let context_stack = context == ContextKv::AllLayers
+            && cfg.num_layers > 0
+            && all_with_kv
+            && common_lossless_type(&kv_types).is_some();
+        if context_stack {
+            let n = |i: usize, s: &str| format!("layers.{i}.self_attn.{s}_proj.weight");
+            let mut below = vec![(n(0, "v"), nkv * hd)];
+            for i in 1..cfg.num_layers {
+                below.extend([(n(i, "k"), nkv * hd), (n(i, "v"), nkv * hd)]);
+            }
+            jobs.push(PackJob { below, ..PackJob::matrix(n(0, "k"), nkv * hd, h) });
+        }
         for i in 0..cfg.num_layers {
             let n = |s: &str| format!("layers.{i}.{s}");
             let (q, k, v) = (n("self_attn.q_proj.weight"), n("self_attn.k_proj.weight"), n("self_attn.v_proj.weight"));
@@ -372,7 +442,9 @@ impl DraftEngine {
             } else {
                 jobs.push(PackJob::matrix(q, nh * hd, h));
             }
-            if stack {
+            if context_stack {
+                // The context pass reads `context_kv`; the block pass reads q + k + v.
+            } else if stack {
                 jobs.push(PackJob { below: vec![(v, nkv * hd)], ..PackJob::matrix(k, nkv * hd, h) });
             } else {
                 jobs.push(PackJob::matrix(k, nkv * hd, h));
@@ -388,11 +460,16 @@ impl DraftEngine {
         let mut packed = pack_all(g, draft, &jobs)?.into_iter();
         let mut take = || packed.next().ok_or_else(|| EngineError::Weights("draft matrices".into()));
         let fc = take()?;
+        let context_kv = if context_stack { Some(take()?) } else { None };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for (i, &(stacked, with_kv)) in stacked.iter().enumerate() {
             let n = |s: &str| format!("layers.{i}.{s}");
             let q = if with_kv { DraftQ::WithKv(take()?) } else { DraftQ::Alone(take()?) };
-            let kv = if stacked { DraftKv::Stacked(take()?) } else { DraftKv::Split { k: take()?, v: take()? } };
+            let kv = match (context_stack, stacked) {
+                (true, _) => None,
+                (false, true) => Some(DraftKv::Stacked(take()?)),
+                (false, false) => Some(DraftKv::Split { k: take()?, v: take()? }),
+            };
             let o = take()?;
             let gu = take()?;
             layers.push(DraftLayer {
@@ -418,8 +495,12 @@ impl DraftEngine {
         let mut ws = QmmWorkspace::with_columns(g, max_in, max_out, N)?;
         ws.pairs_needed = target.head.needs_pairs()
             || fc.needs_pairs()
+            || context_kv.as_ref().is_some_and(|w| w.needs_pairs())
             || layers.iter().any(|l| {
-                [l.q.matrix(), &l.o, &l.gate_up, &l.down].into_iter().chain(l.kv.matrices()).any(|w| w.needs_pairs())
+                [l.q.matrix(), &l.o, &l.gate_up, &l.down]
+                    .into_iter()
+                    .chain(l.kv.iter().flat_map(|kv| kv.matrices()))
+                    .any(|w| w.needs_pairs())
             });
         // The block pass's products accumulate as in the target's forward: no split of them
         // waits for another.
@@ -442,6 +523,8 @@ impl DraftEngine {
             x: z(N * h)?,
             mix: z(N * h)?,
             kb: z(N * 2 * nkv * hd)?,
+            kvc: z(if context_kv.is_some() { N * cfg.num_layers * 2 * nkv * hd } else { 0 })?,
+            context_kv,
             vb: z(N * nkv * hd)?,
             qb: z(N * qkv)?,
             qo: z(N * nh * hd)?,
@@ -507,6 +590,12 @@ impl DraftEngine {
         }
         self.n_ctx = rows;
         Ok(())
+    }
+
+    /// Whether the context pass computes every layer's k and v in one product
+    /// ([`ContextKv::AllLayers`] taken).
+    pub fn context_kv_stacked(&self) -> bool {
+        self.context_kv.is_some()
     }
 
     /// Feature values per row (`len(target_layer_ids) · hidden_size`).
@@ -597,8 +686,21 @@ impl DraftEngine {
             &mut |_| Ok(()),
         )?;
         let kv_dims = AttnDims { n_head: 0, ..self.dims };
+        let (row, layers) = (self.dims.row(), self.layers.len());
+        if let Some(w) = &self.context_kv {
+            matmul(gpu, w, m, s(&self.kvc), &mut self.ws)?;
+        }
         for (li, l) in self.layers.iter().enumerate() {
-            let input = kv_products(gpu, &l.kv, self.dims, m, s(&self.kb), s(&self.vb), &mut self.ws)?;
+            let input = match &self.context_kv {
+                Some(_) => {
+                    let (kvc, stride) = (s(&self.kvc), 2 * layers * row);
+                    let k = kvc.sub(2 * li * row, kvc.len() - 2 * li * row, "layer k columns")?;
+                    let v = kvc.sub((2 * li + 1) * row, kvc.len() - (2 * li + 1) * row, "layer v columns")?;
+                    let none = kvc.sub(0, 0, "no queries")?;
+                    AttnPrepIn { qg: none, k, v, qg_stride: 0, k_stride: stride, v_stride: stride }
+                }
+                None => kv_products(gpu, layer_kv(&l.kv, li)?, self.dims, m, s(&self.kb), s(&self.vb), &mut self.ws)?,
+            };
             let (kc, vc) = (self.plane(li, false)?, self.plane(li, true)?);
             let none = s(&self.qo).sub(0, 0, "no queries")?;
             attn::attn_prep(
@@ -776,7 +878,8 @@ impl DraftEngine {
                 }
                 DraftQ::Alone(q) => {
                     matmul(gpu, q, bs, s(&self.qb), &mut self.ws)?;
-                    let kv_in = kv_products(gpu, &l.kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
+                    let kv = layer_kv(&l.kv, li)?;
+                    let kv_in = kv_products(gpu, kv, self.dims, bs, s(&self.kb), s(&self.vb), &mut self.ws)?;
                     AttnPrepIn { qg: s(&self.qb), qg_stride: nh * hd, ..kv_in }
                 }
             };

@@ -25,7 +25,7 @@ mod weights;
 
 pub use batch::{bytes_of, chain_batch, commit_path, node_batch};
 pub use clock::{Phase, PhaseClock};
-pub use draft::{DraftEngine, DRAFT_MAX_K};
+pub use draft::{ContextKv, DraftEngine, DRAFT_MAX_K};
 pub use features::{DeviceFeatures, EngineFeatures, FeatureStore};
 pub use forward::{CommitFault, Engine, Profile};
 pub use gpu_draft::GpuDraft;

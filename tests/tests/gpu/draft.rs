@@ -9,7 +9,7 @@
 //! position, mask or weight shows up as errors of order 1.
 
 use super::engine::{engine, rel_err, tiny, tokens};
-use flashtree::engine::{DraftEngine, GpuDraft, GpuTarget};
+use flashtree::engine::{ContextKv, DraftEngine, GpuDraft, GpuTarget};
 use flashtree::model::DraftModel;
 use flashtree::spec::{generate, DecodingRule, FeatureSource, GenerateConfig, HostDraft, Mode, Target};
 use flashtree_reference::model::tensor::with_device_rounding;
@@ -20,22 +20,43 @@ pub(crate) fn pair(
     test: &str,
     ctx: usize,
 ) -> Option<(flashtree::engine::Engine, DraftEngine, flashtree_reference::model::dflash::DFlashWeights)> {
+    pair_with(test, ctx, ContextKv::AllLayers)
+}
+
+/// [`pair`] with the draft's context k/v computed as `layout` says.
+fn pair_with(
+    test: &str,
+    ctx: usize,
+    layout: ContextKv,
+) -> Option<(flashtree::engine::Engine, DraftEngine, flashtree_reference::model::dflash::DFlashWeights)> {
     let e = engine(test, ctx)?;
     let t = tiny();
     let (_, dw) = flashtree::convert::dflash::load_draft(&t.draft).expect("draft loads");
     let model = DraftModel::open(&t.draft).expect("draft opens");
-    let d = DraftEngine::load(e.gpu.clone(), e.weights(), &e.cfg, &model, ctx).expect("GPU draft loads");
+    let d = DraftEngine::load_with(e.gpu.clone(), e.weights(), &e.cfg, &model, ctx, layout).expect("GPU draft loads");
     Some((e, d, dw))
 }
 
 /// Prompts of 1–300 tokens: the draft's logits for the block after the prompt match the
 /// reference draft's on the same features, and appending the context in other chunkings gives
-/// bitwise the same logits.
+/// bitwise the same logits — with every layer's context k/v in one product (the tiny draft's
+/// types allow it) and with one product per layer.
 #[test]
 fn gpu_draft_logits_match_the_reference_draft() {
-    let Some((mut e, mut d, dw)) = pair("gpu_draft_logits_match_the_reference_draft", 512) else {
+    draft_logits_match_the_reference("gpu_draft_logits_match_the_reference_draft", ContextKv::AllLayers, true);
+}
+
+#[test]
+fn gpu_draft_logits_match_the_reference_draft_with_per_layer_context_kv() {
+    let test = "gpu_draft_logits_match_the_reference_draft_with_per_layer_context_kv";
+    draft_logits_match_the_reference(test, ContextKv::PerLayer, false);
+}
+
+fn draft_logits_match_the_reference(test: &str, layout: ContextKv, stacked: bool) {
+    let Some((mut e, mut d, dw)) = pair_with(test, 512, layout) else {
         return;
     };
+    assert_eq!(d.context_kv_stacked(), stacked, "{layout:?}: context k/v in one product");
     let t = tiny();
     let layers = dw.hparams.target_layer_ids.clone();
     let vocab = e.cfg.vocab_size;
