@@ -608,3 +608,30 @@ fn unroll4x4(mut f: impl FnMut(usize, usize)) {
         |r| unroll_below(4, |s| f(r, s)),
     );
 }
+
+/// Whether `F`'s products run as two sums ([`add_odd_units`]): the super-block formats (Q4_K,
+/// Q5_K, Q6_K: 8 units per block, one block per stage) whose products go straight into the
+/// accumulators.
+#[inline(always)]
+pub(super) const fn odd_units_apart<F: Format>() -> bool {
+    F::ELEMS == 256 && !F::PRODUCTS_FROM_ZERO
+}
+
+/// Super-block products run as two sums — units 0, 2, 4, 6 of every block (with a K-quant's
+/// mins step) into `acc`, units 1, 3, 5, 7 into `acc_odd`, each in K order — so that a unit's
+/// products do not wait on the previous unit's; this adds them, element by element
+/// (`acc + acc_odd`, one f32 rounding). The `mma.sync` and warpgroup kernels hold the same
+/// accumulator elements per lane and split the same way, so a column's bits still do not
+/// depend on the tile count.
+#[inline(always)]
+pub(super) fn add_odd_units<const T: usize>(acc: &mut [[f32; 4]; T], acc_odd: &[[f32; 4]; T]) {
+    let mut j = 0;
+    while j < T {
+        let mut e = 0;
+        while e < 4 {
+            acc[j][e] += acc_odd[j][e];
+            e += 1;
+        }
+        j += 1;
+    }
+}

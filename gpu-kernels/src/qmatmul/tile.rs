@@ -117,6 +117,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
         }
     };
     let mut acc = [[0.0f32; 4]; T];
+    // Super-block formats: the odd units' products (`super::epilogue::add_odd_units`).
+    let mut acc_odd = [[0.0f32; 4]; T];
     // The math of stage `st` on its lane data `cur` (`chunk_unit0`: first unit of the staged x).
     // The `#[inline(always)]` on this file's closures is part of the measured code generation:
     // without it LLVM inlines differently (other register counts, and `qmm_f16_nt3` spills).
@@ -227,16 +229,17 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                         #[inline(always)]
                         |u| {
                             let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
+                            let d = if u % 2 == 1 { &mut acc_odd } else { &mut acc };
                             let a0 = ks.scale_frag(F::frag(&lanedata, u, 0), u);
                             let mut tile = 0;
                             while tile < T {
-                                mma_f16_16816_ordered(&mut acc[tile], a0, [xf[tile][0], xf[tile][1]]);
+                                mma_f16_16816_ordered(&mut d[tile], a0, [xf[tile][0], xf[tile][1]]);
                                 tile += 1;
                             }
                             let a1 = ks.scale_frag(F::frag(&lanedata, u, 1), u);
                             let mut tile = 0;
                             while tile < T {
-                                mma_f16_16816_ordered(&mut acc[tile], a1, [xf[tile][2], xf[tile][3]]);
+                                mma_f16_16816_ordered(&mut d[tile], a1, [xf[tile][2], xf[tile][3]]);
                                 tile += 1;
                             }
                         },
@@ -267,6 +270,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                             add_unit_product(F::unit_scales(&lanedata, u), &pu, &mut acc);
                             return;
                         }
+                        let odd = super::epilogue::odd_units_apart::<F>() && u % 2 == 1;
+                        let d = if odd { &mut acc_odd } else { &mut acc };
                         let mut step = #[inline(always)]
                         |h: u32| {
                             let a = F::frag(&lanedata, u, h);
@@ -276,13 +281,13 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                                 let bf = [xf[tile][2 * h as usize], xf[tile][2 * h as usize + 1]];
                                 if F::BF16 {
                                     let bl = [xl[tile][2 * h as usize], xl[tile][2 * h as usize + 1]];
-                                    mma_bf16_16816(&mut acc[tile], a, bf);
-                                    mma_bf16_16816(&mut acc[tile], a, bl);
+                                    mma_bf16_16816(&mut d[tile], a, bf);
+                                    mma_bf16_16816(&mut d[tile], a, bl);
                                     if let Some(alo) = a_lo {
-                                        mma_bf16_16816(&mut acc[tile], alo, bf);
+                                        mma_bf16_16816(&mut d[tile], alo, bf);
                                     }
                                 } else {
-                                    mma_f16_16816(&mut acc[tile], a, bf);
+                                    mma_f16_16816(&mut d[tile], a, bf);
                                 }
                                 tile += 1;
                             }
@@ -321,6 +326,9 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
             stage_math(st, cur, chunk_unit0);
         },
     );
+    if super::epilogue::odd_units_apart::<F>() {
+        super::epilogue::add_odd_units(&mut acc, &acc_odd);
+    }
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }

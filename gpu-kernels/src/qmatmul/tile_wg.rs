@@ -204,6 +204,8 @@ unsafe fn qmm_wg_stages<
     };
 
     let mut acc = [[0.0f32; 4]; T];
+    // Super-block formats: the odd units' products (`super::epilogue::add_odd_units`).
+    let mut acc_odd = [[0.0f32; 4]; T];
     // Per-unit formats: the two unit-product buffers (only defined by products: `ptxas`
     // serializes the products if another instruction writes an accumulator inside a stage).
     let (mut pu0, mut pu1) = ([[0.0f32; 4]; T], [[0.0f32; 4]; T]);
@@ -266,18 +268,23 @@ unsafe fn qmm_wg_stages<
                 |i| {
                     let i = i as u32;
                     if valid(i) {
-                        issue(i, &mut acc, false);
+                        // Super-block formats: a stage is one block, so `i` is its unit.
+                        if super::epilogue::odd_units_apart::<F>() && i % 2 == 1 {
+                            issue(i, &mut acc_odd, false);
+                        } else {
+                            issue(i, &mut acc, false);
+                        }
                         if i + 1 >= DEPTH as u32 {
                             wait_unit(i + 1 - DEPTH as u32);
                         }
                     }
                 },
             );
-            // K-quants over one register buffer (Q4_K/Q5_K nt4): no product in flight past the
-            // block. Without this wait their results raced (the spread-reduction test saw other
+            // Super-block formats over one register buffer (Q4_K/Q5_K/Q6_K nt4): no product in
+            // flight past the block. Without this wait their results raced (the spread-reduction test saw other
             // bits run to run, nvidia-h200, s20 r05); the two-buffer kernels keep the last
             // unit's group in flight into the next block and test bitwise stable.
-            if F::SUPER && !TWO {
+            if super::epilogue::odd_units_apart::<F>() && !TWO {
                 wgmma::wait::<0>();
             }
             return;
@@ -348,6 +355,10 @@ unsafe fn qmm_wg_stages<
     );
     wgmma::wait::<0>();
     wgmma::fence_operands(&mut acc);
+    if super::epilogue::odd_units_apart::<F>() {
+        wgmma::fence_operands(&mut acc_odd);
+        super::epilogue::add_odd_units(&mut acc, &acc_odd);
+    }
     let rscale = super::epilogue::row_scales::<F>(w, p);
     super::epilogue::store::<F, T, SWIGLU, ACCUM>(&acc, p, rscale, xscale, partial, counters, y, ymax);
 }
@@ -397,7 +408,7 @@ qmm_wg_kernels!(Q5K =>
 qmm_wg_kernels!(Q6K =>
     qmm_q6k_nt2 / qmm_q6k_swiglu_nt2 = 2,
     qmm_q6k_nt3 / qmm_q6k_swiglu_nt3 = 3,
-    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4);
+    qmm_q6k_nt4 / qmm_q6k_swiglu_nt4 = 4 (one buffer));
 // Q8_0 takes its units in pairs: two register buffers of stages would spill at 3 and 4 tiles.
 qmm_wg_kernels!(Q8_0 =>
     qmm_q8_0_nt2 / qmm_q8_0_swiglu_nt2 = 2,
