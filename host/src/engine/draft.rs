@@ -174,8 +174,8 @@ pub struct DraftEngine {
     wide: CudaSlice<f32>,
     logits: CudaSlice<f32>,
     topk_scratch: CudaSlice<u32>,
-    topk_tokens: CudaSlice<u32>,
-    topk_logprobs: CudaSlice<f32>,
+    /// The block's top-k: `B·k` tokens, then `B·k` log-probs as f32 bits (one download).
+    topk_out: CudaSlice<u32>,
     attn_scratch: CudaSlice<f32>,
     ws: QmmWorkspace,
     /// The block pass captured as a graph for one top-`k` and one pair of attention head groups
@@ -532,8 +532,7 @@ impl DraftEngine {
             wide: z(N * ff)?,
             logits: z(b * vocab)?,
             topk_scratch: g.zeros::<u32>(topk_scratch_len(b, vocab, k).max(1))?,
-            topk_tokens: g.zeros::<u32>(b * k)?,
-            topk_logprobs: z(b * k)?,
+            topk_out: g.zeros::<u32>(2 * b * k)?,
             attn_scratch: z(attn::attn_tree_scratch_len_min(dims, b, rows, draft_split_keys(0)))?,
             ws,
             block_graph: None,
@@ -783,13 +782,14 @@ impl DraftEngine {
             t.stop(&self.gpu)?;
         }
         let rows = bs - 1;
-        let tokens = self.gpu.download(&self.topk_tokens)?;
-        let logprobs = self.gpu.download(&self.topk_logprobs)?;
+        let out = self.gpu.download(&self.topk_out)?;
+        let (tokens, logprob_bits) = out.split_at(out.len() / 2);
+        let logprobs = logprob_bits[..rows * k].iter().map(|&b| f32::from_bits(b)).collect();
         if let (true, Some(t)) = (self.timing, &self.timer) {
             self.device_ms += t.elapsed_ms()? as f64;
             self.timing = false;
         }
-        Ok((tokens[..rows * k].to_vec(), logprobs[..rows * k].to_vec()))
+        Ok((tokens[..rows * k].to_vec(), logprobs))
     }
 
     /// Drops the block pass's graph: the next [`DraftEngine::propose`] launches its kernels from
@@ -933,16 +933,13 @@ impl DraftEngine {
         matmul(gpu, &t.head, bs, s(&self.logits), &mut self.ws)?;
         let rows = bs - 1;
         let drafted = s(&self.logits).sub(vocab, rows * vocab, "draft logits")?;
-        topk_logprobs_rows(
-            gpu,
-            drafted,
-            rows,
-            vocab,
-            k,
-            DevSpan::of(gpu, &self.topk_scratch),
-            DevSpan::of(gpu, &self.topk_tokens),
-            s(&self.topk_logprobs),
-        )?;
+        let out = DevSpan::of(gpu, &self.topk_out);
+        let half = out.len() / 2;
+        let tokens = out.sub(0, half, "top-k tokens")?;
+        // Safety: the second half of `topk_out` (live as long as the engine) holds `half` u32,
+        // which the top-k writes as f32 log-probs (same size and alignment).
+        let logprobs = unsafe { DevSpan::<f32>::from_raw(out.ptr() + 4 * half as u64, half) };
+        topk_logprobs_rows(gpu, drafted, rows, vocab, k, DevSpan::of(gpu, &self.topk_scratch), tokens, logprobs)?;
         // Last: after an odd number of products in an accumulator set (the gate/up tails of 5
         // layers) this zeroes pair 0 by a memset node, which between the output norm and the LM
         // head kept the head from launching early (the output norm's share of the chain 4 → 12 µs).
