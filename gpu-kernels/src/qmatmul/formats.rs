@@ -21,8 +21,8 @@
 //!   `f16(q·f16(d·sc_u))`, made from the offset fragment `1024 + q` by one `fma.f16x2` per two
 //!   weights; the block's 16 k16 steps go straight into the row's running sums (even and odd
 //!   units apart, `epilogue::add_odd_units`) after one more step for the unit mins (see
-//!   [`KScales`]). The per-unit work is per weight, not per output
-//!   column, and nothing is done per block and output.
+//!   [`KScales`]). The per-unit work is per weight, not per output column, and nothing is done
+//!   per block and output.
 //! * **Scaled formats** (Q6_K: one scale per 16 elements, which a k16 step of this lane layout
 //!   straddles; F16, BF16, F32): weights become f16/bf16 values in the fragment. Q6_K:
 //!   `w = (q − 32)·(d·sc)` with `d·sc` rounded to f16 and one rounding in the product, so
@@ -193,9 +193,9 @@ fn k_scale_bytes(hdr: &[u32; 4], j: u32) -> (u32, u32) {
 /// into two running f32 sums in a fixed order — per block its mins step and its even units' k16
 /// steps into one, its odd units' into the other, added at the end
 /// (`epilogue::add_odd_units`, as for Q6_K) — with no per-block product from zero, wait or f32
-/// scaling (whose cost grew with the number of columns). Error per weight (normal f16): `|ŵ − d·sc·q| ≤ 2^-10·|d·sc·q|`,
-/// `|μ_u − (−64·dmin·m_u)| ≤ 2^-11·64·|dmin·m_u|`; f16 range: `1039·d·sc_u < 65504` and
-/// `64·63·dmin < 65504` (the host refuses `|d| > 1`, `|dmin| > 16`:
+/// scaling (whose cost grew with the number of columns). Error per weight (normal f16):
+/// `|ŵ − d·sc·q| ≤ 2^-10·|d·sc·q|`, `|μ_u − (−64·dmin·m_u)| ≤ 2^-11·64·|dmin·m_u|`; f16 range:
+/// `1039·d·sc_u < 65504` and `64·63·dmin < 65504` (the host refuses `|d| > 1`, `|dmin| > 16`:
 /// `host::gpu::qmatmul::pack::K_QUANT_MAX_D`).
 #[derive(Clone, Copy)]
 pub struct KScales {

@@ -229,7 +229,8 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                         #[inline(always)]
                         |u| {
                             let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
-                            let d = if u % 2 == 1 { &mut acc_odd } else { &mut acc };
+                            let odd = super::epilogue::odd_units_apart::<F>() && u % 2 == 1;
+                            let d = if odd { &mut acc_odd } else { &mut acc };
                             let a0 = ks.scale_frag(F::frag(&lanedata, u, 0), u);
                             let mut tile = 0;
                             while tile < T {

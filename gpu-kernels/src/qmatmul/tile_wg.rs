@@ -281,9 +281,9 @@ unsafe fn qmm_wg_stages<
                 },
             );
             // Super-block formats over one register buffer (Q4_K/Q5_K/Q6_K nt4): no product in
-            // flight past the block. Without this wait their results raced (the spread-reduction test saw other
-            // bits run to run, nvidia-h200, s20 r05); the two-buffer kernels keep the last
-            // unit's group in flight into the next block and test bitwise stable.
+            // flight past the block. Without this wait their results raced (the spread-reduction
+            // test saw other bits run to run, nvidia-h200, s20 r05); the two-buffer kernels keep
+            // the last unit's group in flight into the next block and test bitwise stable.
             if super::epilogue::odd_units_apart::<F>() && !TWO {
                 wgmma::wait::<0>();
             }

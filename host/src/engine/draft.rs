@@ -407,19 +407,20 @@ impl DraftEngine {
         let g = &*gpu;
         // Every matrix packed in parallel: fc, then per layer q, k + v (or k, v), o, gate/up, down.
         let mut jobs = vec![PackJob::matrix("fc.weight".into(), h, kh)];
+        // Per layer: whether its k and v stack (a lossless common type), and whether q stacks on
+        // them too; the context pass's one k/v matrix over every layer ([`DraftEngine::context_kv`])
+        // needs every layer's q over its k + v and one common type across all the k and v.
         let mut stacked = Vec::with_capacity(cfg.num_layers);
-        // Every layer's k and v under one matrix for the context pass ([`DraftEngine::context_kv`]).
         let mut kv_types = Vec::with_capacity(2 * cfg.num_layers);
-        let mut all_with_kv = true;
         for i in 0..cfg.num_layers {
             let n = |s: &str| format!("layers.{i}.self_attn.{s}_proj.weight");
             let (qt, kt, vt) = (tensor(draft, &n("q"))?.ty, tensor(draft, &n("k"))?.ty, tensor(draft, &n("v"))?.ty);
-            all_with_kv &= common_lossless_type(&[qt, kt, vt]).is_some();
+            stacked.push((common_lossless_type(&[kt, vt]).is_some(), common_lossless_type(&[qt, kt, vt]).is_some()));
             kv_types.extend([kt, vt]);
         }
         let context_stack = context == ContextKv::AllLayers
             && cfg.num_layers > 0
-            && all_with_kv
+            && stacked.iter().all(|&(_, with_kv)| with_kv)
             && common_lossless_type(&kv_types).is_some();
         if context_stack {
             let n = |i: usize, s: &str| format!("layers.{i}.self_attn.{s}_proj.weight");
@@ -429,13 +430,9 @@ impl DraftEngine {
             }
             jobs.push(PackJob { below, ..PackJob::matrix(n(0, "k"), nkv * hd, h) });
         }
-        for i in 0..cfg.num_layers {
+        for (i, &(stack, with_kv)) in stacked.iter().enumerate() {
             let n = |s: &str| format!("layers.{i}.{s}");
             let (q, k, v) = (n("self_attn.q_proj.weight"), n("self_attn.k_proj.weight"), n("self_attn.v_proj.weight"));
-            let (qt, kt, vt) = (tensor(draft, &q)?.ty, tensor(draft, &k)?.ty, tensor(draft, &v)?.ty);
-            let stack = common_lossless_type(&[kt, vt]).is_some();
-            let with_kv = common_lossless_type(&[qt, kt, vt]).is_some();
-            stacked.push((stack, with_kv));
             if with_kv {
                 let below = vec![(k.clone(), nkv * hd), (v.clone(), nkv * hd)];
                 jobs.push(PackJob { below, ..PackJob::matrix(q, nh * hd, h) });
