@@ -299,13 +299,16 @@ impl<const DK: usize> FusedConv<DK> {
         sync_threads();
 
         // 2. Each node's q and k norm: `1/√(Σ y² + 1e-6)` at `inv[2i]` (q) and `inv[2i + 1]` (k).
-        if t < 2 * n {
-            let row = if t % 2 == 0 { sq } else { sk }.add((t / 2) * DK);
+        // (`2n` exceeds a one-program block's 64 threads past 32 nodes.)
+        let mut e = t;
+        while e < 2 * n {
+            let row = if e % 2 == 0 { sq } else { sk }.add((e / 2) * DK);
             let mut total = 0.0f32;
             unroll_below(DK / 32, |part| {
                 total += butterfly_sum_of_squares(row.add(32 * part));
             });
-            *self.inv.add(t) = div_rn(1.0, sqrt_rn(total + 1e-6));
+            *self.inv.add(e) = div_rn(1.0, sqrt_rn(total + 1e-6));
+            e += threads;
         }
         sync_threads();
 
