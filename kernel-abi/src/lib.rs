@@ -1601,12 +1601,6 @@ pub const fn gdn_recur_smem_words(d_k: u32, n: u32, programs: u32) -> u32 {
         + gdn_replay_max_ops(n, programs).div_ceil(2)
         + gdn_slot_count(n, programs) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
-/// Shared memory (words) of `gdn_recur_prep_dk*`, the replay with the conv/norm step of
-/// `gdn_prep` in the block: [`gdn_recur_smem_words`], then each node's in-batch ancestors (`n`
-/// words) and its q and k norms (`2n`).
-pub const fn gdn_recur_prep_smem_words(d_k: u32, n: u32, programs: u32) -> u32 {
-    gdn_recur_smem_words(d_k, n, programs) + 3 * n
-}
 pub const fn gdn_commit_smem_words(d_k: u32, n: u32) -> u32 {
     n * (d_k + GDN_COLS_PER_BLOCK + 2)
 }
