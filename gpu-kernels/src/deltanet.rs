@@ -674,9 +674,11 @@ unsafe fn recur<const DK: usize, const RPL: usize, const FUSED: bool>(
         // The nodes' raw inputs go where the slots are (used only by the loop, after this), or
         // past them where they are fewer words; then each node's ancestors and norm partials
         // (`kernel_abi::gdn_recur_prep_smem_words`).
+        // (`slots` is 4-byte aligned; the raw rows take 16-byte copies: the region starts at the
+        // next 16-byte boundary, and the host counts 4 words more.)
         let region = (slot_count * RPL * THREADS).max(m * (2 * DK + COLS));
-        let conv =
-            FusedConv::<DK>::load(nb, pin, &p, n, m, slots, slots.add(region) as *mut u32, kh, j, col0, t, threads);
+        let raw = (slots as usize).next_multiple_of(16) as *mut f32;
+        let conv = FusedConv::<DK>::load(nb, pin, &p, n, m, raw, raw.add(region) as *mut u32, kh, j, col0, t, threads);
         grid_dependency_wait();
         conv.run(pin, &p, n, m, sk, sq, sv, sa, sb, scratch, j, col0, t, threads);
     } else {
