@@ -1,6 +1,5 @@
 //! `deltanet` benches at Qwen3.5-27B shapes (n_k 16, n_v 48, d_k = d_v 128, conv kernel 4):
-//! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree) — also with its
-//! conv/norm step as its own launch and inside the replay block (`gdn_recur_prep_dk*`) — its conv/norm
+//! `gdn_forward` of one layer at n = 1 (AR) and n = 22 (a DDTree-like verify tree), its conv/norm
 //! step alone at n = 22 and 23 with one and with two nodes per block, the gated
 //! norm + out-projection prep (`gdn_norm_prep`'s one-block and cluster kernels against
 //! `gdn_gated_norm` + `qmm_prep_x`) at the
@@ -13,9 +12,8 @@
 //! (`2·48·3.1 MB`). Reported as state bytes per second and their fraction of copy bandwidth.
 
 use flashtree::gpu::deltanet::{
-    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep_with, gdn_prep, gdn_recurrence_with,
-    gdn_replay_words, gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnNormPrepKernel, GdnPrepKernel,
-    GdnShape, GdnWeights,
+    commit_path_words, gdn_commit, gdn_forward, gdn_gated_norm, gdn_norm_prep_with, gdn_prep, gdn_replay_words,
+    gdn_scratch_len, node_batch_words, GdnIo, GdnLayerState, GdnNormPrepKernel, GdnPrepKernel, GdnShape, GdnWeights,
 };
 use flashtree::gpu::qmatmul::QmmWorkspace;
 use flashtree::gpu::{DevSpan, Gpu};
@@ -93,26 +91,16 @@ fn main() {
         let n = parents.len();
         let nb = node_batch(1000, parents);
         let (_bufs, nbs, rps) = upload_nodes(&gpu, &nb);
+        let secs = median_secs(&gpu, 96, |i| {
+            let (io, st) = layer(i % LAYERS);
+            gdn_forward(&gpu, &s, n, nbs, rps, &w, &io, &st)
+        });
         let depth: u32 = nb.depth[..n].iter().map(|d| d + 1).sum();
         let note = format!(
             "state read once; +{:.1} MB L2-side (inputs, scratch, out); Σ(depth+1) = {depth}",
             (n * (ch + 3 * vd + 2 * nv) * 4 + n * (ch + 2 * vd + 2 * nv) * 4) as f64 / 1e6
         );
-        let secs = median_secs(&gpu, 96, |i| {
-            let (io, st) = layer(i % LAYERS);
-            gdn_forward(&gpu, &s, n, nbs, rps, &w, &io, &st)
-        });
         report("deltanet", &format!("gdn_forward 27B n={n}"), state_bytes, secs, ceiling, &note);
-        // The same forward with the conv/norm step as its own launch (`gdn_prep` + `gdn_recur`)
-        // and inside the replay (`gdn_recur_prep`, the default where it applies).
-        for (name, fused) in [("two launches", false), ("fused conv/norm", true)] {
-            let secs = median_secs(&gpu, 96, |i| {
-                let (io, st) = layer(i % LAYERS);
-                gdn_recurrence_with(&gpu, &s, n, nbs, rps, &w, &io, &st, fused, &mut |_| Ok(()))?;
-                gdn_gated_norm(&gpu, &s, n, nbs, &w, &io, &st)
-            });
-            report("deltanet", &format!("gdn_forward 27B n={n}, {name}"), state_bytes, secs, ceiling, &note);
-        }
     }
 
     // The conv/norm step alone, one node per block (`gdn_prep`) and two (`gdn_prep_pairs`), at

@@ -58,10 +58,7 @@ use crate::device::unroll::unroll_below;
 use crate::device::warp::{shfl_xor_f32, warp_sum_f32};
 use crate::device::*;
 
-pub mod fused_prep;
 pub mod norm_prep;
-
-use fused_prep::{FusedConv, PrepInputs};
 
 const COLS: usize = GDN_COLS_PER_BLOCK as usize;
 /// Threads of `gdn_commit_*`, and of each program of `gdn_recur_*`.
@@ -359,21 +356,13 @@ unsafe fn store_alpha_beta(
     let sc = gdn_scratch(p.n_k as usize, p.n_v as usize, p.d_k as usize, p.d_v as usize);
     let n_v = p.n_v as usize;
     let (av, bv) = (*a.add(i * p.a_stride as usize + jv), *b.add(i * p.b_stride as usize + jv));
-    let (alpha, beta) = alpha_beta(av, bv, *dt_bias.add(jv), *ssm_a.add(jv));
-    *scratch.add(sc.alpha + i * n_v + jv) = alpha;
-    *scratch.add(sc.beta + i * n_v + jv) = beta;
-}
-
-/// `(α, β) = (exp(A·softplus(a + dt_bias)), sigmoid(b))` of one node and value head from its raw
-/// projections `a`, `b` and the head's `dt_bias`, `A = ssm_a` — the one definition (`gdn_prep`,
-/// `gdn_prep_pairs` and the fused replay `gdn_recur_prep_*`).
-#[inline(always)]
-fn alpha_beta(a: f32, b: f32, dt_bias: f32, ssm_a: f32) -> (f32, f32) {
-    let u = a + dt_bias;
+    let (bias, ssm) = (*dt_bias.add(jv), *ssm_a.add(jv));
+    let u = av + bias;
     // softplus(u) = ln(1 + e^u), u past 20 as is (PyTorch's threshold).
     let sp = if u > 20.0 { u } else { lg2(1.0 + exp_fast(u)) * core::f32::consts::LN_2 };
-    let gl = ssm_a * sp;
-    (ex2(gl * core::f32::consts::LOG2_E), rcp_approx(1.0 + exp_fast(-b)))
+    let gl = ssm * sp;
+    *scratch.add(sc.alpha + i * n_v + jv) = ex2(gl * core::f32::consts::LOG2_E);
+    *scratch.add(sc.beta + i * n_v + jv) = rcp_approx(1.0 + exp_fast(-bv));
 }
 
 /// [`gdn_prep`] for two nodes per block: grid `(⌈n / 2⌉, 2·n_k + n_v)`, 128 threads; block
@@ -607,13 +596,12 @@ unsafe fn stage_v_columns(
 /// program, its ancestors' states recomputed by every program that needs them), so a block's
 /// serial chain is its longest program's. The committed state is only read.
 #[inline(always)]
-unsafe fn recur<const DK: usize, const RPL: usize, const FUSED: bool>(
+unsafe fn recur<const DK: usize, const RPL: usize>(
     nb: *const NodeBatch,
     replay: *const GdnReplay,
     state: *const f32,
     scratch: *mut f32,
     p: GdnParams,
-    pin: PrepInputs,
 ) {
     launch_dependents();
     // Shared arrays hold `m = smem_nodes` rows (the launch's node count).
@@ -667,46 +655,29 @@ unsafe fn recur<const DK: usize, const RPL: usize, const FUSED: bool>(
         *sops.add(w) = *ops.add(w);
         w += threads;
     }
-    if FUSED {
-        // The conv/norm step of `gdn_prep` in the block (`gdn_recur_prep_*`): its inputs that no
-        // kernel of the forward writes (conv taps and committed window rows of this thread's
-        // channels, the nodes' ancestors, `dt_bias`, `A`) before the wait.
-        // The nodes' raw inputs go where the slots are (used only by the loop, after this), or
-        // past them where they are fewer words; then each node's ancestors and norm partials
-        // (`kernel_abi::gdn_recur_prep_smem_words`).
-        // (`slots` is 4-byte aligned; the raw rows take 16-byte copies: the region starts at the
-        // next 16-byte boundary, and the host counts 4 words more.)
-        let region = (slot_count * RPL * THREADS).max(m * (2 * DK + COLS));
-        let raw = (slots as usize).next_multiple_of(16) as *mut f32;
-        let conv = FusedConv::<DK>::load(nb, pin, &p, n, m, raw, raw.add(region) as *mut u32, kh, j, col0, t, threads);
-        grid_dependency_wait();
-        conv.run(pin, &p, n, m, sk, sq, sv, sa, sb, scratch, j, col0, t, threads);
-    } else {
-        grid_dependency_wait();
-        // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`) and the block's 16
-        // columns of v, copied by `cp.async` (16 bytes, all of a thread's copies in flight at
-        // once: no round trip through registers per element); α and β are strided (one load per
-        // node). Every offset is a multiple of 4 floats (`gdn_scratch`) and the host checks that
-        // the scratch starts 16-byte aligned; a column group that passes `d_v` takes the element
-        // loop.
-        let chunks = DK / 4;
-        let mut e = t;
-        while e < n * chunks {
-            let (i, c) = (e / chunks, 4 * (e % chunks));
-            let src = scratch.add(i * kd + kh * DK + c);
-            cp_async_16(smem_addr(sk.add(i * DK + c)), src.add(sc.k) as *const u8);
-            cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
-            e += threads;
-        }
-        stage_v_columns(sv, scratch.add(sc.v + j * dv), n, |i| i, vd, col0, dv, t, threads);
-        cp_async_commit();
-        if t < n {
-            *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
-            *sb.add(t) = *scratch.add(sc.beta + t * n_v + j);
-        }
-        cp_async_wait_all();
-        sync_threads();
+    grid_dependency_wait();
+    // k and q rows of the key head (`DK` floats each, node `i` at `i·kd`) and the block's 16
+    // columns of v, copied by `cp.async` (16 bytes, all of a thread's copies in flight at once:
+    // no round trip through registers per element); α and β are strided (one load per node).
+    // Every offset is a multiple of 4 floats (`gdn_scratch`) and the host checks that the scratch
+    // starts 16-byte aligned; a column group that passes `d_v` takes the element loop.
+    let chunks = DK / 4;
+    let mut e = t;
+    while e < n * chunks {
+        let (i, c) = (e / chunks, 4 * (e % chunks));
+        let src = scratch.add(i * kd + kh * DK + c);
+        cp_async_16(smem_addr(sk.add(i * DK + c)), src.add(sc.k) as *const u8);
+        cp_async_16(smem_addr(sq.add(i * DK + c)), src.add(sc.q) as *const u8);
+        e += threads;
     }
+    stage_v_columns(sv, scratch.add(sc.v + j * dv), n, |i| i, vd, col0, dv, t, threads);
+    cp_async_commit();
+    if t < n {
+        *sa.add(t) = *scratch.add(sc.alpha + t * n_v + j);
+        *sb.add(t) = *scratch.add(sc.beta + t * n_v + j);
+    }
+    cp_async_wait_all();
+    sync_threads();
     if t < THREADS {
         stage_kq::<DK>(sk, sq, skq, n, t);
     }
@@ -1018,7 +989,7 @@ macro_rules! gdn_kernels {
             scratch: *mut f32,
             p: GdnParams,
         ) {
-            recur::<$dk, { $dk / 4 }, false>(nb, replay, state, scratch, p, PrepInputs::NONE)
+            recur::<$dk, { $dk / 4 }>(nb, replay, state, scratch, p)
         }
 
         #[no_mangle]
@@ -1040,33 +1011,3 @@ gdn_kernels!(gdn_recur_dk16, gdn_commit_dk16, 16);
 gdn_kernels!(gdn_recur_dk32, gdn_commit_dk32, 32);
 gdn_kernels!(gdn_recur_dk64, gdn_commit_dk64, 64);
 gdn_kernels!(gdn_recur_dk128, gdn_commit_dk128, 128);
-
-/// `gdn_recur_prep_dk*`: [`recur`] with `gdn_prep`'s conv/norm step in the block ([`FusedConv`]).
-macro_rules! gdn_fused_kernels {
-    ($name:ident, $dk:literal) => {
-        #[no_mangle]
-        #[link_section = "nvvm:maxntid=128;minctasm=1"]
-        #[allow(clippy::too_many_arguments)]
-        pub unsafe extern "ptx-kernel" fn $name(
-            nb: *const NodeBatch,
-            replay: *const GdnReplay,
-            state: *const f32,
-            scratch: *mut f32,
-            mixed: *const f32,
-            conv_state: *const f32,
-            conv_w: *const f32,
-            a: *const f32,
-            b: *const f32,
-            ssm_a: *const f32,
-            dt_bias: *const f32,
-            p: GdnParams,
-        ) {
-            let pin = PrepInputs { mixed, conv_state, conv_w, a, b, ssm_a, dt_bias };
-            recur::<$dk, { $dk / 4 }, true>(nb, replay, state, scratch, p, pin)
-        }
-    };
-}
-
-gdn_fused_kernels!(gdn_recur_prep_dk32, 32);
-gdn_fused_kernels!(gdn_recur_prep_dk64, 64);
-gdn_fused_kernels!(gdn_recur_prep_dk128, 128);

@@ -1601,17 +1601,6 @@ pub const fn gdn_recur_smem_words(d_k: u32, n: u32, programs: u32) -> u32 {
         + gdn_replay_max_ops(n, programs).div_ceil(2)
         + gdn_slot_count(n, programs) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS
 }
-/// Shared memory (words) of `gdn_recur_prep_dk*`, the replay with the conv/norm step of
-/// `gdn_prep` in the block: [`gdn_recur_smem_words`] with the slots' region grown to hold the
-/// nodes' raw inputs (`n·(2·d_k + 16)` words, from the next 16-byte boundary: 4 words more) where
-/// the slots are fewer, then each node's in-batch ancestors (`n` words) and its q and k norm
-/// partials (`8n`).
-pub const fn gdn_recur_prep_smem_words(d_k: u32, n: u32, programs: u32) -> u32 {
-    let slots = gdn_slot_count(n, programs) * (d_k / GDN_LANES_PER_COL) * GDN_RECUR_THREADS;
-    let raw = n * (2 * d_k + GDN_COLS_PER_BLOCK);
-    let region = if raw > slots { raw } else { slots };
-    gdn_recur_smem_words(d_k, n, programs) - slots + region + 4 + 9 * n
-}
 pub const fn gdn_commit_smem_words(d_k: u32, n: u32) -> u32 {
     n * (d_k + GDN_COLS_PER_BLOCK + 2)
 }

@@ -20,9 +20,9 @@
 
 use cudarc::driver::LaunchConfig;
 use kernel_abi::{
-    gdn_commit_smem_words, gdn_programs_for, gdn_recur_prep_smem_words, gdn_recur_smem_words, CommitPath, GdnParams,
-    GdnReplay, NodeBatch, GDN_COLS_PER_BLOCK, GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK,
-    GDN_PREP_THREADS, GDN_RECUR_THREADS, MAX_NODES, QMM_PREP_CHUNK,
+    gdn_commit_smem_words, gdn_programs_for, gdn_recur_smem_words, CommitPath, GdnParams, GdnReplay, NodeBatch,
+    GDN_COLS_PER_BLOCK, GDN_MAX_CONV_KERNEL, GDN_NORM_PREP_MAX_HEADS, GDN_PREP_NODES_PER_BLOCK, GDN_PREP_THREADS,
+    GDN_RECUR_THREADS, MAX_NODES, QMM_PREP_CHUNK,
 };
 
 use super::qmatmul::QmmWorkspace;
@@ -415,103 +415,32 @@ pub fn gdn_recurrence_marked(
     st: &GdnLayerState,
     after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), GpuError> {
-    let fused = fused_prep_enabled() && gdn_fused_prep_applies(shape, io);
-    gdn_recurrence_with(gpu, shape, n, nodes, replay, w, io, st, fused, after)
-}
-
-/// Whether the engine runs the conv/norm step inside the replay ([`gdn_recurrence_with`] with
-/// `fused`) where it applies: on unless `FLASHTREE_GDN_FUSED_PREP=0` (the two launches, for A/B).
-pub fn fused_prep_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FLASHTREE_GDN_FUSED_PREP").map_or(true, |v| v != "0"))
-}
-
-/// Whether `gdn_recur_prep_dk*` (the conv/norm step of `gdn_prep` inside the replay block) takes
-/// this layer: `d_k` of 32, 64 or 128 (a warp's channels of one kind), a conv kernel of at most
-/// `fused_prep::PRE` = 4 taps (held in registers), and `mixed` 16-byte aligned at a row stride of
-/// a multiple of 4 floats (its raw rows are staged by 16-byte copies).
-pub fn gdn_fused_prep_applies(shape: &GdnShape, io: &GdnIo) -> bool {
-    fused_recur_kernel(shape.d_k).is_some()
-        && shape.conv_kernel <= 4
-        && io.mixed_stride.is_multiple_of(4)
-        && io.mixed.ptr().is_multiple_of(16)
-}
-
-/// The fused replay for key head dim `d_k`, where one exists.
-fn fused_recur_kernel(d_k: usize) -> Option<&'static str> {
-    match d_k {
-        32 => Some("gdn_recur_prep_dk32"),
-        64 => Some("gdn_recur_prep_dk64"),
-        128 => Some("gdn_recur_prep_dk128"),
-        _ => None,
-    }
-}
-
-/// [`gdn_recurrence_marked`] with the conv/norm step chosen by the caller: `fused` — one launch
-/// `gdn_recur_prep_dk*`, which computes `gdn_prep`'s q, k, v, α, β in each replay block (bitwise
-/// the same; the commit's k, v, α, β rows go to the scratch, q does not; an error where
-/// [`gdn_fused_prep_applies`] is false) and calls `after("gdn_recur")`; otherwise `gdn_prep` (or
-/// `gdn_prep_pairs`) then `gdn_recur_dk*`, calling `after("gdn_prep")` and `after("gdn_recur")`.
-#[allow(clippy::too_many_arguments)]
-pub fn gdn_recurrence_with(
-    gpu: &Gpu,
-    shape: &GdnShape,
-    n: usize,
-    nodes: DevSpan<NodeBatch>,
-    replay: DevSpan<GdnReplay>,
-    w: &GdnWeights,
-    io: &GdnIo,
-    st: &GdnLayerState,
-    fused: bool,
-    after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
-) -> Result<(), GpuError> {
     let mut p = forward_params(shape, n, nodes, w, io, st)?;
     replay.need(1, "gdn_forward", "replay (one GdnReplay)")?;
     let n32 = n as u32;
-    let fused_kernel = match (fused, fused_recur_kernel(shape.d_k)) {
-        (false, _) => None,
-        (true, Some(k)) if gdn_fused_prep_applies(shape, io) => Some(k),
-        (true, _) => {
-            return Err(GpuError::shape(
-                "gdn_forward",
-                format!(
-                    "the fused conv/norm step needs d_k of 32, 64 or 128 (got {}), a conv kernel of at most 4 \
-                     (got {}) and 16-byte aligned mixed rows (stride {})",
-                    shape.d_k, shape.conv_kernel, io.mixed_stride
-                ),
-            ))
-        }
-    };
-    if fused_kernel.is_none() {
-        launch_prep(gpu, &p, n32, nodes, w, io, st, GdnPrepKernel::Auto)?;
-        after("gdn_prep")?;
-    }
+    launch_prep(gpu, &p, n32, nodes, w, io, st, GdnPrepKernel::Auto)?;
+    after("gdn_prep")?;
 
-    let recur = fused_kernel.unwrap_or(recur_kernels(shape.d_k).0);
+    let (recur, _) = recur_kernels(shape.d_k);
     // Shared memory for this launch's nodes, not `MAX_NODES` (a graph is captured per count).
     p.smem_nodes = n32;
     let programs = gdn_programs(n);
-    let words = if fused_kernel.is_some() {
-        gdn_recur_prep_smem_words(p.d_k, n32, programs)
-    } else {
-        gdn_recur_smem_words(p.d_k, n32, programs)
-    };
-    let smem = words * 4;
+    let smem = gdn_recur_smem_words(p.d_k, n32, programs) * 4;
     gpu.allow_dynamic_smem(recur, smem)?;
     let cfg = LaunchConfig {
         grid_dim: (p.n_v, p.d_v.div_ceil(GDN_COLS_PER_BLOCK), 1),
         block_dim: (programs * GDN_RECUR_THREADS, 1, 1),
         shared_mem_bytes: smem,
     };
-    // Safety: the arguments match `gdn_recur_dk*`'s or `gdn_recur_prep_dk*`'s signature, the
-    // lengths were checked by `forward_params` (and the fused kernel's alignment above); every
-    // kernel waits (griddepcontrol) before reading what earlier kernels of the forward wrote.
-    let mut launch = ChainedLaunch::new(gpu, recur);
-    launch.span(nodes).span(replay).span(st.state).span(st.scratch);
-    if fused_kernel.is_some() {
-        launch.span(io.mixed).span(st.conv_state).span(w.conv_w).span(io.a).span(io.b).span(w.ssm_a).span(w.dt_bias);
+    unsafe {
+        ChainedLaunch::new(gpu, recur)
+            .span(nodes)
+            .span(replay)
+            .span(st.state)
+            .span(st.scratch)
+            .value(super::Param(p))
+            .launch(cfg)?;
     }
-    unsafe { launch.value(super::Param(p)).launch(cfg)? };
     after("gdn_recur")
 }
 
@@ -841,14 +770,7 @@ mod tests {
     /// Every kernel name the deltanet launchers pick is an entry point of the embedded PTX.
     #[test]
     fn every_kernel_name_is_in_the_ptx() {
-        let mut names = vec![
-            "gdn_prep",
-            "gdn_prep_pairs",
-            "gdn_gated_norm",
-            "gdn_recur_prep_dk32",
-            "gdn_recur_prep_dk64",
-            "gdn_recur_prep_dk128",
-        ];
+        let mut names = vec!["gdn_prep", "gdn_prep_pairs", "gdn_gated_norm"];
         for d_k in [16, 32, 64, 128] {
             let (recur, commit) = recur_kernels(d_k);
             names.extend([recur, commit]);
