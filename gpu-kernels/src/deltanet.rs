@@ -50,7 +50,7 @@ use kernel_abi::{
 };
 
 use crate::device::griddep::{grid_dependency_wait, launch_dependents};
-use crate::device::load::{cp_async_16, cp_async_commit, cp_async_wait_all, prefetch_l2};
+use crate::device::load::{cp_async_16, cp_async_commit, cp_async_wait_all};
 use crate::device::math::{div_rn, ex2, exp_fast, fma, lg2, rcp_approx, silu, sqrt_rn};
 use crate::device::shared::{dynamic_smem, ld_shared_v4, smem_addr, Shared};
 use crate::device::sync::sync_threads;
@@ -193,23 +193,6 @@ unsafe fn slot_load<const RPL: usize>(slot: *const f32, t: usize, s: &mut [f32; 
     }
 }
 
-/// Asks L2 for the layer's committed state (`n_v·d_k·d_v` floats at `state`; nothing when null),
-/// one 128-byte line per thread of the launch in turn: the conv/norm launch runs before the
-/// replay, whose blocks then read the state from L2 (it is only written by the commit).
-#[inline(always)]
-unsafe fn prefetch_state(state: *const f32, p: &GdnParams) {
-    if state.is_null() {
-        return;
-    }
-    let lines = (p.n_v as usize * p.d_k as usize * p.d_v as usize * 4).div_ceil(128);
-    let threads = (grid_dim_x() * grid_dim_y()) as usize * GDN_PREP_THREADS as usize;
-    let mut l = (block_y() * grid_dim_x() + block_x()) as usize * GDN_PREP_THREADS as usize + thread_x() as usize;
-    while l < lines {
-        prefetch_l2((state as *const u8).add(128 * l));
-        l += threads;
-    }
-}
-
 /// Per-node conv + SiLU + norms, α and β. Grid `(n, 2·n_k + n_v)`, 128 threads: block `(i, g)`
 /// does node `i`'s q head `g` (`g < n_k`), k head `g − n_k` (`g < 2·n_k`) or v head
 /// `g − 2·n_k` (whose thread 0 also computes α, β). Thread `t` owns channels `t, t + 128, …` of
@@ -218,9 +201,7 @@ unsafe fn prefetch_state(state: *const f32, p: &GdnParams) {
 /// (sum: per-thread fma chain, butterfly, warps in order), q also `· 1/√d_k`. `a`, `b`: node
 /// `i`'s row at `i·p.a_stride`, `i·p.b_stride` (`n_v` values each), of `mixed` at
 /// `i·p.mixed_stride` (`conv_ch` values).
-/// Traffic: `n·conv_ch·(K + 1)·4` bytes read (mostly L2), `n·(conv_ch + 2·n_v)·4` written. With
-/// `state` non-null, the launch first asks L2 for the layer's committed state ([`prefetch_state`]),
-/// which the replay after it reads before its own wait.
+/// Traffic: `n·conv_ch·(K + 1)·4` bytes read (mostly L2), `n·(conv_ch + 2·n_v)·4` written.
 /// Registers capped at 48 (`minctasm=10`, no spills; 90 uncapped): the 27B's 80 blocks per node
 /// are short and latency-bound, so what counts is how many are resident — 10 per SM instead of
 /// 5, a 22-node forward's 1,760 blocks in two waves instead of three.
@@ -236,14 +217,12 @@ pub unsafe extern "ptx-kernel" fn gdn_prep(
     ssm_a: *const f32,
     dt_bias: *const f32,
     scratch: *mut f32,
-    state: *const f32,
     p: GdnParams,
 ) {
     launch_dependents();
     // Everything up to the wait reads data no kernel of the forward writes (the node batch,
-    // uploaded before the forward; the conv weights; the committed conv window and state,
-    // written only by the commit): it overlaps the previous kernel's tail in a chained launch.
-    prefetch_state(state, &p);
+    // uploaded before the forward; the conv weights; the committed conv window, written only
+    // by the commit): it overlaps the previous kernel's tail in a chained launch.
     let i = block_x() as usize;
     if i >= node_count(nb) {
         return;
@@ -409,14 +388,12 @@ pub unsafe extern "ptx-kernel" fn gdn_prep_pairs(
     ssm_a: *const f32,
     dt_bias: *const f32,
     scratch: *mut f32,
-    state: *const f32,
     p: GdnParams,
 ) {
     launch_dependents();
     // Everything up to the wait reads data no kernel of the forward writes (the node batch,
-    // uploaded before the forward; the conv weights; the committed conv window and state,
-    // written only by the commit): it overlaps the previous kernel's tail in a chained launch.
-    prefetch_state(state, &p);
+    // uploaded before the forward; the conv weights; the committed conv window, written only
+    // by the commit): it overlaps the previous kernel's tail in a chained launch.
     const NB: usize = GDN_PREP_NODES_PER_BLOCK as usize;
     let n = node_count(nb);
     let i0 = NB * block_x() as usize;

@@ -119,10 +119,3 @@ pub fn cp_async_wait_all_but_one() {
 pub fn cp_async_wait_all() {
     unsafe { asm!("cp.async.wait_all;", options(nostack)) }
 }
-
-/// `prefetch.global.L2 [p]`: a hint to bring the 128-byte line holding `p` into L2 (no value, no
-/// completion to wait for).
-#[inline(always)]
-pub unsafe fn prefetch_l2(p: *const u8) {
-    asm!("prefetch.global.L2 [{0}];", in(reg64) p, options(nostack, preserves_flags));
-}

@@ -351,7 +351,7 @@ pub fn gdn_prep(
     which: GdnPrepKernel,
 ) -> Result<(), GpuError> {
     let p = forward_params(shape, n, nodes, w, io, st)?;
-    launch_prep(gpu, &p, n as u32, nodes, w, io, st, which, None)
+    launch_prep(gpu, &p, n as u32, nodes, w, io, st, which)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -364,7 +364,6 @@ fn launch_prep(
     io: &GdnIo,
     st: &GdnLayerState,
     which: GdnPrepKernel,
-    prefetch: Option<DevSpan<f32>>,
 ) -> Result<(), GpuError> {
     let groups = p.n_k * 2 + p.n_v;
     let pairs = match which {
@@ -394,17 +393,9 @@ fn launch_prep(
             .span(w.ssm_a)
             .span(w.dt_bias)
             .span(st.scratch)
-            .value(prefetch.map_or(0u64, |s| s.ptr()))
             .value(super::Param(*p))
             .launch(cfg)
     }
-}
-
-/// Whether a forward's conv/norm launch asks L2 for the layer's committed state for the replay
-/// that follows (`gdn_prep`'s `state` argument): on unless `FLASHTREE_GDN_PREFETCH_STATE=0`.
-pub fn prefetch_state_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("FLASHTREE_GDN_PREFETCH_STATE").map_or(true, |v| v.trim() != "0"))
 }
 
 /// The forward up to the recurrence output: `gdn_prep` (or `gdn_prep_pairs`, [`GdnPrepKernel`])
@@ -427,7 +418,7 @@ pub fn gdn_recurrence_marked(
     let mut p = forward_params(shape, n, nodes, w, io, st)?;
     replay.need(1, "gdn_forward", "replay (one GdnReplay)")?;
     let n32 = n as u32;
-    launch_prep(gpu, &p, n32, nodes, w, io, st, GdnPrepKernel::Auto, prefetch_state_enabled().then_some(st.state))?;
+    launch_prep(gpu, &p, n32, nodes, w, io, st, GdnPrepKernel::Auto)?;
     after("gdn_prep")?;
 
     let (recur, _) = recur_kernels(shape.d_k);
