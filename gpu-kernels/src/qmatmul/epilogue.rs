@@ -617,6 +617,21 @@ pub(super) const fn odd_units_apart<F: Format>() -> bool {
     F::ELEMS == 256 && !F::PRODUCTS_FROM_ZERO
 }
 
+/// The accumulator set that unit `u`'s products go into: `acc_odd` for an odd unit of a format
+/// whose units run as two sums ([`odd_units_apart`]), else `acc`.
+#[inline(always)]
+pub(super) fn unit_sums<'a, F: Format, const T: usize>(
+    u: u32,
+    acc: &'a mut [[f32; 4]; T],
+    acc_odd: &'a mut [[f32; 4]; T],
+) -> &'a mut [[f32; 4]; T] {
+    if odd_units_apart::<F>() && u % 2 == 1 {
+        acc_odd
+    } else {
+        acc
+    }
+}
+
 /// Super-block products run as two sums — units 0, 2, 4, 6 of every block (with a K-quant's
 /// mins step) into `acc`, units 1, 3, 5, 7 into `acc_odd`, each in K order — so that a unit's
 /// products do not wait on the previous unit's; this adds them, element by element

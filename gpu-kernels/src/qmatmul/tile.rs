@@ -229,8 +229,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                         #[inline(always)]
                         |u| {
                             let (xf, _) = x_frags(i_blk, u, (bb * units + u) as usize);
-                            let odd = super::epilogue::odd_units_apart::<F>() && u % 2 == 1;
-                            let d = if odd { &mut acc_odd } else { &mut acc };
+                            let d = super::epilogue::unit_sums::<F, T>(u, &mut acc, &mut acc_odd);
                             let a0 = ks.scale_frag(F::frag(&lanedata, u, 0), u);
                             let mut tile = 0;
                             while tile < T {
@@ -271,8 +270,7 @@ unsafe fn qmm<F: Format, const T: usize, const SWIGLU: bool, const ACCUM: bool>(
                             add_unit_product(F::unit_scales(&lanedata, u), &pu, &mut acc);
                             return;
                         }
-                        let odd = super::epilogue::odd_units_apart::<F>() && u % 2 == 1;
-                        let d = if odd { &mut acc_odd } else { &mut acc };
+                        let d = super::epilogue::unit_sums::<F, T>(u, &mut acc, &mut acc_odd);
                         let mut step = #[inline(always)]
                         |h: u32| {
                             let a = F::frag(&lanedata, u, h);

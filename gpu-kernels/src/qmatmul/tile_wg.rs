@@ -269,11 +269,7 @@ unsafe fn qmm_wg_stages<
                     let i = i as u32;
                     if valid(i) {
                         // Super-block formats: a stage is one block, so `i` is its unit.
-                        if super::epilogue::odd_units_apart::<F>() && i % 2 == 1 {
-                            issue(i, &mut acc_odd, false);
-                        } else {
-                            issue(i, &mut acc, false);
-                        }
+                        issue(i, super::epilogue::unit_sums::<F, T>(i, &mut acc, &mut acc_odd), false);
                         if i + 1 >= DEPTH as u32 {
                             wait_unit(i + 1 - DEPTH as u32);
                         }
