@@ -779,14 +779,16 @@ impl DraftEngine {
             t.stop(&self.gpu)?;
         }
         let rows = bs - 1;
-        let out = self.gpu.download(&self.topk_out)?;
-        let (tokens, logprob_bits) = out.split_at(out.len() / 2);
-        let logprobs = logprob_bits[..rows * k].iter().map(|&b| f32::from_bits(b)).collect();
+        // One download: tokens, then the log-probs' bits; the tokens stay in the downloaded vector.
+        let mut tokens = self.gpu.download(&self.topk_out)?;
+        let half = tokens.len() / 2;
+        let logprobs = tokens[half..half + rows * k].iter().map(|&b| f32::from_bits(b)).collect();
+        tokens.truncate(rows * k);
         if let (true, Some(t)) = (self.timing, &self.timer) {
             self.device_ms += t.elapsed_ms()? as f64;
             self.timing = false;
         }
-        Ok((tokens[..rows * k].to_vec(), logprobs))
+        Ok((tokens, logprobs))
     }
 
     /// Drops the block pass's graph: the next [`DraftEngine::propose`] launches its kernels from
